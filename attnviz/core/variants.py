@@ -1,0 +1,108 @@
+"""The registry of attention variants: one spec per seed module.
+
+A spec says how to build the module from a run config, which inputs to draw and in what order
+(the order the seed scripts use, so seeded runs reproduce them), and which config fields apply.
+Adding a variant means adding one spec here; the parameter panel and the CLI are generated from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
+
+# Fields every variant has; a spec lists the extra ones it uses.
+COMMON_FIELDS = frozenset(
+    {"variant", "d_model", "heads", "batch", "seq_q", "mask", "window", "kv_lengths",
+     "safe_softmax", "seed", "device", "dtype"}
+)
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    id: str
+    label: str
+    seed: str  # where it comes from
+    description: str
+    build: Callable[[Any], nn.Module]  # config -> module (float32, CPU, fresh init)
+    inputs: Callable[[Any], tuple[Tensor, ...]]  # config -> positional inputs, drawn with torch.randn
+    extra_fields: frozenset[str] = frozenset()
+    head_width: str = "d_model"  # the config field the heads must divide
+    labels: dict[str, str] = field(default_factory=dict)  # variant-specific names for fields
+    default_mask: str = "none"
+
+    @property
+    def fields(self) -> frozenset[str]:
+        return COMMON_FIELDS | self.extra_fields
+
+    @property
+    def cross(self) -> bool:
+        return "seq_kv" in self.extra_fields
+
+    def out_width(self, config: Any) -> int:
+        return config.d_out if self.id == "cross" else config.d_model
+
+
+def _self_inputs(c) -> tuple[Tensor, ...]:
+    return (torch.randn(c.batch, c.seq_q, c.d_model),)
+
+
+VARIANTS: dict[str, VariantSpec] = {
+    spec.id: spec
+    for spec in [
+        VariantSpec(
+            id="causal",
+            label="Causal self-attention",
+            seed="seed 002 CausalSelfAttention",
+            description="Self-attention with separate Q, K, V projections; GPT-style causal mask.",
+            build=lambda c: CausalSelfAttention(c.d_model, c.heads, c.dropout),
+            inputs=_self_inputs,
+            extra_fields=frozenset({"dropout", "train"}),
+            labels={"d_model": "hidden_dim"},
+            default_mask="causal",
+        ),
+        VariantSpec(
+            id="self",
+            label="Self-attention (fused QKV)",
+            seed="seed 001 SelfAttention",
+            description="One fused in_proj makes Q, K and V (Stable Diffusion style); no dropout.",
+            build=lambda c: SelfAttention(c.heads, c.d_model, c.in_bias, c.out_bias),
+            inputs=_self_inputs,
+            extra_fields=frozenset({"in_bias", "out_bias"}),
+            labels={"d_model": "d_embed", "in_bias": "in_proj_bias", "out_bias": "out_proj_bias"},
+        ),
+        VariantSpec(
+            id="cross",
+            label="Cross-attention",
+            seed="seed 000 CrossAttention",
+            description="Queries attend to a second sequence; separate Q, K, V projections d_in -> d_out.",
+            build=lambda c: CrossAttention(c.d_model, c.d_out, c.dropout, c.heads, c.in_bias),
+            inputs=lambda c: (
+                torch.randn(c.batch, c.seq_q, c.d_model),
+                torch.randn(c.batch, c.seq_kv, c.d_model),
+                torch.randn(c.batch, c.seq_kv, c.d_model),
+            ),
+            extra_fields=frozenset({"d_out", "seq_kv", "dropout", "train", "in_bias"}),
+            head_width="d_out",
+            labels={"d_model": "d_in", "in_bias": "qkv_bias"},
+        ),
+        VariantSpec(
+            id="cross-context",
+            label="Cross-attention over a context",
+            seed="seed 001 CrossAttention",
+            description="Latent queries (d_embed) attend to a context (d_cross), as in Stable Diffusion.",
+            build=lambda c: ContextCrossAttention(c.heads, c.d_model, c.d_cross, c.in_bias, c.out_bias),
+            inputs=lambda c: (
+                torch.randn(c.batch, c.seq_q, c.d_model),
+                torch.randn(c.batch, c.seq_kv, c.d_cross),
+            ),
+            extra_fields=frozenset({"d_cross", "seq_kv", "in_bias", "out_bias"}),
+            labels={"d_model": "d_embed", "in_bias": "in_proj_bias", "out_bias": "out_proj_bias"},
+        ),
+    ]
+}

@@ -1,0 +1,1 @@
+"""Data shipped with attnviz (installed as the package attnviz.resources): presets, icons."""
