@@ -41,6 +41,7 @@ class ViewOptions:
     tensor: str = "output"  # a key of TENSORS, for the output view
     tensor_head: int = 0  # which head's q, k or v
     max_px: tuple[int, int] | None = (512, 512)  # pool maps down to at most (rows, cols); None = full
+    mean: bool = True  # also render the mean-over-heads tile
 
 
 @dataclass
@@ -57,7 +58,7 @@ class HeatImage:
 @dataclass
 class Frames:
     heads: list[HeatImage]
-    mean: HeatImage
+    mean: HeatImage | None  # None unless options.mean
     tensor: HeatImage
     options: ViewOptions
     levels: tuple[float, float]  # the shared levels (what the colour bar shows with shared scale)
@@ -139,6 +140,14 @@ def value_levels(values: np.ndarray, masked: np.ndarray | None, signed: bool) ->
     return (0.0, float(finite.max()) or 1.0)
 
 
+def _mean_tile(values, masked, empty, signed, options: ViewOptions, lut: np.ndarray) -> HeatImage:
+    mean_values = np.where(masked, 0.0, values).mean(0, keepdims=True)  # (1, Lq, Lkv)
+    mean_masked = masked.all(0, keepdims=True)
+    levels = value_levels(mean_values, mean_masked, signed)
+    image = quantise(mean_values, mean_masked, levels, options.max_px, signed, empty.all(0, keepdims=True))[0]
+    return HeatImage(image, values.shape[1:], levels, lut, "mean over heads")
+
+
 def render(result: RunResult, options: ViewOptions) -> Frames:
     """Everything the views show for one result: one tile per head, the mean tile, the tensor."""
     import time
@@ -161,11 +170,7 @@ def render(result: RunResult, options: ViewOptions) -> Frames:
                            empty[h : h + 1])[0] for h in range(c.heads)]
     heads = [HeatImage(im, (c.seq_q, c.lkv), lv, map_lut, t) for im, lv, t in zip(images, levels, titles)]
 
-    mean_values = np.where(masked, 0.0, values).mean(0, keepdims=True)  # (1, Lq, Lkv)
-    mean_masked = masked.all(0, keepdims=True)
-    mean_levels = value_levels(mean_values, mean_masked, signed)
-    mean_img = quantise(mean_values, mean_masked, mean_levels, options.max_px, signed, empty.all(0, keepdims=True))[0]
-    mean = HeatImage(mean_img, (c.seq_q, c.lkv), mean_levels, map_lut, "mean over heads")
+    mean = _mean_tile(values, masked, empty, signed, options, map_lut) if options.mean else None
 
     head = min(max(options.tensor_head, 0), c.heads - 1)
     t = tensor_data(result, options.tensor, b, head)

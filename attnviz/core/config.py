@@ -34,8 +34,10 @@ FORMAT_VERSION = 1
 class ConfigError(ValueError):
     """An invalid configuration: names the field, the value and the fix."""
 
-    def __init__(self, field_name: str, value: Any, problem: str, fix: str):
+    def __init__(self, field_name: str, value: Any, problem: str, fix: str,
+                 suggestions: tuple[Any, ...] = ()):
         self.field, self.value, self.problem, self.fix = field_name, value, problem, fix
+        self.suggestions = tuple(suggestions)  # nearest valid values of `field`, for quick fixes
         super().__init__(f"{field_name} = {value!r}: {problem}. Fix: {fix}")
 
 
@@ -156,10 +158,11 @@ class RunConfig:
         width_name = self.spec.head_width
         width = getattr(self, width_name)
         if width % self.heads:
-            options = " or ".join(str(h) for h in nearest_heads(width, self.heads))
+            nearest = nearest_heads(width, self.heads)
             raise ConfigError(
                 "heads", self.heads, f"{self.heads} heads do not divide {width_name} = {width}",
-                f"use {options} heads, or a {width_name} that is a multiple of {self.heads}",
+                f"use {' or '.join(map(str, nearest))} heads, or a {width_name} that is a multiple of {self.heads}",
+                suggestions=tuple(nearest),
             )
         if self.mask not in MASK_KINDS:
             raise ConfigError("mask", self.mask, "unknown mask", f"use one of {', '.join(MASK_KINDS)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,6 +12,11 @@ from torch import Tensor
 
 from .config import ConfigError, RunConfig
 from .masks import causal_mask, padding_mask, window_mask
+
+
+class Cancelled(Exception):
+    """Raised by run() when its `cancel` callback says the result is no longer wanted."""
+
 
 MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
 SLOW_CPU_DTYPES = ("float16", "bfloat16")
@@ -117,6 +123,7 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
             f"this run needs about {_gib(need)} ({config.shapes_text()}), over the budget of "
             f"{_gib(budget)} ({MEMORY_FRACTION:.0%} of the free memory on {device})",
             f"use lengths of about {fit} or less, or fewer heads or batch items",
+            suggestions=(max(fit, 1),),
         )
     return need
 
@@ -129,13 +136,22 @@ def _numpy(t: Tensor) -> np.ndarray:
     return t.cpu().numpy()
 
 
-def run(config: RunConfig, *, memory_budget: int | None = None) -> RunResult:
+def run(
+    config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None
+) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
     Same config -> bit-identical result on the CPU. Weights then inputs are drawn in the seed
     scripts' order (manual_seed, build the module, torch.randn for each input), on the CPU,
     then moved, so the CPU numbers do not depend on the device asked for.
+    `cancel` is polled between stages (a single torch op cannot be interrupted); when it returns
+    True the run stops with Cancelled.
     """
+
+    def checkpoint() -> None:
+        if cancel is not None and cancel():
+            raise Cancelled
+
     started = time.perf_counter()
     device = resolve_device(config.device)
     check_memory(config, device, memory_budget)
@@ -150,6 +166,7 @@ def run(config: RunConfig, *, memory_budget: int | None = None) -> RunResult:
         inputs = [x.to(device=device, dtype=dtype) for x in config.spec.inputs(config)]
         module = module.to(device=device, dtype=dtype).train(config.train)
         mask = build_mask(config, device)
+        checkpoint()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
@@ -157,6 +174,7 @@ def run(config: RunConfig, *, memory_budget: int | None = None) -> RunResult:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         compute = time.perf_counter() - t0
+        checkpoint()
         rows = ~trace.mask.any(dim=-1)
         rows = rows.expand(config.batch, config.heads, config.seq_q)
         arrays = {name: _numpy(getattr(trace, name))

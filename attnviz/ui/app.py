@@ -1,0 +1,28 @@
+"""Starting the application: `attnviz` and `python -m attnviz` end up here."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+
+
+def run_app(argv: list[str] | None = None) -> int:
+    """Open the main window (restoring the last session) and run until it closes."""
+    app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
+    app.setOrganizationName("attnviz")
+    app.setApplicationName("attnviz")
+    from .main_window import MainWindow
+
+    window = MainWindow(settings=QSettings())
+    window.show()
+    code = app.exec()
+    if window.worker.is_alive():
+        # A forward pass cannot be interrupted mid-matmul. Settings are saved; leave now
+        # rather than make the user wait for a result nobody will see.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -1,0 +1,423 @@
+"""The main window: parameter panel on the left, head grid and output tensor on the right.
+
+Every change becomes an immutable Request (config + view options) with a fresh id; the worker
+computes it off the GUI thread; the window swaps in results newer than what it shows and drops
+the rest. Invalid input is caught here (cheap validation, no forward pass) or reported by the
+worker; either way the last good maps stay on screen, marked stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import colormaps
+from ..core import ConfigError, RunConfig, load_config, run
+from ..frames import MAP_VIEWS, TENSORS, ViewOptions
+from .panel import ParameterPanel, _name
+from .views import HeadGrid, TensorView
+from .worker import Failure, Outcome, Request, Worker
+
+SETTINGS_VERSION = 1
+
+
+class MainWindow(QMainWindow):
+    """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
+    pass a QSettings to restore and save parameters, view choices and geometry."""
+
+    sigShown = Signal(int)  # the request id whose result is now on screen
+    sigFailed = Signal(int, str)  # a request id and the message shown for it
+
+    def __init__(self, settings: QSettings | None = None, compute=run, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("attnviz")
+        self.settings = settings
+        self._ids = itertools.count(1)
+        self.latest_id = 0  # newest request sent
+        self.shown_id = 0  # newest request on screen
+        self.result = None
+        self.frames = None
+        self.last_error: str | None = None
+
+        self.panel = ParameterPanel()
+        scroll = QScrollArea()
+        scroll.setWidget(self.panel)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(300)
+
+        self.headGrid = HeadGrid()
+        self.outputView = TensorView()
+        maps = QWidget()
+        maps_layout = QVBoxLayout(maps)
+        maps_layout.setContentsMargins(0, 0, 0, 0)
+        maps_layout.addLayout(self._view_controls())
+        self.staleLabel = _name(QLabel(), "staleLabel")
+        self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
+        self.staleLabel.hide()
+        maps_layout.addWidget(self.staleLabel)
+        maps_layout.addWidget(self.headGrid, 1)
+        tensor = QWidget()
+        tensor_layout = QVBoxLayout(tensor)
+        tensor_layout.setContentsMargins(0, 0, 0, 0)
+        tensor_layout.addLayout(self._tensor_controls())
+        tensor_layout.addWidget(self.outputView, 1)
+
+        self.rightSplit = QSplitter(Qt.Vertical)
+        self.rightSplit.addWidget(maps)
+        self.rightSplit.addWidget(tensor)
+        self.rightSplit.setStretchFactor(0, 3)
+        self.rightSplit.setStretchFactor(1, 1)
+        self.mainSplit = QSplitter(Qt.Horizontal)
+        self.mainSplit.addWidget(scroll)
+        self.mainSplit.addWidget(self.rightSplit)
+        self.mainSplit.setStretchFactor(1, 1)
+        self.setCentralWidget(self.mainSplit)
+
+        self.statusLabel = _name(QLabel(), "statusLabel")
+        self.hoverLabel = _name(QLabel(), "hoverLabel")
+        self.hoverLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.busyIndicator = _name(QProgressBar(), "busyIndicator")
+        self.busyIndicator.setRange(0, 0)  # indeterminate
+        self.busyIndicator.setMaximumWidth(110)
+        self.busyIndicator.setToolTip("Computing in the background; the window stays usable")
+        self.busyIndicator.hide()
+        self.statusBar().addWidget(self.statusLabel, 1)
+        self.statusBar().addPermanentWidget(self.busyIndicator)
+        maps_layout.insertWidget(2, self.hoverLabel)
+
+        self._make_actions()
+        self.resize(1280, 820)
+
+        self._timer = QTimer(self)  # coalesces a burst of edits into one request per event-loop turn
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(0)
+        self._timer.timeout.connect(self.request)
+
+        self.worker = Worker(compute, parent=self)
+        self.worker.sigDone.connect(self._on_done)
+        self.worker.sigFailed.connect(self._on_failed)
+        self.worker.sigBusy.connect(self._on_busy)
+        self.panel.sigChanged.connect(self.schedule)
+        self.panel.sigBatchIndexChanged.connect(self.schedule)
+        self.headGrid.sigHover.connect(self.hoverLabel.setText)
+        self.outputView.sigHover.connect(self.hoverLabel.setText)
+        self.headGrid.sigFocusChanged.connect(self.schedule)
+
+        if settings is not None:
+            self._restore(settings)
+        self.request()
+
+    # --- controls ----------------------------------------------------------------------------
+
+    def _view_controls(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.viewCombo = _name(QComboBox(), "viewCombo")
+        for key, text in MAP_VIEWS.items():
+            self.viewCombo.addItem(key, key)
+            self.viewCombo.setItemData(self.viewCombo.count() - 1, text, Qt.ToolTipRole)
+        self.viewCombo.setToolTip("Show softmax weights (Ctrl+1) or pre-softmax scores (Ctrl+2)")
+        self.colormapCombo = _name(QComboBox(), "colormapCombo")
+        for name in colormaps.names("sequential"):
+            self.colormapCombo.addItem(name, name)
+            self.colormapCombo.setItemData(self.colormapCombo.count() - 1, colormaps.description(name),
+                                           Qt.ToolTipRole)
+        self.colormapCombo.setToolTip("Colormap for the weights (scores and tensors use blue-white-red)")
+        self.perHeadCheck = _name(QCheckBox("Per-head scale"), "perHeadScaleCheck")
+        self.perHeadCheck.setToolTip("Scale each head's colours to its own range (default: one scale for all)")
+        self.meanCheck = _name(QCheckBox("Mean tile"), "meanTileCheck")
+        self.meanCheck.setToolTip("Add a tile with the mean over heads (M)")
+        for label, w in (("View", self.viewCombo), ("Colormap", self.colormapCombo)):
+            lab = QLabel(label)
+            lab.setBuddy(w)
+            row.addWidget(lab)
+            row.addWidget(w)
+        row.addWidget(self.perHeadCheck)
+        row.addWidget(self.meanCheck)
+        row.addStretch(1)
+        self.viewCombo.currentIndexChanged.connect(self.schedule)
+        self.colormapCombo.currentIndexChanged.connect(self.schedule)
+        self.perHeadCheck.toggled.connect(self.schedule)
+        self.meanCheck.toggled.connect(self._mean_toggled)
+        return row
+
+    def _tensor_controls(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.tensorCombo = _name(QComboBox(), "tensorCombo")
+        for key, text in TENSORS.items():
+            self.tensorCombo.addItem(text, key)
+        self.tensorCombo.setToolTip("Which tensor of the shown batch item the lower view shows")
+        self.tensorHeadSpin = _name(QSpinBox(), "tensorHeadSpin")
+        self.tensorHeadSpin.setToolTip("Head whose Q, K or V is shown")
+        self.tensorHeadSpin.setPrefix("head ")
+        lab = QLabel("Tensor")
+        lab.setBuddy(self.tensorCombo)
+        row.addWidget(lab)
+        row.addWidget(self.tensorCombo)
+        row.addWidget(self.tensorHeadSpin)
+        row.addStretch(1)
+        self.tensorCombo.currentIndexChanged.connect(self._tensor_changed)
+        self.tensorHeadSpin.valueChanged.connect(self.schedule)
+        self._tensor_changed()
+        return row
+
+    def _make_actions(self) -> None:
+        bar = QToolBar("Main")
+        bar.setObjectName("mainToolBar")
+        self.addToolBar(bar)
+        file_menu = self.menuBar().addMenu("&File")
+        view_menu = self.menuBar().addMenu("&View")
+
+        def action(text, shortcut, slot, tip, menu, toolbar=False, name=None):
+            a = QAction(text, self)
+            if shortcut:
+                a.setShortcut(QKeySequence(shortcut))
+            a.setToolTip(f"{tip} ({QKeySequence(shortcut).toString()})" if shortcut else tip)
+            a.setStatusTip(tip)
+            a.triggered.connect(slot)
+            menu.addAction(a)
+            if toolbar:
+                bar.addAction(a)
+                if name:
+                    bar.widgetForAction(a).setObjectName(name)
+                    bar.widgetForAction(a).setAccessibleName(name)
+            return a
+
+        self.exportAction = action("Export…", "Ctrl+E", self.export_dialog,
+                                   "Export the view as PNG, SVG or raw tensors (NPZ)", file_menu, True, "exportButton")
+        self.copyAction = action("Copy image", "Ctrl+Shift+C", self.copy_image,
+                                 "Copy the head grid as an image to the clipboard", file_menu, True, "copyButton")
+        file_menu.addSeparator()
+        self.openAction = action("Open configuration…", "Ctrl+O", self.open_dialog,
+                                 "Open a saved configuration (JSON)", file_menu, True, "openButton")
+        self.saveAction = action("Save configuration…", "Ctrl+S", self.save_dialog,
+                                 "Save the configuration as JSON (the preset format)", file_menu, True, "saveButton")
+        file_menu.addSeparator()
+        action("Quit", "Ctrl+Q", self.close, "Close attnviz", file_menu)
+        action("Weights", "Ctrl+1", lambda: self.viewCombo.setCurrentIndex(0), "Show softmax weights", view_menu)
+        action("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(1), "Show pre-softmax scores", view_menu)
+        action("Mean tile", "M", lambda: self.meanCheck.toggle(), "Toggle the mean-over-heads tile", view_menu)
+        action("Back to grid", "Esc", lambda: self.headGrid.set_focus(None), "Leave the large single-head view",
+               view_menu)
+        self.resetAction = action("Reset parameters", "Ctrl+R", self.panel.resetButton.click,
+                                  "Reset every parameter to the defaults", view_menu)
+
+    def _mean_toggled(self, on: bool) -> None:
+        self.headGrid.show_mean = on
+        self.headGrid._layout_key = None
+        self.schedule()
+
+    def _tensor_changed(self) -> None:
+        self.tensorHeadSpin.setVisible(self.tensorCombo.currentData() in ("q", "k", "v"))
+        self.schedule()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def schedule(self, *_) -> None:
+        if hasattr(self, "_timer"):
+            self._timer.start()
+
+    def is_settled(self) -> bool:
+        """True when no edit waits to be sent and the newest request sent is on screen (or failed)."""
+        return not self._timer.isActive() and (self.shown_id == self.latest_id or self.last_error is not None)
+
+    def view_options(self, config: RunConfig) -> ViewOptions:
+        self.tensorHeadSpin.setMaximum(config.heads - 1)
+        return ViewOptions(
+            view=self.viewCombo.currentData(),
+            batch_index=min(self.panel.batch_index(), config.batch - 1),
+            colormap=self.colormapCombo.currentData(),
+            shared_scale=not self.perHeadCheck.isChecked(),
+            tensor=self.tensorCombo.currentData(),
+            tensor_head=min(self.tensorHeadSpin.value(), config.heads - 1),
+            max_px=self.headGrid.tile_pixels(config.seq_q, config.lkv, config.heads),
+            mean=self.meanCheck.isChecked(),
+        )
+
+    def request(self) -> int | None:
+        """Send the panel's state to the worker; returns the request id (None if invalid)."""
+        self._timer.stop()
+        try:
+            config = self.panel.config()
+        except ConfigError as exc:
+            self._show_failure(str(exc), exc.field, exc.suggestions)
+            return None
+        rid = next(self._ids)
+        self.latest_id = rid
+        self.worker.submit(Request(rid, config, self.view_options(config)))
+        return rid
+
+    def _on_done(self, outcome: Outcome) -> None:
+        rid = outcome.request.id
+        if rid <= self.shown_id:
+            return  # older than what is on screen: never shown
+        t0 = time.perf_counter()
+        self.result, self.frames = outcome.result, outcome.frames
+        self.headGrid.show_frames(outcome.result, outcome.frames)
+        self.outputView.show_frames(outcome.result, outcome.frames)
+        self.shown_id = rid
+        swap = time.perf_counter() - t0
+        if rid == self.latest_id or self.last_error is None:
+            self._clear_failure()
+        self._update_status(outcome, swap)
+        self.sigShown.emit(rid)
+
+    def _on_failed(self, failure: Failure) -> None:
+        if failure.request.id < self.latest_id:
+            return  # a newer request is on its way
+        self._show_failure(failure.message, failure.field, failure.suggestions)
+        self.sigFailed.emit(failure.request.id, failure.message)
+
+    def _show_failure(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
+        self.last_error = message
+        self.panel.show_error(message, field, suggestions)
+        self.statusBar().showMessage(f"Not updated: {message}")
+        if self.result is not None:
+            self.staleLabel.setText("Stale: the maps show the last valid configuration. " + message)
+            self.staleLabel.show()
+            self.headGrid.set_stale(True)
+            self.outputView.set_stale(True)
+
+    def _clear_failure(self) -> None:
+        if self.last_error is None:
+            return
+        self.last_error = None
+        self.panel.clear_error()
+        self.statusBar().clearMessage()
+        self.staleLabel.hide()
+        self.headGrid.set_stale(False)
+        self.outputView.set_stale(False)
+
+    def _on_busy(self, busy: bool) -> None:
+        self.busyIndicator.setVisible(busy)
+
+    def _update_status(self, outcome: Outcome, swap_s: float) -> None:
+        r, c = outcome.result, outcome.result.config
+        out_shape = "x".join(map(str, r.output.shape))
+        compute = f"compute {r.compute_time_s * 1e3:.1f} ms" if outcome.recomputed else "view only (no recompute)"
+        render = (outcome.frames.render_time_s + swap_s) * 1e3
+        notes = " · " + "; ".join(r.notes) if r.notes else ""
+        self.statusLabel.setText(
+            f"{c.spec.label} · {c.shapes_text()} · output {out_shape} · mask {c.mask} · {r.device} · "
+            f"{compute} · render {render:.1f} ms{notes}"
+        )
+
+    # --- files -------------------------------------------------------------------------------
+
+    def _start_dir(self) -> str:
+        return str(self.settings.value("lastDir", str(Path.home()))) if self.settings else str(Path.home())
+
+    def _remember_dir(self, path: str) -> None:
+        if self.settings is not None:
+            self.settings.setValue("lastDir", str(Path(path).parent))
+
+    def save_config(self, path: str) -> None:
+        from ..export import write_text_atomic
+
+        write_text_atomic(path, self.panel.config().to_json())
+
+    def open_config(self, path: str) -> None:
+        self.panel.set_config(load_config(path))
+
+    def save_dialog(self) -> None:
+        try:
+            self.panel.config()
+        except ConfigError as exc:
+            QMessageBox.warning(self, "Cannot save", f"The configuration is invalid: {exc}")
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Save configuration", self._start_dir(), "JSON (*.json)")
+        if path:
+            try:
+                self.save_config(path if path.endswith(".json") else path + ".json")
+                self._remember_dir(path)
+                self.statusBar().showMessage(f"Saved {path}", 4000)
+            except Exception as exc:
+                QMessageBox.warning(self, "Cannot save", str(exc))
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open configuration", self._start_dir(), "JSON (*.json)")
+        if path:
+            try:
+                self.open_config(path)
+                self._remember_dir(path)
+            except Exception as exc:
+                QMessageBox.warning(self, "Cannot open", str(exc))
+
+    def export_dialog(self) -> None:
+        from .export_dialog import ExportDialog
+
+        if self.result is None:
+            return
+        ExportDialog(self).exec()
+
+    def copy_image(self) -> None:
+        from .export_dialog import copy_to_clipboard
+
+        if self.result is not None:
+            copy_to_clipboard(self)
+
+    # --- settings and closing ----------------------------------------------------------------
+
+    def _restore(self, s: QSettings) -> None:
+        if s.value("version", 0, int) != SETTINGS_VERSION:
+            return
+        geometry = s.value("geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        for key, split in (("mainSplit", self.mainSplit), ("rightSplit", self.rightSplit)):
+            state = s.value(key)
+            if isinstance(state, QByteArray):
+                split.restoreState(state)
+        text = s.value("config")
+        if text:
+            with contextlib.suppress(ConfigError):  # from another version or machine: keep the defaults
+                self.panel.set_config(RunConfig.from_json(str(text)), emit=False)
+        for key, combo in (("view", self.viewCombo), ("colormap", self.colormapCombo), ("tensor", self.tensorCombo)):
+            index = combo.findData(s.value(key))
+            if index >= 0:
+                combo.setCurrentIndex(index)
+        self.perHeadCheck.setChecked(s.value("perHead", False, bool))
+        self.meanCheck.setChecked(s.value("mean", False, bool))
+
+    def save_settings(self) -> None:
+        s = self.settings
+        if s is None:
+            return
+        s.setValue("version", SETTINGS_VERSION)
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("mainSplit", self.mainSplit.saveState())
+        s.setValue("rightSplit", self.rightSplit.saveState())
+        with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
+            s.setValue("config", self.panel.config().to_json())
+        s.setValue("view", self.viewCombo.currentData())
+        s.setValue("colormap", self.colormapCombo.currentData())
+        s.setValue("tensor", self.tensorCombo.currentData())
+        s.setValue("perHead", self.perHeadCheck.isChecked())
+        s.setValue("mean", self.meanCheck.isChecked())
+        s.sync()
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.save_settings()
+        self._timer.stop()
+        self.worker.stop(timeout=1.5)  # a forward in flight finishes in the background; see app.run_app
+        super().closeEvent(event)

@@ -1,0 +1,341 @@
+"""The parameter panel, generated from RunConfig's field metadata and the variant specs.
+
+Adding a variant or a config field adds no form code here: each field's widget type follows
+from its Python type, its label, tooltip, range and objectName from its metadata, and its
+visibility from `RunConfig.applies` for the chosen variant and mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import torch
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..core import DTYPES, MASK_KINDS, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
+from ..core.config import field_meta
+
+GROUPS = ("Model", "Shape", "Mask", "Training", "Run")
+ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
+
+
+def _name(widget: QWidget, object_name: str) -> QWidget:
+    widget.setObjectName(object_name)
+    widget.setAccessibleName(object_name)
+    return widget
+
+
+def cuda_devices() -> list[tuple[str, str]]:
+    """(id, label) for each CUDA device torch can see."""
+    if not torch.cuda.is_available():
+        return []
+    return [(f"cuda:{i}", f"cuda:{i} ({torch.cuda.get_device_name(i)})") for i in range(torch.cuda.device_count())]
+
+
+class ParameterPanel(QWidget):
+    """Edits a RunConfig. Emits sigChanged on every edit; `config()` validates (may raise ConfigError)."""
+
+    sigChanged = Signal()
+    sigBatchIndexChanged = Signal(int)  # view-only: which batch item is shown
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._loading = False
+        self.widgets: dict[str, QWidget] = {}
+        self.labels: dict[str, QLabel] = {}
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(6, 6, 6, 6)
+
+        top = QHBoxLayout()
+        self.presetCombo = _name(QComboBox(), "presetCombo")
+        self.presetCombo.setToolTip("Load a named configuration (the seed demos reproduce the tutorials' scripts)")
+        self.presetCombo.addItem("Presets…", None)
+        for preset, description in list_presets().items():
+            self.presetCombo.addItem(preset, preset)
+            self.presetCombo.setItemData(self.presetCombo.count() - 1, description, Qt.ToolTipRole)
+        self.presetCombo.activated.connect(self._preset_chosen)
+        self.resetButton = _name(QPushButton("Reset"), "resetButton")
+        self.resetButton.setToolTip("Reset every parameter to the defaults (Ctrl+R)")
+        self.resetButton.clicked.connect(lambda: self.set_config(RunConfig()))
+        top.addWidget(self.presetCombo, 1)
+        top.addWidget(self.resetButton)
+        outer.addLayout(top)
+
+        self.variantInfo = QLabel()
+        self.variantInfo.setWordWrap(True)
+        self.variantInfo.setStyleSheet("color: palette(mid);")
+
+        forms: dict[str, QFormLayout] = {}
+        self.groups: dict[str, QGroupBox] = {}
+        for group in GROUPS:
+            box = QGroupBox(group)
+            forms[group] = QFormLayout(box)
+            forms[group].setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+            self.groups[group] = box
+            outer.addWidget(box)
+        for f in fields(RunConfig):
+            meta = f.metadata
+            widget = self._make_widget(f.name, f.type, meta)
+            label = QLabel(meta["label"])
+            label.setToolTip(meta["tooltip"])
+            label.setBuddy(widget)
+            self.widgets[f.name] = widget
+            self.labels[f.name] = label
+            forms[meta["group"]].addRow(label, widget)
+            if f.name == "variant":
+                forms[meta["group"]].addRow(self.variantInfo)
+            if f.name == "batch":
+                self.batchIndexSpin = _name(QSpinBox(), "batchIndexSpin")
+                self.batchIndexSpin.setToolTip("Which batch item the maps and tensors show (view only: no recompute)")
+                self.batchIndexSpin.valueChanged.connect(self.sigBatchIndexChanged)
+                self.labels["batch_index"] = QLabel("Shown item")
+                self.labels["batch_index"].setBuddy(self.batchIndexSpin)
+                forms[meta["group"]].addRow(self.labels["batch_index"], self.batchIndexSpin)
+
+        self.errorLabel = _name(QLabel(), "errorLabel")
+        self.errorLabel.setWordWrap(True)
+        self.errorLabel.setStyleSheet("color: #d0312d;")
+        self.fixButtons = QHBoxLayout()
+        outer.addWidget(self.errorLabel)
+        outer.addLayout(self.fixButtons)
+        outer.addStretch(1)
+        self._error_field: str | None = None
+        self.set_config(RunConfig(), emit=False)
+
+    # --- widgets -----------------------------------------------------------------------------
+
+    def _make_widget(self, name: str, kind: str, meta: dict[str, Any]) -> QWidget:
+        tooltip = meta["tooltip"] + (f" [{meta['unit']}]" if meta["unit"] else "")
+        if name == "variant":
+            w = QComboBox()
+            for spec in VARIANTS.values():
+                w.addItem(spec.label, spec.id)
+                w.setItemData(w.count() - 1, f"{spec.seed}: {spec.description}", Qt.ToolTipRole)
+            w.currentIndexChanged.connect(self._variant_changed)
+        elif name == "mask":
+            w = QComboBox()
+            for kind_id, text in MASK_KINDS.items():
+                w.addItem(kind_id, kind_id)
+                w.setItemData(w.count() - 1, text, Qt.ToolTipRole)
+            w.currentIndexChanged.connect(self._edited)
+        elif name == "device":
+            w = QComboBox()
+            w.addItem("cpu", "cpu")
+            w.addItem("auto (CUDA if available)", "auto")
+            devices = cuda_devices()
+            for dev, label in devices:
+                w.addItem(label, dev)
+            if not devices:
+                w.addItem("cuda (not available)", "cuda")
+                model: QStandardItemModel = w.model()
+                model.item(w.count() - 1).setEnabled(False)
+                w.setItemData(w.count() - 1, "No CUDA device: torch.cuda.is_available() is False "
+                              f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})", Qt.ToolTipRole)
+            w.currentIndexChanged.connect(self._edited)
+        elif name == "dtype":
+            w = QComboBox()
+            for dt in DTYPES:
+                slow = " (slow on CPU)" if dt in ("float16", "bfloat16") else ""
+                w.addItem(dt + slow, dt)
+            w.currentIndexChanged.connect(self._edited)
+        elif kind == "bool":
+            w = QCheckBox()
+            w.toggled.connect(self._edited)
+        elif kind == "int":
+            w = QSpinBox()
+            w.setRange(int(meta["minimum"]), int(meta["maximum"]))
+            w.setKeyboardTracking(True)
+            w.setAccelerated(True)
+            if meta["unit"]:
+                w.setSuffix(f" {meta['unit']}")
+            w.valueChanged.connect(self._edited)
+        elif kind == "float":
+            w = QDoubleSpinBox()
+            w.setRange(meta["minimum"], meta["maximum"])
+            w.setSingleStep(0.05)
+            w.setDecimals(2)
+            w.valueChanged.connect(self._edited)
+        else:  # tuple of ints, typed as text
+            w = QLineEdit()
+            w.setPlaceholderText("e.g. 16, 9")
+            w.textChanged.connect(self._edited)
+        w.setToolTip(tooltip)
+        return _name(w, meta["widget"])
+
+    def _value(self, name: str) -> Any:
+        w = self.widgets[name]
+        if isinstance(w, QComboBox):
+            return w.currentData()
+        if isinstance(w, QCheckBox):
+            return w.isChecked()
+        if isinstance(w, (QSpinBox, QDoubleSpinBox)):
+            return w.value()
+        text = w.text().replace(";", ",").replace(" ", ",")
+        parts = [p for p in text.split(",") if p]
+        try:
+            return tuple(int(p) for p in parts)
+        except ValueError:
+            raise ConfigError(name, w.text(), "lengths must be whole numbers separated by commas",
+                              "type e.g. 16, 9") from None
+
+    def _set_value(self, name: str, value: Any) -> None:
+        w = self.widgets[name]
+        if isinstance(w, QComboBox):
+            index = w.findData(value)
+            if index < 0:  # e.g. a saved cuda device that is not here: keep the value visible
+                w.addItem(f"{value} (not available)", value)
+                index = w.count() - 1
+            w.setCurrentIndex(index)
+        elif isinstance(w, QCheckBox):
+            w.setChecked(bool(value))
+        elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
+            w.setValue(value)
+        else:
+            w.setText(", ".join(str(v) for v in value))
+
+    # --- config in and out -------------------------------------------------------------------
+
+    def raw_values(self) -> dict[str, Any]:
+        return {name: self._value(name) for name in self.widgets}
+
+    def config(self) -> RunConfig:
+        """The panel's configuration; raises ConfigError (naming the field) when invalid."""
+        return RunConfig(**self.raw_values())
+
+    def set_config(self, config: RunConfig, emit: bool = True) -> None:
+        self._loading = True
+        try:
+            for name in self.widgets:
+                self._set_value(name, getattr(config, name))
+        finally:
+            self._loading = False
+        self._refresh_visibility()
+        if emit:
+            self.sigChanged.emit()
+
+    def batch_index(self) -> int:
+        return self.batchIndexSpin.value()
+
+    # --- reactions ---------------------------------------------------------------------------
+
+    def _variant_changed(self) -> None:
+        if self._loading:
+            return
+        spec = VARIANTS[self.widgets["variant"].currentData()]
+        self._loading = True  # the seed's own defaults for its mask and bias flags
+        try:
+            self._set_value("mask", spec.default_mask)
+            if spec.id == "cross":
+                self._set_value("in_bias", False)
+            elif "in_bias" in spec.fields:
+                self._set_value("in_bias", True)
+        finally:
+            self._loading = False
+        self._edited()
+
+    def _edited(self, *_: Any) -> None:
+        if self._loading:
+            return
+        if self._value("mask") == "padding" and not self.widgets["kv_lengths"].text().strip():
+            self._loading = True  # start from something to see: shorter valid lengths per item
+            self._set_value("kv_lengths", self._default_lengths())
+            self._loading = False
+        self._refresh_visibility()
+        self.sigChanged.emit()
+
+    def _default_lengths(self) -> tuple[int, ...]:
+        batch = self._value("batch")
+        lkv = self._value("seq_kv") if VARIANTS[self._value("variant")].cross else self._value("seq_q")
+        return tuple(max(1, lkv - (b + 1) * lkv // (batch + 2)) for b in range(batch))
+
+    def _preset_chosen(self, index: int) -> None:
+        name = self.presetCombo.itemData(index)
+        self.presetCombo.setCurrentIndex(0)
+        if name:
+            self.set_config(load_preset(name))
+
+    def _refresh_visibility(self) -> None:
+        values = {n: self._value(n) for n in ("variant", "mask", "batch")}
+        spec = VARIANTS[values["variant"]]
+        self.variantInfo.setText(f"{spec.seed}: {spec.description}")
+        probe = _Probe(values["variant"], values["mask"])
+        for name, widget in self.widgets.items():
+            shown = probe.applies(name)
+            widget.setVisible(shown)
+            self.labels[name].setVisible(shown)
+            meta = field_meta(name)
+            label = spec.labels.get(name, meta["label"])
+            self.labels[name].setText(label)
+        for group, box in self.groups.items():
+            box.setVisible(any(self.widgets[n].isVisibleTo(self) for n in self.widgets
+                               if field_meta(n)["group"] == group))
+        self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
+        self.batchIndexSpin.setEnabled(values["batch"] > 1)
+
+    # --- errors at the control ---------------------------------------------------------------
+
+    def show_error(self, message: str, field: str | None, suggestions: tuple = (), apply=None) -> None:
+        """Mark the offending control, say what is wrong, and offer the nearest valid values."""
+        self.clear_error()
+        self._error_field = field
+        if field in self.widgets:
+            w = self.widgets[field]
+            w.setStyleSheet(ERROR_STYLE)
+            w.setToolTip(message)
+        self.errorLabel.setText(message)
+        for value in suggestions[:3]:
+            label = self.labels.get(field)
+            name = label.text() if label else field
+            button = QPushButton(f"Use {name} = {value}")
+            button.setObjectName(f"fixButton_{value}")
+            button.setToolTip(f"Set {name} to {value}, the nearest valid value")
+            button.clicked.connect(lambda _=False, v=value: self.apply_fix(field, v))
+            self.fixButtons.addWidget(button)
+
+    def apply_fix(self, field: str, value: Any) -> None:
+        if field == "seq_q" and self.widgets["seq_kv"].isVisible():
+            self._loading = True
+            self._set_value("seq_kv", value)
+            self._loading = False
+        self._set_value(field, value)
+
+    def clear_error(self) -> None:
+        if self._error_field in self.widgets:
+            w = self.widgets[self._error_field]
+            w.setStyleSheet("")
+            w.setToolTip(field_meta(self._error_field)["tooltip"])
+        self._error_field = None
+        self.errorLabel.clear()
+        while self.fixButtons.count():
+            item = self.fixButtons.takeAt(0)
+            if item.widget():
+                item.widget().deleteLater()
+
+
+class _Probe:
+    """Answers RunConfig.applies for a variant and mask without validating the other fields."""
+
+    def __init__(self, variant: str, mask: str):
+        self.variant, self.mask = variant, mask
+
+    @property
+    def spec(self):
+        return VARIANTS[self.variant]
+
+    applies = RunConfig.applies

@@ -1,0 +1,332 @@
+"""The heatmap views: the per-head grid with its colour bar, and the output tensor view.
+
+They only swap in display-ready uint8 images prepared by the worker (frames.py), through a
+256-entry LUT: Qt's Indexed8 fast path. Hover reads exact values from the full-resolution result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+
+from .. import colormaps
+from ..core import RunResult
+from ..frames import Frames, HeatImage, map_data, tensor_data
+
+MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
+TITLE_PX = 22
+
+
+def _image_item() -> pg.ImageItem:
+    item = pg.ImageItem(axisOrder="row-major")
+    item.setAutoDownsample(False)  # the worker already pooled to screen size
+    return item
+
+
+def set_heat_image(item: pg.ImageItem, heat: HeatImage) -> None:
+    """Swap a quantised image in (uint8 + 256-entry LUT: Indexed8) and stretch it over its cells."""
+    item.setImage(heat.image, lut=heat.lut, levels=(0, 255), autoLevels=False)
+    rows, cols = heat.shape
+    item.setRect(QRectF(0, 0, cols, rows))
+
+
+def _fmt(x: float) -> str:
+    if np.isnan(x):
+        return "NaN"
+    if np.isinf(x):
+        return "-inf" if x < 0 else "inf"
+    return f"{x:.4g}"
+
+
+class Tile:
+    """One heatmap: a PlotItem (axes hidden in the grid) holding one ImageItem."""
+
+    def __init__(self):
+        self.plot = pg.PlotItem()
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(False, False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)
+        self.plot.getViewBox().setDefaultPadding(0)
+        self.image = _image_item()
+        self.plot.addItem(self.image)
+        self.title = ""
+        self.set_axes(False)
+
+    def set_axes(self, shown: bool) -> None:
+        for axis in ("left", "bottom"):
+            self.plot.showAxis(axis, shown)
+        if shown:
+            self.plot.setLabel("left", "query position i")
+            self.plot.setLabel("bottom", "key position j")
+
+    def show(self, heat: HeatImage, title: str) -> None:
+        set_heat_image(self.image, heat)
+        if title != self.title:
+            self.plot.setTitle(title, size="9pt")
+            self.title = title
+        rows, cols = heat.shape
+        self.plot.setAspectLocked(max(rows, cols) / max(min(rows, cols), 1) <= 4)
+        self.plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+
+
+class ColourBar(pg.PlotItem):
+    """A vertical gradient of the current LUT with its value axis, plus masked/NaN swatches."""
+
+    def __init__(self):
+        super().__init__()
+        self.setMenuEnabled(False)
+        self.setMouseEnabled(False, False)
+        self.hideButtons()
+        self.hideAxis("bottom")
+        self.hideAxis("left")
+        self.showAxis("right")
+        self.getAxis("right").enableAutoSIPrefix(False)  # show 0.12, not 120 (x0.001)
+        self.setFixedWidth(72)
+        self.gradient = _image_item()
+        self.addItem(self.gradient)
+        ramp = np.arange(colormaps.DATA_LEVELS, dtype=np.uint8)[:, None]
+        self._ramp = ramp
+        self.getViewBox().setDefaultPadding(0)
+
+    def show_levels(self, lut: np.ndarray, levels: tuple[float, float], label: str) -> None:
+        lo, hi = levels
+        self.gradient.setImage(self._ramp, lut=lut, levels=(0, 255), autoLevels=False)
+        self.gradient.setRect(QRectF(0, lo, 1, (hi - lo) or 1.0))
+        self.setRange(xRange=(0, 1), yRange=(lo, hi), padding=0)
+        self.setLabel("right", label)
+
+
+def _swatch_html(lut: np.ndarray) -> str:
+    def sw(rgb, text):
+        return f'<span style="color: rgb{tuple(int(c) for c in rgb[:3])}">&#9632;</span> {text}'
+
+    return sw(lut[colormaps.MASKED_INDEX], "masked") + "&nbsp;&nbsp;" + sw(lut[colormaps.NAN_INDEX], "no key")
+
+
+class HeadGrid(pg.GraphicsLayoutWidget):
+    """One tile per head of the shown batch item (plus an optional mean tile) and a colour bar."""
+
+    sigHover = Signal(str)
+    sigFocusChanged = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("headGrid")
+        self.setAccessibleName("headGrid")
+        self.setToolTip("Attention maps: rows are query positions (top to bottom), columns key positions. "
+                        "Hover a cell for its values; click a head to show it large (click again or Esc for the grid).")
+        self.setBackground("w")
+        self.tiles: list[Tile] = []
+        self.tile_heads: list[int] = []  # head index per tile; -1 = the mean tile
+        self.grid = self.ci.addLayout(row=0, col=0)
+        self.bar = ColourBar()
+        self.ci.addItem(self.bar, row=0, col=1)
+        self.legend = pg.LabelItem(justify="right", size="8pt")
+        self.ci.addItem(self.legend, row=1, col=0, colspan=2)
+        self.focus: int | None = None  # a head index, -1 for the mean, None for the grid
+        self.show_mean = False
+        self.result: RunResult | None = None
+        self.frames: Frames | None = None
+        self.stale = False
+        self._layout_key = None
+        self.scene().sigMouseMoved.connect(self._hovered)
+        self.scene().sigMouseClicked.connect(self._clicked)
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def _wanted_heads(self, heads: int) -> list[int]:
+        if self.focus is not None:
+            return [self.focus]
+        shown = list(range(min(heads, MAX_TILES)))
+        return shown + ([-1] if self.show_mean else [])
+
+    def grid_shape(self, n: int, rows: int, cols: int) -> tuple[int, int]:
+        """(grid rows, grid cols) that make n tiles of rows x cols cells as large as possible."""
+        w, h = max(self.width() - 90, 50), max(self.height() - 30, 50)
+        best, best_scale = (1, n), -1.0
+        for gc in range(1, n + 1):
+            gr = math.ceil(n / gc)
+            scale = min(w / gc / cols, (h / gr - TITLE_PX) / rows)
+            if scale > best_scale:
+                best, best_scale = (gr, gc), scale
+        return best
+
+    def tile_pixels(self, rows: int, cols: int, heads: int) -> tuple[int, int]:
+        """On-screen size (rows, cols) of one tile, in device pixels: what the worker pools to."""
+        n = len(self._wanted_heads(heads))
+        gr, gc = self.grid_shape(n, rows, cols)
+        ratio = self.devicePixelRatioF()
+        w = (max(self.width() - 90, 50) / gc) * ratio
+        h = (max(self.height() - 30, 50) / gr - TITLE_PX) * ratio
+        return max(int(h), 16), max(int(w), 16)
+
+    def _relayout(self, heads: list[int], rows: int, cols: int) -> None:
+        gr, gc = self.grid_shape(len(heads), rows, cols)
+        key = (tuple(heads), gr, gc, self.focus is not None)
+        if key == self._layout_key:
+            return
+        self._layout_key = key
+        self.grid.clear()
+        while len(self.tiles) < len(heads):
+            self.tiles.append(Tile())
+        del self.tiles[len(heads):]
+        self.tile_heads = heads
+        for n, tile in enumerate(self.tiles):
+            self.grid.addItem(tile.plot, row=n // gc, col=n % gc)
+            tile.set_axes(self.focus is not None)
+            tile.title = ""
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if getattr(self, "frames", None) is not None and self.result is not None:
+            self._layout_key = None
+            self.show_frames(self.result, self.frames)
+
+    # --- content -----------------------------------------------------------------------------
+
+    def show_frames(self, result: RunResult, frames: Frames) -> None:
+        self.result, self.frames = result, frames
+        c = result.config
+        heads = self._wanted_heads(c.heads)
+        if self.focus is not None and self.focus >= c.heads:
+            self.focus = None
+            heads = self._wanted_heads(c.heads)
+        self._relayout(heads, c.seq_q, c.lkv)
+        view = frames.options.view
+        what = "weights" if view == "weights" else "scores"
+        if view == "weights" and c.train and c.dropout > 0:
+            what = "weights after dropout"
+        for tile, h in zip(self.tiles, heads):
+            heat = frames.mean if h == -1 else frames.heads[h]
+            lo, hi = heat.levels
+            scale = "" if frames.options.shared_scale else f" ({_fmt(lo)}..{_fmt(hi)})"
+            tile.show(heat, (heat.title if h == -1 else f"head {h}") + scale)
+            tile.image.setOpacity(0.35 if self.stale else 1.0)
+        if frames.options.shared_scale:
+            self.bar.show_levels(frames.lut, frames.levels, what)
+        else:
+            span = (-1.0, 1.0) if view == "scores" else (0.0, 1.0)
+            self.bar.show_levels(frames.lut, span, f"{what}, per-head scale")
+        more = f"showing {MAX_TILES} of {c.heads} heads · " if c.heads > MAX_TILES and self.focus is None else ""
+        self.legend.setText(more + _swatch_html(frames.lut))
+
+    def set_stale(self, stale: bool) -> None:
+        self.stale = stale
+        for tile in self.tiles:
+            tile.image.setOpacity(0.35 if stale else 1.0)
+
+    def set_focus(self, head: int | None) -> None:
+        if head != self.focus:
+            self.focus = head
+            self._layout_key = None
+            self.sigFocusChanged.emit()
+
+    # --- interaction -------------------------------------------------------------------------
+
+    def _tile_at(self, pos: QPointF) -> tuple[int, float, float] | None:
+        for tile, h in zip(self.tiles, self.tile_heads):
+            vb = tile.plot.getViewBox()
+            if vb.sceneBoundingRect().contains(pos):
+                p = vb.mapSceneToView(pos)
+                return h, p.x(), p.y()
+        return None
+
+    def cell_text(self, head: int, i: int, j: int) -> str:
+        """Exact values of one cell, read from the full-resolution result."""
+        r = self.result
+        c = r.config
+        b = min(self.frames.options.batch_index, c.batch - 1)
+        weights, masked = map_data(r, "weights", b)
+        scores, _ = map_data(r, "scores", b)
+        where = f"query i={i}, key j={j}"
+        if head == -1:
+            w = float(np.where(masked[:, i, j], 0.0, weights[:, i, j]).mean())
+            return f"mean over heads · {where} · mean weight {_fmt(w)} · masked in {int(masked[:, i, j].sum())} heads"
+        name = f"head {head} · {where}"
+        if r.fully_masked_rows[b, head, i]:
+            return (f"{name} · no key to attend to: every key of query {i} is masked "
+                    f"(softmax over all -inf gives {'0, safe softmax' if c.safe_softmax else 'NaN'})")
+        if masked[head, i, j]:
+            return f"{name} · masked: query {i} may not attend key {j} (score -inf, weight 0)"
+        text = f"{name} · weight {_fmt(float(r.weights[b, head, i, j]))}"
+        if c.train and c.dropout > 0:
+            text += f" · after dropout {_fmt(float(weights[head, i, j]))}"
+        return text + f" · score {_fmt(float(scores[head, i, j]))} · not masked"
+
+    def _hovered(self, pos: QPointF) -> None:
+        if self.result is None or self.frames is None:
+            return
+        hit = self._tile_at(pos)
+        if hit is None:
+            return
+        h, x, y = hit
+        i, j = int(math.floor(y)), int(math.floor(x))
+        c = self.result.config
+        if 0 <= i < c.seq_q and 0 <= j < c.lkv:
+            self.sigHover.emit(self.cell_text(h, i, j))
+
+    def _clicked(self, event) -> None:
+        if event.button() != Qt.LeftButton or self.result is None:
+            return
+        hit = self._tile_at(event.scenePos())
+        if hit is not None:
+            self.set_focus(None if self.focus is not None else hit[0])
+
+
+class TensorView(pg.PlotWidget):
+    """outputView: one 2-D tensor of the shown batch item, diverging colours centred at zero."""
+
+    sigHover = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("outputView")
+        self.setAccessibleName("outputView")
+        self.setToolTip("The output tensor (or Q, K, V, context) of the shown batch item: rows are positions, "
+                        "columns features; blue negative, red positive. Hover for values.")
+        self.setBackground("w")
+        self.plot = self.getPlotItem()
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)
+        self.plot.getViewBox().setDefaultPadding(0)
+        self.image = _image_item()
+        self.plot.addItem(self.image)
+        self.plot.setLabel("bottom", "feature")
+        self.result: RunResult | None = None
+        self.frames: Frames | None = None
+        self.scene().sigMouseMoved.connect(self._hovered)
+
+    def data(self) -> np.ndarray:
+        o = self.frames.options
+        return tensor_data(self.result, o.tensor, min(o.batch_index, self.result.config.batch - 1),
+                           min(o.tensor_head, self.result.config.heads - 1))
+
+    def show_frames(self, result: RunResult, frames: Frames) -> None:
+        self.result, self.frames = result, frames
+        heat = frames.tensor
+        set_heat_image(self.image, heat)
+        rows, cols = heat.shape
+        lo, hi = heat.levels
+        self.plot.setTitle(f"{heat.title}: {rows} x {cols}, colour range {_fmt(lo)} .. {_fmt(hi)}", size="9pt")
+        self.plot.setLabel("left", "key position" if frames.options.tensor in ("k", "v") else "query position")
+        self.plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+
+    def set_stale(self, stale: bool) -> None:
+        self.image.setOpacity(0.35 if stale else 1.0)
+
+    def _hovered(self, pos: QPointF) -> None:
+        if self.result is None:
+            return
+        vb = self.plot.getViewBox()
+        if not vb.sceneBoundingRect().contains(pos):
+            return
+        p = vb.mapSceneToView(pos)
+        data = self.data()
+        i, j = int(math.floor(p.y())), int(math.floor(p.x()))
+        if 0 <= i < data.shape[0] and 0 <= j < data.shape[1]:
+            self.sigHover.emit(f"{self.frames.tensor.title} · row {i}, feature {j} · value {_fmt(float(data[i, j]))}")

@@ -1,0 +1,125 @@
+"""The one background worker: computes runs and display-ready frames off the GUI thread.
+
+Latest request wins: `submit` replaces any request still pending, so a burst of changes costs
+one run per finished computation, never a queue. Every finished request is reported with its id;
+the window drops ids older than what it already shows. A request whose config equals the last
+computed one only re-renders (view-only changes never recompute).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from ..core import ConfigError, RunConfig, RunResult, run
+from ..core.runner import Cancelled
+from ..frames import Frames, ViewOptions, render
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    config: RunConfig
+    options: ViewOptions
+
+
+@dataclass
+class Outcome:
+    request: Request
+    result: RunResult
+    frames: Frames
+    recomputed: bool
+    worker_time_s: float
+
+
+@dataclass
+class Failure:
+    request: Request
+    message: str
+    field: str | None = None
+    suggestions: tuple = ()
+
+
+class Worker(QObject):
+    """Owns a daemon thread. Signals are delivered to GUI-thread slots as queued calls."""
+
+    sigDone = Signal(object)  # Outcome
+    sigFailed = Signal(object)  # Failure
+    sigBusy = Signal(bool)
+
+    def __init__(self, compute=run, parent: QObject | None = None):
+        super().__init__(parent)
+        self._compute = compute
+        self._cond = threading.Condition()
+        self._pending: Request | None = None
+        self._stopping = False
+        self._last: RunResult | None = None  # touched only by the worker thread
+        self._thread = threading.Thread(target=self._loop, name="attnviz-worker", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: Request) -> None:
+        with self._cond:
+            self._pending = request  # replaces an older pending request
+            self._cond.notify()
+
+    def stop(self, timeout: float = 1.5) -> bool:
+        """Ask the thread to finish; True if it ended within `timeout` seconds."""
+        with self._cond:
+            self._stopping = True
+            self._pending = None
+            self._cond.notify()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _has_newer(self) -> bool:
+        with self._cond:
+            return self._pending is not None or self._stopping
+
+    def _cancelled(self) -> bool:
+        return self._stopping
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                request, self._pending = self._pending, None
+            self.sigBusy.emit(True)
+            try:
+                self._handle(request)
+            except Cancelled:
+                pass  # closing: nobody waits for this result
+            except ConfigError as exc:
+                self.sigFailed.emit(Failure(request, str(exc), exc.field, exc.suggestions))
+            except MemoryError:
+                self.sigFailed.emit(Failure(request, "out of memory: the run does not fit; lower the lengths, "
+                                                     "heads or batch", "seq_q"))
+            except Exception as exc:  # the app must survive anything the engine raises
+                kind = "out of memory" if "out of memory" in str(exc).lower() else type(exc).__name__
+                traceback.print_exc()
+                self.sigFailed.emit(Failure(request, f"{kind}: {exc}"))
+            finally:
+                if not self._has_newer():
+                    self.sigBusy.emit(False)
+
+    def _handle(self, request: Request) -> None:
+        t0 = time.perf_counter()
+        recomputed = self._last is None or self._last.config != request.config
+        if recomputed:
+            self._last = None  # free the old maps before allocating new ones
+            self._last = self._compute(request.config, cancel=self._cancelled)
+        if self._stopping:
+            return
+        frames = render(self._last, request.options)
+        if self._stopping:
+            return
+        self.sigDone.emit(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0))

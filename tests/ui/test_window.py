@@ -1,0 +1,319 @@
+"""The live app, driven through its widgets: what the views hold after each change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtWidgets import QComboBox, QWidget
+from uihelpers import CountingRun, wait_shown
+
+from attnviz import colormaps
+from attnviz.core import RunConfig, run
+from attnviz.ui import MainWindow
+
+OBJECT_NAMES = [
+    "variantCombo", "dModelSpin", "dOutSpin", "dCrossSpin", "headsSpin", "batchSpin", "batchIndexSpin",
+    "seqQSpin", "seqKvSpin", "maskCombo", "windowSpin", "dropoutSpin", "trainCheck", "seedSpin",
+    "deviceCombo", "dtypeCombo", "presetCombo", "colormapCombo", "headGrid", "outputView",
+]
+
+
+def select(combo: QComboBox, data) -> None:
+    index = combo.findData(data)
+    assert index >= 0, f"{data!r} not in {combo.objectName()}"
+    combo.setCurrentIndex(index)
+
+
+def tiles(window):
+    return window.headGrid.tiles
+
+
+def test_every_named_widget_exists_with_accessible_name(window):
+    for name in OBJECT_NAMES:
+        w = window.findChild(QWidget, name)
+        assert w is not None, name
+        assert w.accessibleName() == name
+        assert w.toolTip(), f"{name} has no tooltip"
+
+
+def test_default_view_shows_causal_heads(window):
+    config = window.result.config
+    assert (config.variant, config.heads, config.seq_q, config.d_model) == ("causal", 4, 16, 64)
+    assert len(tiles(window)) == 4
+    expected = run(config)
+    np.testing.assert_array_equal(window.result.weights, expected.weights)
+    for h, tile in enumerate(tiles(window)):
+        image = tile.image.image
+        assert image.shape == (16, 16)
+        colours = tile.image.lut[image]  # what is painted
+        masked_colour = colormaps.lut("viridis")[colormaps.MASKED_INDEX]
+        is_masked = (colours == masked_colour).all(-1)
+        np.testing.assert_array_equal(is_masked, np.triu(np.ones((16, 16), bool), 1))
+        # brighter cells are larger weights: the painted order follows the engine's numbers
+        w = expected.weights[0, h][~is_masked]
+        idx = image[~is_masked].astype(int)
+        order = np.argsort(w, kind="stable")
+        assert np.all(np.diff(idx[order]) >= 0)
+        assert idx[np.argmax(w)] == colormaps.DATA_LEVELS - 1
+
+
+def test_heads_and_lengths_follow_the_spin_boxes(window, qtbot):
+    window.panel.widgets["heads"].setValue(8)
+    wait_shown(qtbot, window)
+    assert len(tiles(window)) == 8
+    window.panel.widgets["seq_q"].setValue(24)
+    wait_shown(qtbot, window)
+    assert all(t.image.image.shape == (24, 24) for t in tiles(window))
+    assert window.result.weights.shape == (1, 8, 24, 24)
+
+
+def test_cross_attention_with_padding_shows_lq_by_lkv(window, qtbot):
+    p = window.panel
+    select(p.widgets["variant"], "cross")
+    assert p.widgets["seq_kv"].isVisibleTo(window) and p.widgets["d_out"].isVisibleTo(window)
+    assert not p.widgets["d_cross"].isVisibleTo(window)
+    p.widgets["seq_q"].setValue(6)
+    p.widgets["seq_kv"].setValue(10)
+    p.widgets["batch"].setValue(2)
+    select(p.widgets["mask"], "padding")
+    assert p.widgets["kv_lengths"].isVisibleTo(window)
+    p.widgets["kv_lengths"].setText("10, 7")
+    wait_shown(qtbot, window)
+    config = window.result.config
+    assert (config.seq_q, config.seq_kv, config.kv_lengths) == (6, 10, (10, 7))
+    p.batchIndexSpin.setValue(1)
+    wait_shown(qtbot, window)
+    image = tiles(window)[0].image.image
+    assert image.shape == (6, 10)
+    assert (image[:, 7:] == colormaps.MASKED_INDEX).all()
+    assert (image[:, :7] < colormaps.DATA_LEVELS).all()
+
+
+def test_view_only_changes_do_not_recompute(window, qtbot, counting_run):
+    p = window.panel
+    p.widgets["batch"].setValue(3)
+    wait_shown(qtbot, window)
+    computed = len(counting_run.calls)
+    select(window.colormapCombo, "magma")
+    wait_shown(qtbot, window)
+    assert (tiles(window)[0].image.lut == colormaps.lut("magma")).all()
+    window.perHeadCheck.setChecked(True)
+    wait_shown(qtbot, window)
+    p.batchIndexSpin.setValue(2)
+    wait_shown(qtbot, window)
+    select(window.viewCombo, "scores")
+    wait_shown(qtbot, window)
+    assert len(counting_run.calls) == computed
+    assert "view only" in window.statusLabel.text()
+
+
+def test_scores_view_uses_diverging_map_and_masked_colour(window, qtbot):
+    select(window.viewCombo, "scores")
+    wait_shown(qtbot, window)
+    tile = tiles(window)[1]
+    assert (tile.image.lut == colormaps.lut(colormaps.DEFAULT_DIVERGING)).all()
+    image = tile.image.image
+    upper = np.triu(np.ones(image.shape, bool), 1)
+    assert (image[upper] == colormaps.MASKED_INDEX).all()
+    assert (image[~upper] < colormaps.DATA_LEVELS).all()
+    lo, hi = window.frames.levels
+    assert lo == -hi  # centred at zero
+
+
+def test_burst_of_200_changes_ends_on_the_last_request(window, qtbot):
+    shown = []
+    window.sigShown.connect(shown.append)
+    spin = window.panel.widgets["seq_q"]
+    for n in range(200):
+        spin.setValue(8 + n % 40)
+        if n % 7 == 0:
+            qtbot.wait(1)
+    spin.setValue(33)
+    wait_shown(qtbot, window)
+    qtbot.wait(200)  # nothing older may arrive after the last one
+    assert shown == sorted(shown) and len(set(shown)) == len(shown)
+    assert shown[-1] == window.latest_id
+    assert window.result.config.seq_q == 33
+    assert tiles(window)[0].image.image.shape == (33, 33)
+
+
+def test_heads_not_dividing_width_keeps_last_view_and_offers_fixes(window, qtbot):
+    before = window.shown_id
+    window.panel.widgets["heads"].setValue(6)
+    qtbot.waitUntil(lambda: window.panel.errorLabel.text() != "")
+    message = window.panel.errorLabel.text()
+    assert "6 heads do not divide hidden_dim = 64" in message or "do not divide" in message
+    assert "4 or 8" in message
+    assert window.staleLabel.isVisibleTo(window)
+    assert "Not updated" in window.statusBar().currentMessage()
+    assert len(tiles(window)) == 4 and window.shown_id == before  # last good maps kept
+    fix = window.panel.findChild(QWidget, "fixButton_8")
+    assert fix is not None
+    fix.click()
+    wait_shown(qtbot, window)
+    assert len(tiles(window)) == 8
+    assert window.panel.errorLabel.text() == "" and not window.staleLabel.isVisibleTo(window)
+
+
+def test_run_over_memory_budget_is_refused_by_the_worker(qtbot):
+    w = MainWindow(compute=CountingRun(memory_budget=4 << 20))
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    failures = []
+    w.sigFailed.connect(lambda rid, msg: failures.append(msg))
+    w.panel.widgets["seq_q"].setValue(2048)
+    qtbot.waitUntil(lambda: bool(failures), timeout=10000)
+    assert "budget" in failures[-1]
+    assert w.result.config.seq_q == 16 and w.staleLabel.isVisibleTo(w)
+    assert w.panel.widgets["seq_q"].styleSheet()  # marked at the control
+    assert w.panel.findChildren(QWidget, None)  # still alive
+    w.close()
+
+
+def test_hover_reads_exact_values(window, qtbot):
+    tile = tiles(window)[2]
+    vb = tile.plot.getViewBox()
+    texts = []
+    window.headGrid.sigHover.connect(texts.append)
+    window.headGrid._hovered(vb.mapViewToScene(QPointF(3.5, 5.5)))
+    w = window.result.weights[0, 2, 5, 3]
+    s = window.result.scores[0, 2, 5, 3]
+    assert "head 2" in texts[-1] and "query i=5, key j=3" in texts[-1]
+    assert f"{w:.4g}" in texts[-1] and f"{s:.4g}" in texts[-1]
+    window.headGrid._hovered(vb.mapViewToScene(QPointF(9.5, 2.5)))
+    assert "masked" in texts[-1] and "may not attend key 9" in texts[-1]
+    assert window.hoverLabel.text() == texts[-1]
+
+
+def test_fully_masked_rows_get_their_own_colour_and_hover(window, qtbot):
+    from attnviz.core import load_preset
+
+    window.panel.set_config(load_preset("no-key-rows"))
+    wait_shown(qtbot, window)
+    image = tiles(window)[0].image.image
+    assert (image[:4] == colormaps.NAN_INDEX).all()
+    assert (image[4:] != colormaps.NAN_INDEX).all()
+    texts = []
+    window.headGrid.sigHover.connect(texts.append)
+    vb = tiles(window)[0].plot.getViewBox()
+    window.headGrid._hovered(vb.mapViewToScene(QPointF(0.5, 1.5)))
+    assert "no key to attend to" in texts[-1] and "NaN" in texts[-1]
+
+
+def test_click_focuses_a_head_and_escape_returns(window, qtbot):
+    grid = window.headGrid
+    grid.set_focus(3)
+    wait_shown(qtbot, window)
+    assert len(tiles(window)) == 1 and grid.tile_heads == [3]
+    assert tiles(window)[0].plot.getAxis("left").isVisible()
+    qtbot.keyClick(window, Qt.Key_Escape)
+    wait_shown(qtbot, window)
+    assert len(tiles(window)) == 4
+
+
+def test_mean_tile(window, qtbot):
+    window.meanCheck.setChecked(True)
+    wait_shown(qtbot, window)
+    assert grid_heads(window) == [0, 1, 2, 3, -1]
+    assert window.frames.mean is not None
+
+
+def grid_heads(window):
+    return window.headGrid.tile_heads
+
+
+def test_tensor_view_shows_output_and_qkv(window, qtbot):
+    image = window.outputView.image.image
+    assert image.shape == window.result.output[0].shape
+    select(window.tensorCombo, "k")
+    window.tensorHeadSpin.setValue(2)
+    wait_shown(qtbot, window)
+    np.testing.assert_array_equal(window.outputView.data(), window.result.k[0, 2])
+    assert window.outputView.image.image.shape == window.result.k[0, 2].shape
+
+
+def test_device_combo_disables_cuda_without_a_gpu(window):
+    combo = window.panel.widgets["device"]
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    index = combo.findData("cuda")
+    assert index >= 0
+    assert not combo.model().item(index).isEnabled()
+    assert "not available" in combo.itemText(index)
+    assert "is_available" in combo.itemData(index, Qt.ToolTipRole)
+
+
+def test_settings_are_remembered(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat)
+    w = MainWindow(settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    w.panel.widgets["heads"].setValue(2)
+    select(w.colormapCombo, "cividis")
+    wait_shown(qtbot, w)
+    w.close()
+    again = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat))
+    qtbot.addWidget(again)
+    again.show()
+    wait_shown(qtbot, again)
+    assert again.result.config.heads == 2
+    assert again.colormapCombo.currentData() == "cividis"
+    again.close()
+
+
+def test_presets_and_reset(window, qtbot):
+    combo = window.panel.presetCombo
+    index = combo.findData("seed000-demo")
+    combo.activated.emit(index)
+    wait_shown(qtbot, window)
+    assert window.result.config == RunConfig.from_json(
+        (__import__("attnviz.core", fromlist=["x"]).load_preset("seed000-demo")).to_json())
+    qtbot.keyClick(window, Qt.Key_R, Qt.ControlModifier)
+    wait_shown(qtbot, window)
+    assert window.result.config == RunConfig()
+
+
+def test_close_during_long_run_is_prompt_and_the_worker_ends(qtbot):
+    import time
+
+    from attnviz.core.runner import Cancelled
+
+    started = []
+
+    def slow(config, cancel=None):  # a long run that, like run(), polls cancel between stages
+        started.append(config)
+        for _ in range(400):
+            if cancel and cancel():
+                raise Cancelled
+            time.sleep(0.025)
+        return run(config)
+
+    w = MainWindow(compute=slow)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: bool(started))
+    t0 = time.perf_counter()
+    w.close()
+    assert time.perf_counter() - t0 < 2.0
+    qtbot.waitUntil(lambda: not w.worker.is_alive(), timeout=2000)
+
+
+def test_close_during_real_run(qtbot):
+    import time
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    busy = []
+    w.worker.sigBusy.connect(busy.append)
+    w.panel.set_config(RunConfig(heads=16, d_model=256, seq_q=1024, batch=2))
+    qtbot.waitUntil(lambda: bool(busy))
+    t0 = time.perf_counter()
+    w.close()
+    assert time.perf_counter() - t0 < 2.0
+    qtbot.waitUntil(lambda: not w.worker.is_alive(), timeout=5000)

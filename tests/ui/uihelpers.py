@@ -1,0 +1,23 @@
+"""Helpers shared by the UI tests."""
+
+from __future__ import annotations
+
+from attnviz.core import run
+
+
+class CountingRun:
+    """The real engine, counting how often it is asked to compute (view-only changes must not)."""
+
+    def __init__(self, **kwargs):
+        self.calls = []
+        self.kwargs = kwargs
+
+    def __call__(self, config, cancel=None):
+        self.calls.append(config)
+        return run(config, cancel=cancel, **self.kwargs)
+
+
+def wait_shown(qtbot, window, timeout=15000):
+    """Wait until the window shows the newest request it sent."""
+    qtbot.waitUntil(lambda: window.is_settled() and window.shown_id > 0, timeout=timeout)
+    qtbot.wait(10)
