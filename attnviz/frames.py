@@ -42,6 +42,7 @@ class ViewOptions:
     tensor_head: int = 0  # which head's q, k or v
     max_px: tuple[int, int] | None = (512, 512)  # pool maps down to at most (rows, cols); None = full
     mean: bool = True  # also render the mean-over-heads tile
+    tensor_px: tuple[int, int] | None = (512, 1024)  # the tensor view's pooling target; None = full
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Frames:
 
 
 def map_data(result: RunResult, view: str, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """(H, Lq, Lkv) values shown for batch item b, and the (H, Lq, Lkv) masked-cell map."""
+    """(H, Lq, Lkv) values shown for batch item b, and the (H, Lq, Lkv) masked-cell map (for hover)."""
     source = {"weights": result.dropped, "scores": result.scores}[view]
     c = result.config
     masked = ~np.broadcast_to(result.mask, (c.batch, c.heads, c.seq_q, c.lkv))[b]
@@ -82,9 +83,11 @@ def tensor_data(result: RunResult, name: str, b: int, head: int) -> np.ndarray:
     return getattr(result, name)[b]
 
 
-def _pool(x: torch.Tensor, rows: int, cols: int, signed: bool) -> torch.Tensor:
-    """Max-pool (N, h, w) to at most (rows, cols); `signed` keeps the larger magnitude instead."""
-    fh, fw = -(-x.shape[-2] // rows), -(-x.shape[-1] // cols)
+def _pool(x: torch.Tensor, max_px: tuple[int, int] | None, signed: bool = False) -> torch.Tensor:
+    """Max-pool (N, h, w) to at most max_px; `signed` keeps the larger magnitude instead of the max."""
+    if max_px is None:
+        return x
+    fh, fw = -(-x.shape[-2] // max_px[0]), -(-x.shape[-1] // max_px[1])
     if fh == 1 and fw == 1:
         return x
     kernel = dict(kernel_size=(fh, fw), stride=(fh, fw), ceil_mode=True)
@@ -95,57 +98,72 @@ def _pool(x: torch.Tensor, rows: int, cols: int, signed: bool) -> torch.Tensor:
     return torch.where(hi.abs() >= lo.abs(), hi, lo)
 
 
-def quantise(
-    values: np.ndarray,
-    masked: np.ndarray | None,
-    levels: tuple[float, float],
-    max_px: tuple[int, int] | None,
-    signed: bool = False,
-    empty_rows: np.ndarray | None = None,
-) -> list[np.ndarray]:
-    """(N, h, w) values -> N uint8 LUT-index images, pooled to at most max_px.
+def _pool_any(flags: torch.Tensor, max_px: tuple[int, int] | None) -> torch.Tensor:
+    """Pooled 'any' of a bool (N, h, w) map."""
+    return _pool(flags.to(torch.float32), max_px) > 0
 
-    Cells of `empty_rows` (N, h) (no key to attend to) and NaN cells get NAN_INDEX, other masked
-    cells MASKED_INDEX. A pooled block shows data if any of its cells is data, else masked if any
-    cell is masked, else NaN.
-    """
-    x = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
-    nan = torch.isnan(x)
-    if empty_rows is not None:
-        nan |= torch.from_numpy(np.ascontiguousarray(empty_rows))[..., None]
-    hidden = torch.from_numpy(np.ascontiguousarray(masked)) & ~nan if masked is not None else torch.zeros_like(nan)
-    data = ~(nan | hidden)
-    x = x.masked_fill(~data, 0.0 if signed else float("-inf"))
-    if max_px is not None:
-        rows, cols = max_px
-        x = _pool(x, rows, cols, signed)
-        data = _pool(data.to(torch.uint8), rows, cols, False) > 0
-        hidden = _pool(hidden.to(torch.uint8), rows, cols, False) > 0
+
+def _levels(x: torch.Tensor, data: torch.Tensor, signed: bool, dims=None) -> list[tuple[float, float]]:
+    """Colour levels from pooled values (pooling keeps the extremes, so these are exact):
+    0..max for weights, -m..m (centred at zero) for signed data. One pair, or one per head."""
+    x = torch.where(data, x, torch.zeros((), dtype=x.dtype))
+    per = [x] if dims is None else list(x)
+    out = []
+    for t in per:
+        if signed:
+            m = float(t.abs().max()) if t.numel() else 0.0
+            m = m if np.isfinite(m) and m > 0 else 1.0
+            out.append((-m, m))
+        else:
+            m = float(t.max()) if t.numel() else 0.0
+            out.append((0.0, m if np.isfinite(m) and m > 0 else 1.0))
+    return out
+
+
+def _indices(x: torch.Tensor, data: torch.Tensor, hidden: torch.Tensor, levels: tuple[float, float]) -> np.ndarray:
+    """Pooled values -> uint8 LUT indices: data 0..253, masked 254, no key / NaN 255."""
     lo, hi = levels
     scale = (colormaps.DATA_LEVELS - 1) / ((hi - lo) or 1.0)
-    idx = ((x - lo) * scale).round_().clamp_(0, colormaps.DATA_LEVELS - 1).to(torch.uint8)
+    idx = torch.nan_to_num((x - lo) * scale, nan=0.0).round_().clamp_(0, colormaps.DATA_LEVELS - 1)
     marks = torch.where(hidden, colormaps.MASKED_INDEX, colormaps.NAN_INDEX).to(torch.uint8)
-    return [im.numpy() for im in torch.where(data, idx, marks)]
+    return torch.where(data, idx.to(torch.uint8), marks).numpy()
 
 
-def value_levels(values: np.ndarray, masked: np.ndarray | None, signed: bool) -> tuple[float, float]:
-    """Colour levels: 0..max for weights, symmetric -m..m for signed data, from unmasked finite cells."""
-    x = values if masked is None else np.where(masked, np.nan, values)
-    finite = x[np.isfinite(x)]
-    if finite.size == 0:
-        return (-1.0, 1.0) if signed else (0.0, 1.0)
-    if signed:
-        m = float(np.abs(finite).max()) or 1.0
-        return (-m, m)
-    return (0.0, float(finite.max()) or 1.0)
+def quantise_maps(
+    values: np.ndarray,
+    allowed: np.ndarray | None,
+    empty_rows: np.ndarray | None,
+    max_px: tuple[int, int] | None,
+    signed: bool,
+    shared: bool = True,
+) -> tuple[list[np.ndarray], list[tuple[float, float]]]:
+    """(N, h, w) maps -> N uint8 index images pooled to at most max_px, and their levels.
 
-
-def _mean_tile(values, masked, empty, signed, options: ViewOptions, lut: np.ndarray) -> HeatImage:
-    mean_values = np.where(masked, 0.0, values).mean(0, keepdims=True)  # (1, Lq, Lkv)
-    mean_masked = masked.all(0, keepdims=True)
-    levels = value_levels(mean_values, mean_masked, signed)
-    image = quantise(mean_values, mean_masked, levels, options.max_px, signed, empty.all(0, keepdims=True))[0]
-    return HeatImage(image, values.shape[1:], levels, lut, "mean over heads")
+    allowed: bool (1 or N, h, w), True = may attend; empty_rows: bool (1 or N, h), rows with no key.
+    A pooled block shows data if any of its cells is data (the max, or for signed data the value of
+    largest magnitude, so single peaks survive), else masked if any cell is masked, else no-key.
+    Everything after pooling runs on the small pooled arrays; the full maps are read once or twice.
+    """
+    x = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+    n, h, w = x.shape
+    data = torch.ones((1, h, w), dtype=torch.bool) if allowed is None else torch.from_numpy(allowed.copy())
+    if empty_rows is not None and empty_rows.any():
+        data = data & ~torch.from_numpy(empty_rows.copy())[..., None]
+        if not signed:
+            x = torch.nan_to_num(x, nan=0.0)  # seed-math NaN rows: flagged, drawn as no-key
+    if signed and allowed is not None and not bool(data.all()):
+        x = x.masked_fill(~data, 0.0)  # -inf scores must not win the magnitude pooling
+    # weights are 0 at masked cells already, so they never win the max over a block with data
+    pooled = _pool(x, max_px, signed)
+    data_p = _pool_any(data, max_px)
+    if allowed is None:
+        hidden_p = torch.zeros_like(data_p)
+    else:  # masked cells of rows that have keys (no-key rows get their own colour)
+        hidden_p = _pool_any(~torch.from_numpy(allowed.copy()) & data.any(-1, keepdim=True), max_px)
+    data_p, hidden_p = data_p.expand_as(pooled), hidden_p.expand_as(pooled)
+    levels = _levels(pooled, data_p, signed) * n if shared else _levels(pooled, data_p, signed, dims=0)
+    images = [_indices(pooled[i], data_p[i], hidden_p[i], levels[i]) for i in range(n)]
+    return images, levels
 
 
 def render(result: RunResult, options: ViewOptions) -> Frames:
@@ -157,26 +175,28 @@ def render(result: RunResult, options: ViewOptions) -> Frames:
     b = min(max(options.batch_index, 0), c.batch - 1)
     signed = options.view == "scores"
     map_lut = colormaps.lut(options.diverging if signed else options.colormap)
-    values, masked = map_data(result, options.view, b)
-    empty = result.fully_masked_rows[b]  # (H, Lq)
-    shared = value_levels(values, masked, signed)
-    titles = [f"head {h}" for h in range(c.heads)]
-    if options.shared_scale:
-        levels = [shared] * c.heads
-        images = quantise(values, masked, shared, options.max_px, signed, empty)
-    else:
-        levels = [value_levels(values[h], masked[h], signed) for h in range(c.heads)]
-        images = [quantise(values[h : h + 1], masked[h : h + 1], levels[h], options.max_px, signed,
-                           empty[h : h + 1])[0] for h in range(c.heads)]
-    heads = [HeatImage(im, (c.seq_q, c.lkv), lv, map_lut, t) for im, lv, t in zip(images, levels, titles)]
+    values = {"weights": result.dropped, "scores": result.scores}[options.view][b]  # (H, Lq, Lkv)
+    allowed = result.mask[min(b, result.mask.shape[0] - 1)] if result.mask.ndim == 4 else result.mask[None]
+    allowed = np.broadcast_to(allowed, (allowed.shape[0], c.seq_q, c.lkv))  # (1 or H, Lq, Lkv), a view
+    if allowed.all():
+        allowed = None
+    empty = result.fully_masked_rows[b][:1]  # (1, Lq): masks carry no head dimension
+    images, levels = quantise_maps(values, allowed, empty, options.max_px, signed, options.shared_scale)
+    shape = (c.seq_q, c.lkv)
+    heads = [HeatImage(im, shape, lv, map_lut, f"head {h}") for h, (im, lv) in enumerate(zip(images, levels))]
 
-    mean = _mean_tile(values, masked, empty, signed, options, map_lut) if options.mean else None
+    mean = None
+    if options.mean:
+        clean = np.nan_to_num(values) if signed is False else np.where(np.isfinite(values), values, 0.0)
+        mean_values = clean.mean(0, keepdims=True, dtype=np.float32)  # masked cells are 0 in every head
+        (image,), (mean_levels,) = quantise_maps(mean_values, allowed, empty, options.max_px, signed)
+        mean = HeatImage(image, shape, mean_levels, map_lut, "mean over heads")
 
     head = min(max(options.tensor_head, 0), c.heads - 1)
     t = tensor_data(result, options.tensor, b, head)
-    t_levels = value_levels(t, None, True)
-    t_lut = colormaps.lut(options.diverging)
-    t_img = quantise(t[None], None, t_levels, options.max_px, True)[0]
+    (t_img,), (t_levels,) = quantise_maps(t[None], None, None, options.tensor_px, True)
     t_title = TENSORS[options.tensor].split(" (")[0] + (f", head {head}" if options.tensor in "qkv" else "")
-    tensor = HeatImage(t_img, t.shape, t_levels, t_lut, t_title)
+    tensor = HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
+    shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
+                                                            torch.tensor(True), signed)[0]
     return Frames(heads, mean, tensor, options, shared, map_lut, time.perf_counter() - t0)

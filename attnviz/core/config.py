@@ -155,8 +155,8 @@ class RunConfig:
                     raise ConfigError(f.name, value, f"must be at least {lo}", f"set {f.name} to {lo} or more")
                 if hi is not None and value > hi:
                     raise ConfigError(f.name, value, f"must be at most {hi}", f"set {f.name} to {hi} or less")
-        width_name = self.spec.head_width
-        width = getattr(self, width_name)
+        width = getattr(self, self.spec.head_width)
+        width_name = self.spec.labels.get(self.spec.head_width, self.spec.head_width)  # the seed's own name
         if width % self.heads:
             nearest = nearest_heads(width, self.heads)
             raise ConfigError(

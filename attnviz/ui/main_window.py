@@ -251,6 +251,7 @@ class MainWindow(QMainWindow):
             tensor=self.tensorCombo.currentData(),
             tensor_head=min(self.tensorHeadSpin.value(), config.heads - 1),
             max_px=self.headGrid.tile_pixels(config.seq_q, config.lkv, config.heads),
+            tensor_px=self.outputView.pixels(),
             mean=self.meanCheck.isChecked(),
         )
 
@@ -272,6 +273,8 @@ class MainWindow(QMainWindow):
         if rid <= self.shown_id:
             return  # older than what is on screen: never shown
         t0 = time.perf_counter()
+        if self.result is None or outcome.result.config != self.result.config:
+            self.hoverLabel.clear()  # it described cells of the previous run
         self.result, self.frames = outcome.result, outcome.frames
         self.headGrid.show_frames(outcome.result, outcome.frames)
         self.outputView.show_frames(outcome.result, outcome.frames)
@@ -332,9 +335,10 @@ class MainWindow(QMainWindow):
             self.settings.setValue("lastDir", str(Path(path).parent))
 
     def save_config(self, path: str) -> None:
-        from ..export import write_text_atomic
+        """Write the panel's configuration as JSON (atomically; the preset format)."""
+        from ..atomic import write_bytes
 
-        write_text_atomic(path, self.panel.config().to_json())
+        write_bytes(path, self.panel.config().to_json().encode("utf-8"))
 
     def open_config(self, path: str) -> None:
         self.panel.set_config(load_config(path))
@@ -368,7 +372,8 @@ class MainWindow(QMainWindow):
 
         if self.result is None:
             return
-        ExportDialog(self).exec()
+        self.exportDialog = ExportDialog(self)
+        self.exportDialog.open()  # window-modal without blocking the event loop (workers keep reporting)
 
     def copy_image(self) -> None:
         from .export_dialog import copy_to_clipboard

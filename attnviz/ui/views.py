@@ -30,7 +30,7 @@ def set_heat_image(item: pg.ImageItem, heat: HeatImage) -> None:
     """Swap a quantised image in (uint8 + 256-entry LUT: Indexed8) and stretch it over its cells."""
     item.setImage(heat.image, lut=heat.lut, levels=(0, 255), autoLevels=False)
     rows, cols = heat.shape
-    item.setRect(QRectF(0, 0, cols, rows))
+    item.setRect(QRectF(-0.5, -0.5, cols, rows))  # cell (i, j) centred on (j, i): ticks mark cells
 
 
 def _fmt(x: float) -> str:
@@ -69,8 +69,8 @@ class Tile:
             self.plot.setTitle(title, size="9pt")
             self.title = title
         rows, cols = heat.shape
-        self.plot.setAspectLocked(max(rows, cols) / max(min(rows, cols), 1) <= 4)
-        self.plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+        # The map fills its tile exactly; the grid shape (grid_shape) keeps cells near square.
+        self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
 
 class ColourBar(pg.PlotItem):
@@ -170,7 +170,11 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         if key == self._layout_key:
             return
         self._layout_key = key
+        # A fresh layout each time: a reused QGraphicsGridLayout keeps old column widths.
         self.grid.clear()
+        self.ci.removeItem(self.grid)
+        self.grid = pg.GraphicsLayout()
+        self.ci.addItem(self.grid, row=0, col=0)
         while len(self.tiles) < len(heads):
             self.tiles.append(Tile())
         del self.tiles[len(heads):]
@@ -179,6 +183,11 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self.grid.addItem(tile.plot, row=n // gc, col=n % gc)
             tile.set_axes(self.focus is not None)
             tile.title = ""
+        # Equal columns: a grid column otherwise grows with its widest title ("mean over heads").
+        column = max(self.width() - 90, 50) / gc
+        for c in range(gc):
+            self.grid.layout.setColumnPreferredWidth(c, column)
+            self.grid.layout.setColumnMaximumWidth(c, column)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
@@ -264,7 +273,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         if hit is None:
             return
         h, x, y = hit
-        i, j = int(math.floor(y)), int(math.floor(x))
+        i, j = int(math.floor(y + 0.5)), int(math.floor(x + 0.5))
         c = self.result.config
         if 0 <= i < c.seq_q and 0 <= j < c.lkv:
             self.sigHover.emit(self.cell_text(h, i, j))
@@ -301,6 +310,11 @@ class TensorView(pg.PlotWidget):
         self.frames: Frames | None = None
         self.scene().sigMouseMoved.connect(self._hovered)
 
+    def pixels(self) -> tuple[int, int]:
+        """On-screen size (rows, cols) of the plot area, in device pixels: what the worker pools to."""
+        ratio = self.devicePixelRatioF()
+        return max(int(self.height() * ratio), 16), max(int(self.width() * ratio), 16)
+
     def data(self) -> np.ndarray:
         o = self.frames.options
         return tensor_data(self.result, o.tensor, min(o.batch_index, self.result.config.batch - 1),
@@ -314,7 +328,7 @@ class TensorView(pg.PlotWidget):
         lo, hi = heat.levels
         self.plot.setTitle(f"{heat.title}: {rows} x {cols}, colour range {_fmt(lo)} .. {_fmt(hi)}", size="9pt")
         self.plot.setLabel("left", "key position" if frames.options.tensor in ("k", "v") else "query position")
-        self.plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+        self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
     def set_stale(self, stale: bool) -> None:
         self.image.setOpacity(0.35 if stale else 1.0)
@@ -327,6 +341,6 @@ class TensorView(pg.PlotWidget):
             return
         p = vb.mapSceneToView(pos)
         data = self.data()
-        i, j = int(math.floor(p.y())), int(math.floor(p.x()))
+        i, j = int(math.floor(p.y() + 0.5)), int(math.floor(p.x() + 0.5))
         if 0 <= i < data.shape[0] and 0 <= j < data.shape[1]:
             self.sigHover.emit(f"{self.frames.tensor.title} · row {i}, feature {j} · value {_fmt(float(data[i, j]))}")

@@ -178,12 +178,12 @@ def test_hover_reads_exact_values(window, qtbot):
     vb = tile.plot.getViewBox()
     texts = []
     window.headGrid.sigHover.connect(texts.append)
-    window.headGrid._hovered(vb.mapViewToScene(QPointF(3.5, 5.5)))
+    window.headGrid._hovered(vb.mapViewToScene(QPointF(3.2, 4.8)))
     w = window.result.weights[0, 2, 5, 3]
     s = window.result.scores[0, 2, 5, 3]
     assert "head 2" in texts[-1] and "query i=5, key j=3" in texts[-1]
     assert f"{w:.4g}" in texts[-1] and f"{s:.4g}" in texts[-1]
-    window.headGrid._hovered(vb.mapViewToScene(QPointF(9.5, 2.5)))
+    window.headGrid._hovered(vb.mapViewToScene(QPointF(9.0, 2.0)))
     assert "masked" in texts[-1] and "may not attend key 9" in texts[-1]
     assert window.hoverLabel.text() == texts[-1]
 
@@ -199,7 +199,7 @@ def test_fully_masked_rows_get_their_own_colour_and_hover(window, qtbot):
     texts = []
     window.headGrid.sigHover.connect(texts.append)
     vb = tiles(window)[0].plot.getViewBox()
-    window.headGrid._hovered(vb.mapViewToScene(QPointF(0.5, 1.5)))
+    window.headGrid._hovered(vb.mapViewToScene(QPointF(0.0, 1.0)))
     assert "no key to attend to" in texts[-1] and "NaN" in texts[-1]
 
 

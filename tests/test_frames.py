@@ -1,0 +1,77 @@
+"""frames: worker-side pooling and quantisation (no Qt)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz import colormaps
+from attnviz.core import RunConfig, load_preset, run
+from attnviz.frames import ViewOptions, quantise_maps, render
+
+DATA_MAX = colormaps.DATA_LEVELS - 1
+
+
+def test_small_maps_are_not_pooled_and_follow_the_weights():
+    result = run(RunConfig(heads=2, seq_q=8, mask="none"))
+    frames = render(result, ViewOptions())
+    w = result.weights[0]
+    for h, tile in enumerate(frames.heads):
+        assert tile.image.shape == (8, 8) and tile.image.dtype == np.uint8
+        expected = np.round(w[h] / w.max() * DATA_MAX)  # shared scale: 0 .. max over all heads
+        np.testing.assert_allclose(tile.image, expected, atol=1)
+    assert frames.levels == (0.0, float(w.max()))
+
+
+def test_pooling_keeps_a_single_peak_and_masks_need_a_whole_block():
+    values = np.zeros((1, 1000, 1000), np.float32)
+    values[0, 500, 737] = 1.0
+    allowed = np.ones((1, 1000, 1000), bool)
+    allowed[0, :, 900:] = False  # a masked band wider than one block
+    allowed[0, 10, 10] = False  # one masked cell inside data: its block stays data
+    (image,), (levels,) = quantise_maps(values, allowed, None, (100, 100), signed=False)
+    assert image.shape == (100, 100)
+    assert image[50, 73] == DATA_MAX and (image[:, :90] < colormaps.DATA_LEVELS).all()
+    assert (image[:, 90:] == colormaps.MASKED_INDEX).all()
+    assert levels == (0.0, 1.0)
+
+
+def test_signed_pooling_keeps_the_largest_magnitude():
+    values = np.full((1, 40, 40), 0.1, np.float32)
+    values[0, 3, 3] = -5.0
+    values[0, 30, 30] = 2.0
+    (image,), (levels,) = quantise_maps(values, None, None, (4, 4), signed=True)
+    assert levels == (-5.0, 5.0)
+    assert image[0, 0] == 0  # -5 is the bottom of the diverging scale
+    assert image[3, 3] == round((2.0 + 5.0) / 10.0 * DATA_MAX)
+
+
+def test_no_key_rows_are_drawn_apart_from_masked_cells():
+    result = run(load_preset("no-key-rows"))
+    for view in ("weights", "scores"):
+        image = render(result, ViewOptions(view=view)).heads[0].image
+        assert (image[:4] == colormaps.NAN_INDEX).all()
+        assert (image[4:] != colormaps.NAN_INDEX).all()
+        i, j = np.arange(12)[:, None], np.arange(8)[None, :]
+        masked = (j > i - 4) & (i >= 4)  # bottom-right causal: query i sits at key position i - 4
+        assert (image[masked] == colormaps.MASKED_INDEX).all()
+        assert (image[(j <= i - 4)] < colormaps.DATA_LEVELS).all()
+
+
+def test_per_head_levels_and_mean_tile():
+    result = run(RunConfig(heads=4, seq_q=12))
+    frames = render(result, ViewOptions(shared_scale=False, mean=True))
+    for h, tile in enumerate(frames.heads):
+        assert tile.levels == (0.0, float(result.weights[0, h].max()))
+        assert tile.image[tile.image < colormaps.DATA_LEVELS].max() == DATA_MAX
+    mean = result.weights[0].mean(0)
+    assert frames.mean.levels == (0.0, float(mean.max()))
+    assert render(result, ViewOptions(mean=False)).mean is None
+
+
+def test_tensor_tile_is_centred_at_zero():
+    result = run(RunConfig(heads=2, seq_q=5))
+    frames = render(result, ViewOptions(tensor="v", tensor_head=1))
+    v = result.v[0, 1]
+    m = float(np.abs(v).max())
+    assert frames.tensor.levels == (-m, m)
+    assert frames.tensor.image.shape == v.shape
