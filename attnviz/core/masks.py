@@ -63,8 +63,10 @@ def matrix_mask(matrix, lq: int | None = None, lkv: int | None = None, device=No
     """An arbitrary (Lq, Lkv) matrix (nested lists, NumPy or tensor; nonzero = may attend)."""
     m = torch.as_tensor(matrix, device=device)
     m = m if m.dtype == torch.bool else m != 0
+    if m.dim() != 2:  # check before reading shape[-2], which a 0-D or 1-D input lacks
+        raise ValueError(f"mask matrix must have shape (Lq, Lkv), got {m.dim()}-D {tuple(m.shape)}")
     expected = (lq if lq is not None else m.shape[-2], lkv if lkv is not None else m.shape[-1])
-    if m.dim() != 2 or tuple(m.shape) != expected:
+    if tuple(m.shape) != expected:
         raise ValueError(f"mask matrix must have shape (Lq, Lkv) = {expected}, got {tuple(m.shape)}")
     return m
 

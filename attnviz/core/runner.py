@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -107,25 +107,34 @@ def available_memory(device: torch.device) -> int:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
+    if n >= 2**28:
+        return f"{n / 2**30:.2f} GiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"
 
 
 def check_memory(config: RunConfig, device: torch.device, budget: int | None = None) -> int:
     """Raise ConfigError when the estimate exceeds the budget; return the estimate."""
     need = estimate_memory(config)
+    source = "the memory_budget given"
     if budget is None:
         budget = int(available_memory(device) * MEMORY_FRACTION)
-    if need > budget:
-        per_cell = max(need / max(config.seq_q * config.lkv, 1), 1)
-        fit = int((budget / per_cell) ** 0.5)
-        raise ConfigError(
-            "seq_q", config.seq_q,
-            f"this run needs about {_gib(need)} ({config.shapes_text()}), over the budget of "
-            f"{_gib(budget)} ({MEMORY_FRACTION:.0%} of the free memory on {device})",
-            f"use lengths of about {fit} or less, or fewer heads or batch items",
-            suggestions=(max(fit, 1),),
-        )
-    return need
+        source = f"{MEMORY_FRACTION:.0%} of the free memory on {device}"
+    if need <= budget:
+        return need
+    over = f"this run needs about {_gib(need)} ({config.shapes_text()}), over the budget of {_gib(budget)} ({source})"
+    def need_at(length: int) -> int:  # both lengths set to `length` (the quick fix sets both)
+        return estimate_memory(replace(config, seq_q=length, seq_kv=length))
+
+    if need_at(1) > budget:  # the widths alone are too big: shorter sequences cannot help
+        raise ConfigError("d_model", config.d_model, over, "use smaller widths (d_model, d_out, d_cross)")
+    lo, hi = 1, max(config.seq_q, config.lkv)  # the longest length that fits, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if need_at(mid) <= budget else (lo, mid - 1)
+    raise ConfigError("seq_q", config.seq_q, over,
+                      f"use lengths of {lo} or less, or fewer heads or batch items", suggestions=(lo,))
 
 
 def _numpy(t: Tensor) -> np.ndarray:
