@@ -1,0 +1,8 @@
+"""`python -m attnviz` is the `attnviz` command."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

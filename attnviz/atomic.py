@@ -1,0 +1,93 @@
+"""Atomic file writes: a temporary file in the target's folder, then os.replace.
+
+A failed or interrupted write never leaves a partial file at the target and never destroys the
+file that was there before; the temporary file is removed on any failure (KeyboardInterrupt too).
+No Qt, no NumPy: usable anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+TEMP_SUFFIX = ".part"
+
+
+class ExportError(Exception):
+    """A file could not be written: the message names the path and the reason."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"cannot write {self.path}: {reason}")
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _reason(exc: OSError) -> str:
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return text[0].lower() + text[1:] if text else type(exc).__name__
+
+
+def _check_target(path: Path) -> None:
+    if path.is_dir():
+        raise ExportError(path, "it is a folder; give a file name")
+    parent = path.parent
+    if not parent.exists():
+        raise ExportError(path, f"the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise ExportError(path, f"{parent} is a file, not a folder")
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Yield a binary file; on a clean exit it replaces `path` in one step, else it vanishes.
+
+    OSErrors (no such folder, no permission, disk full) become ExportError naming the path.
+    """
+    target = Path(path)
+    _check_target(target)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
+    except OSError as exc:
+        raise ExportError(target, _reason(exc)) from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+            os.chmod(tmp, mode)
+        except OSError:
+            pass  # keep mkstemp's 0600 rather than fail the export over permissions bits
+        os.replace(tmp, target)
+    except OSError as exc:
+        _remove(tmp)
+        raise ExportError(target, _reason(exc)) from exc
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(tmp: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Atomically write `data` to `path` (see atomic_writer)."""
+    with atomic_writer(path) as f:
+        f.write(data)

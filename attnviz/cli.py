@@ -1,0 +1,270 @@
+"""The `attnviz` command: the GUI by default, `attnviz render` for headless export.
+
+    attnviz                      open the app (arguments go to Qt)
+    attnviz --version
+    attnviz render -o maps.png [--preset NAME | --config FILE.json] [config flags] [view flags]
+
+The config flags are generated from the RunConfig fields and their metadata (one flag per field,
+help text from the tooltip, range from minimum/maximum). Precedence: defaults < --preset or
+--config < explicit flags. Exit status: 0 written; 2 bad argument or invalid configuration
+(nothing written); 1 any other failure (e.g. the output cannot be written). Errors are one line
+on stderr, no traceback (set ATTNVIZ_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from dataclasses import MISSING, fields
+
+from . import __version__
+
+PROG = "attnviz"
+RENDER_PROG = "attnviz render"
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+_VIEW_TEXT = {
+    "weights": "attention weights (softmax; after dropout in train mode)",
+    "scores": "pre-softmax scores (scaled QK^T / sqrt(d_head), masked)",
+    "output": "the output tensor (rows = query positions, columns = features)",
+}
+
+
+class UsageError(Exception):
+    """A bad command line: exit 2 with this message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports an error as one line (prog: error: message) and exits 2."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _kv_lengths(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid lengths {text!r}: give whole numbers separated by commas, e.g. 16,9") from None
+
+
+def _config_choices() -> dict[str, list[str]]:
+    from .core import DTYPES, MASK_KINDS, VARIANTS
+
+    return {"variant": list(VARIANTS), "mask": list(MASK_KINDS), "dtype": list(DTYPES)}
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per RunConfig field, from its type and metadata; absent flags leave the value alone."""
+    from .core.config import RunConfig
+
+    choices = _config_choices()
+    group = parser.add_argument_group(
+        "run configuration (defaults < --preset/--config < these flags)",
+        "Without --preset/--config, --variant starts from that variant's own defaults (its seed's mask and biases).")
+    for f in fields(RunConfig):
+        meta = f.metadata
+        default = f.default if f.default is not MISSING else None
+        help_text = meta.get("tooltip", "")
+        lo, hi = meta.get("minimum"), meta.get("maximum")
+        if lo is not None and hi is not None:
+            help_text += f" [{lo}..{hi}]"
+        kwargs: dict = dict(dest=f.name, default=argparse.SUPPRESS)
+        if f.type == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+            help_text += f" (default: {'on' if default else 'off'})"
+        elif f.type == "int":
+            kwargs.update(type=int, metavar="N")
+        elif f.type == "float":
+            kwargs.update(type=float, metavar="X")
+        elif f.type == "str":
+            if f.name in choices:
+                kwargs["choices"] = choices[f.name]
+            kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}" if f.name in choices else "NAME"
+        elif f.name == "kv_lengths":
+            kwargs.update(type=_kv_lengths, metavar="N[,N...]")
+        else:  # a field type the generator does not know: skip rather than guess
+            continue
+        if f.type != "bool" and default not in (None, ()):
+            help_text += f" (default: {default})"
+        kwargs["help"] = help_text.replace("%", "%%")
+        group.add_argument(_flag(f.name), **kwargs)
+
+
+def _render_parser() -> argparse.ArgumentParser:
+    from . import colormaps
+    from .export import FORMATS
+
+    p = _Parser(
+        prog=RENDER_PROG,
+        description="Run one configuration headless and export it as PNG, SVG or NPZ "
+                    "(chosen by the output's extension).",
+        epilog="Example: attnviz render --preset seed000-demo --view scores -o scores.svg",
+    )
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to write (required): " + ", ".join(f"{k} ({v})" for k, v in FORMATS.items()))
+    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", metavar="NAME", help="start from a named preset (see --list-presets)")
+    src.add_argument("--config", metavar="FILE.json", help="start from a saved configuration")
+    _add_config_flags(p)
+    view = p.add_argument_group("what to draw (PNG and SVG)")
+    view.add_argument("--view", choices=list(_VIEW_TEXT), default="weights",
+                      help="; ".join(f"{k}: {v}" for k, v in _VIEW_TEXT.items()) + " (default: weights)")
+    view.add_argument("--head", type=int, metavar="N", help="only head N instead of the grid of all heads")
+    view.add_argument("--mean", action="store_true", help="only the mean over heads")
+    view.add_argument("--batch-index", type=int, default=0, metavar="N",
+                      help="which batch item to draw (default: 0)")
+    view.add_argument("--colormap", choices=colormaps.names(), metavar="NAME",
+                      help=f"one of {', '.join(colormaps.names())} (default: {colormaps.DEFAULT_SEQUENTIAL} "
+                           f"for weights, {colormaps.DEFAULT_DIVERGING} for scores and output)")
+    view.add_argument("--per-head-scale", action="store_true",
+                      help="give each head its own colour scale (default: one scale for all heads)")
+    view.add_argument("--scale", type=int, metavar="PX",
+                      help="pixels per cell (default: auto, so a tile is at least ~240 px)")
+    view.add_argument("--no-title", action="store_true", help="no title lines and no tile titles")
+    view.add_argument("--no-colorbar", action="store_true", help="no colour bar")
+    view.add_argument("--no-labels", action="store_true", help="no position ticks and axis labels")
+    return p
+
+
+def _build_config(args: argparse.Namespace):
+    from .core import RunConfig, load_config, load_preset
+
+    names = {f.name for f in fields(RunConfig)}
+    flags = {k: v for k, v in vars(args).items() if k in names}
+    if args.preset:
+        return load_preset(args.preset).replace(**flags) if flags else load_preset(args.preset)
+    if args.config:
+        return load_config(args.config).replace(**flags) if flags else load_config(args.config)
+    if "variant" in flags:  # the variant's own defaults (its seed's mask and biases), then the flags
+        return RunConfig.for_variant(flags.pop("variant"), **flags)
+    return RunConfig(**flags)
+
+
+def _export_options(args: argparse.Namespace):
+    from . import colormaps
+    from .export import ExportOptions
+
+    if args.head is not None and args.mean:
+        raise UsageError("--head and --mean exclude each other: give one")
+    if args.view == "output" and (args.head is not None or args.mean):
+        raise UsageError("--view output draws the whole output tensor; drop --head / --mean")
+    if args.scale is not None and args.scale < 1:
+        raise UsageError(f"--scale {args.scale}: give 1 or more pixels per cell")
+    if args.view == "output":
+        what, view = "output", "weights"
+    else:
+        what, view = ("head" if args.head is not None else "mean" if args.mean else "grid"), args.view
+    kw = {}
+    if args.colormap:
+        kw["diverging" if args.view in ("scores", "output") else "colormap"] = args.colormap
+    return ExportOptions(
+        what=what, view=view, head=args.head or 0, scale=args.scale, title=not args.no_title,
+        colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
+        shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
+        diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING),
+    )
+
+
+def render_main(argv: list[str]) -> int:
+    """`attnviz render`: parse, validate (exit 2), run, export (exit 1 on failure)."""
+    from .core import ConfigError
+
+    try:
+        args = _render_parser().parse_args(argv)
+        if args.list_presets:
+            from .core import list_presets
+
+            for name, text in list_presets().items():
+                print(f"{name:28} {text}")
+            return EXIT_OK
+        if not args.output:
+            raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
+        from .export import ExportError, export, format_of
+
+        ext = format_of(args.output)
+        config = _build_config(args)
+        options = _export_options(args)
+        options.check(config)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except (UsageError, ConfigError, ValueError) as exc:
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
+
+    try:
+        from .core import run
+
+        result = run(config)
+        if ext != ".npz":
+            from .export import ensure_gui_app
+
+            ensure_gui_app()  # picks the offscreen platform when there is no display
+        path = export(result, args.output, options)
+    except ConfigError as exc:  # found only when running: no CUDA, over the memory budget
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
+    except ExportError as exc:
+        return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
+    except KeyboardInterrupt:
+        return _fail(130, f"{RENDER_PROG}: interrupted; nothing written")
+    except Exception as exc:  # noqa: BLE001 - one clear line, not a traceback
+        return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {type(exc).__name__}: {exc}")
+    print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _fail(code: int, line: str) -> int:
+    if os.environ.get("ATTNVIZ_DEBUG"):
+        traceback.print_exc()
+    print(" ".join(line.split()), file=sys.stderr)
+    return code
+
+
+def _no_display() -> bool:
+    """Linux without X11 or Wayland and no platform chosen: Qt would abort, so say so instead."""
+    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
+
+
+TOP_HELP = f"""usage: {PROG} [--version] [-h] [render ...] [Qt options]
+
+See attention: a desktop app that runs hand-written attention modules and shows every head live.
+
+  {PROG}                  open the app
+  {PROG} render -o FILE   run one configuration headless and write PNG, SVG or NPZ
+                          ('{PROG} render --help' lists the options)
+  {PROG} --version        print the version
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["render"]:
+        return render_main(argv[1:])
+    if argv[:1] == ["--version"]:
+        print(f"{PROG} {__version__}")
+        return EXIT_OK
+    if argv[:1] in (["-h"], ["--help"]):
+        print(TOP_HELP, end="")
+        return EXIT_OK
+    if _no_display():
+        return _fail(EXIT_FAILURE, f"{PROG}: error: no display to open the app on (DISPLAY and WAYLAND_DISPLAY "
+                                   f"are unset); use '{PROG} render' headless, or set QT_QPA_PLATFORM")
+    try:
+        from .ui.app import run_app  # lazily: `attnviz render` never imports widgets
+    except ImportError as exc:
+        return _fail(EXIT_FAILURE, f"{PROG}: error: the app cannot start ({exc}); "
+                                   f"'{PROG} render' still works without it")
+    return run_app(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,753 @@
+"""PNG, SVG and NPZ export, rendered from the data (never a screenshot); shared by the GUI and the CLI.
+
+QtGui only (QImage, QPainter, QFont), no widgets. One layout is computed per export as a short
+list of drawing items (heat map rasters, vector text, tick marks, the colour bar); the PNG backend
+paints it with QPainter, the SVG backend writes the same items as SVG 1.1 (each heat map an
+embedded, crisp PNG; all text as vector <text>). Heat maps come from frames.render at full
+resolution (no pooling), upscaled nearest-neighbour by an integer scale, so every cell is a crisp
+square of exactly the view's colours (LUT, masked and no-key colours).
+
+Every write is atomic (see attnviz.atomic): a failed or interrupted export leaves the previous
+file, if any, untouched and no temporary file behind.
+
+    export(result, "maps.png", ExportOptions(what="grid"))
+    image = compose_image(result, ExportOptions(what="head", head=2))   # e.g. for the clipboard
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+import numpy as np
+
+from . import colormaps
+from .atomic import ExportError, atomic_writer, write_bytes
+from .core.config import RunConfig
+from .core.runner import RunResult
+from .frames import MAP_VIEWS, TENSORS, HeatImage, ViewOptions, render
+
+__all__ = [
+    "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "auto_scale", "compose_image",
+    "default_filename", "ensure_gui_app", "export", "format_of", "layout", "png_bytes", "svg_text", "write_npz",
+]
+
+FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
+           ".npz": "NumPy arrays and the run configuration"}
+WHATS = {
+    "grid": "every head, one tile each",
+    "head": "one head",
+    "mean": "the mean over heads",
+    "output": "the output tensor (or another tensor: see `tensor`)",
+    "scores": "every head's pre-softmax scores (the grid with view='scores')",
+}
+
+MIN_TILE_PX = 240  # auto scale: the longer side of a tile reaches at least this ...
+MAX_AUTO_SCALE = 32  # ... with at most this many pixels per cell
+MIN_SHORT_PX, MAX_AUTO_LONG_PX = 64, 1024  # thin maps: widen the short side, within this long side
+MAX_PIXELS = 120_000_000  # a composed image larger than this is refused (QImage and memory limits)
+GAP = 10  # between tiles
+MARGIN = 16  # around everything, when anything besides the tiles is drawn
+FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]
+SVG_FONT = "'DejaVu Sans', Helvetica, Arial, sans-serif"
+TITLE_PX, SUBTITLE_PX, TILE_PX, TICK_PX, LABEL_PX = 16, 12, 13, 11, 12
+INK, SOFT_INK, TICK_INK, FRAME = "#1a1a1a", "#4d4d4d", "#404040", "#808080"
+BACKGROUND = "#ffffff"
+BAR_WIDTH, BAR_MIN_HEIGHT = 16, 140
+
+
+class ImageTooLarge(ValueError):
+    """The composed image would exceed MAX_PIXELS."""
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What to export and how it looks. The colours are exactly the view's (see frames.ViewOptions)."""
+
+    what: str = "grid"  # a key of WHATS
+    view: str = "weights"  # for grid/head/mean: "weights" or "scores" (what="scores" implies scores)
+    head: int = 0  # for what="head"
+    scale: int | None = None  # pixels per cell (nearest-neighbour); None = auto (tiles >= ~240 px)
+    title: bool = True  # the title lines and the tile titles
+    colorbar: bool = True  # the colour bar with tick labels (and masked / no-key swatches)
+    axis_labels: bool = True  # position ticks and "key position j" / "query position i"
+    colormap: str = colormaps.DEFAULT_SEQUENTIAL  # for weights
+    diverging: str = colormaps.DEFAULT_DIVERGING  # for scores and tensors
+    batch_index: int = 0
+    shared_scale: bool = True  # one colour scale for all heads (else each head its own)
+    tensor: str = "output"  # for what="output": a key of frames.TENSORS
+    tensor_head: int = 0  # which head's q, k or v
+
+    @classmethod
+    def from_view(cls, view: ViewOptions, **changes) -> ExportOptions:
+        """The options that export what a view with these ViewOptions shows (plus changes)."""
+        base = dict(view=view.view, colormap=view.colormap, diverging=view.diverging,
+                    batch_index=view.batch_index, shared_scale=view.shared_scale, tensor=view.tensor,
+                    tensor_head=view.tensor_head)
+        return cls(**{**base, **changes})
+
+    @property
+    def map_view(self) -> str:
+        return "scores" if self.what == "scores" else self.view
+
+    def check(self, config: RunConfig) -> None:
+        """Raise ValueError naming the option, the value and the allowed range."""
+        if self.what not in WHATS:
+            raise ValueError(f"what = {self.what!r}: unknown; use one of {', '.join(WHATS)}")
+        if self.view not in MAP_VIEWS:
+            raise ValueError(f"view = {self.view!r}: unknown; use one of {', '.join(MAP_VIEWS)}")
+        if self.tensor not in TENSORS:
+            raise ValueError(f"tensor = {self.tensor!r}: unknown; use one of {', '.join(TENSORS)}")
+        for name in (self.colormap, self.diverging):
+            if name not in colormaps.names():
+                raise ValueError(f"colormap {name!r}: unknown; use one of {', '.join(colormaps.names())}")
+        if self.what == "head" and not 0 <= self.head < config.heads:
+            raise ValueError(f"head {self.head} does not exist: the run has {config.heads} head(s), "
+                             f"use 0..{config.heads - 1}")
+        if self.what == "output" and self.tensor in ("q", "k", "v") and not 0 <= self.tensor_head < config.heads:
+            raise ValueError(f"tensor head {self.tensor_head} does not exist: use 0..{config.heads - 1}")
+        if not 0 <= self.batch_index < config.batch:
+            raise ValueError(f"batch index {self.batch_index} does not exist: the batch has {config.batch} "
+                             f"item(s), use 0..{config.batch - 1}")
+        if self.scale is not None and (not isinstance(self.scale, int) or self.scale < 1):
+            raise ValueError(f"scale = {self.scale!r}: must be a whole number of pixels per cell, 1 or more")
+
+
+# --- Qt application --------------------------------------------------------------------------
+
+_app = None  # keeps a QGuiApplication we created alive
+
+
+def ensure_gui_app():
+    """The running QGuiApplication (or QApplication), creating one if there is none.
+
+    Text in a QImage needs one. With no display (no DISPLAY / WAYLAND_DISPLAY on Linux) and no
+    QT_QPA_PLATFORM set, the offscreen platform is selected, so headless exports just work.
+    """
+    global _app
+    from PySide6.QtGui import QGuiApplication
+
+    app = QGuiApplication.instance()
+    if app is not None:
+        if not isinstance(app, QGuiApplication):
+            raise RuntimeError("a QCoreApplication is running; exporting images needs a QGuiApplication")
+        return app
+    headless = sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")) and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if headless and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    _app = QGuiApplication([sys.argv[0] if sys.argv and sys.argv[0] else "attnviz"])
+    return _app
+
+
+# --- layout ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Text:
+    x: float
+    y: float  # baseline (for rotated text: the baseline point before rotating -90 degrees about it)
+    text: str
+    px: int
+    bold: bool = False
+    anchor: str = "start"  # start | middle | end
+    color: str = INK
+    rotated: bool = False  # reads bottom to top
+
+
+@dataclass
+class Raster:
+    x: int
+    y: int
+    rgba: np.ndarray  # (h, w, 4) uint8, already upscaled: drawn 1:1
+    tile: bool = True  # a heat map (else e.g. a swatch)
+
+
+@dataclass
+class Bar:
+    x: int
+    y: int
+    w: int
+    h: int
+    lut: np.ndarray  # (256, 4): indices 0..253 drawn bottom (low) to top (high)
+
+
+@dataclass
+class Box:
+    x: int
+    y: int
+    w: int
+    h: int
+    fill: str | None = None
+    stroke: str | None = None
+
+
+@dataclass
+class Line:
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    color: str = FRAME
+
+
+@dataclass
+class Layout:
+    """A composed export: its size, drawing items in paint order, and where each tile's image lies."""
+
+    width: int
+    height: int
+    items: list = field(default_factory=list)
+    tiles: list[tuple[int, int, int, int]] = field(default_factory=list)  # (x, y, w, h), head order
+    scale: int = 1
+    summary: str = ""
+
+
+class _Metrics:
+    """Text widths and heights from Qt's font metrics (the same fonts the PNG is painted with)."""
+
+    def __init__(self) -> None:
+        ensure_gui_app()
+        self._cache: dict = {}
+
+    def font(self, px: int, bold: bool = False):
+        from PySide6.QtGui import QFont
+
+        key = ("font", px, bold)
+        if key not in self._cache:
+            f = QFont()
+            f.setFamilies(FONT_FAMILIES)
+            f.setStyleHint(QFont.StyleHint.SansSerif)
+            f.setPixelSize(px)
+            f.setBold(bold)
+            self._cache[key] = f
+        return self._cache[key]
+
+    def fm(self, px: int, bold: bool = False):
+        from PySide6.QtGui import QFontMetricsF
+
+        key = ("fm", px, bold)
+        if key not in self._cache:
+            self._cache[key] = QFontMetricsF(self.font(px, bold))
+        return self._cache[key]
+
+    def width(self, text: str, px: int, bold: bool = False) -> float:
+        return self.fm(px, bold).horizontalAdvance(text)
+
+    def ascent(self, px: int, bold: bool = False) -> float:
+        return self.fm(px, bold).ascent()
+
+    def height(self, px: int, bold: bool = False) -> int:
+        return math.ceil(self.fm(px, bold).height())
+
+
+def _nice_step(span: float, count: int) -> float:
+    raw = span / max(count, 1)
+    if raw <= 0:
+        return 1.0
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+def _position_ticks(n: int, length_px: int) -> list[int]:
+    """Integer positions 0, step, 2*step ... < n with labels at least ~36 px apart."""
+    count = max(1, length_px // 36)
+    step = max(1, int(_nice_step(max(n - 1, 1), count)))
+    if step not in (1, 2, 5) and step % 5:
+        step = int(math.ceil(step / 5) * 5)
+    return list(range(0, n, step))
+
+
+def _value_ticks(lo: float, hi: float, length_px: int) -> tuple[list[float], list[str]]:
+    count = max(2, min(6, length_px // 32))
+    step = _nice_step(hi - lo, count)
+    first = math.ceil(lo / step - 1e-9) * step
+    values = [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+    values = [0.0 if abs(v) < step * 1e-9 else v for v in values]
+    big = max(abs(lo), abs(hi))
+    if big >= 1e5 or big < 1e-3:
+        labels = [f"{v:.2g}" for v in values]
+    else:
+        decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+        labels = [f"{v:.{decimals}f}" for v in values]
+    labels = [s.replace("-", "\u2212") for s in labels]  # a real minus sign
+    return values, labels
+
+
+def _wrap(parts: list[str], width: float, measure) -> list[str]:
+    lines: list[str] = []
+    for part in parts:
+        if lines and measure(lines[-1] + " \u00b7 " + part) <= width:
+            lines[-1] += " \u00b7 " + part
+        else:
+            lines.append(part)
+    return lines
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}".replace("-", "\u2212")
+
+
+def _grid_shape(n: int, tile_w: int, tile_h: int) -> tuple[int, int]:
+    """(columns, rows) whose overall shape is closest to 3:2, penalising empty slots."""
+    best, best_cost = (n, 1), float("inf")
+    for cols in range(1, n + 1):
+        rows = -(-n // cols)
+        if cols > 1 and (cols - 1) * rows >= n:  # a column fewer fits too: not a distinct layout
+            continue
+        aspect = (cols * tile_w) / max(rows * tile_h, 1)
+        cost = abs(math.log(aspect / 1.5)) + 0.3 * (cols * rows - n)
+        if cost < best_cost:
+            best, best_cost = (cols, rows), cost
+    return best
+
+
+def _mask_text(c: RunConfig) -> str:
+    if c.mask == "none":
+        return "mask: none"
+    if c.mask in ("window", "window-bidirectional"):
+        return f"mask: {c.mask} {c.window}"
+    if c.mask == "padding":
+        return "mask: padding, valid keys " + ", ".join(str(n) for n in c.kv_lengths)
+    return f"mask: {c.mask}"
+
+
+def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage]) -> tuple[str, list[str]]:
+    c = result.config
+    b = options.batch_index
+    if options.what == "output":
+        tile = tiles[0]
+        heading = f"{tile.title} \u00b7 {tile.shape[0]} \u00d7 {tile.shape[1]}"
+    else:
+        view = options.map_view
+        if view == "weights":
+            heading = ("Attention weights after dropout (train mode)" if c.train and c.dropout > 0
+                       else "Attention weights")
+        else:
+            heading = "Pre-softmax scores QK\u1d40/\u221ad_head"
+        if options.what == "head":
+            heading += f" \u00b7 head {options.head} of {c.heads}"
+        elif options.what == "mean":
+            heading += f" \u00b7 mean over {c.heads} heads"
+        else:
+            heading += f" \u00b7 {c.heads} head{'s' if c.heads != 1 else ''}"
+    parts = [f"{c.spec.label} ({c.variant})", c.shapes_text(), _mask_text(c)]
+    if c.safe_softmax and c.applies("safe_softmax"):
+        parts.append("safe softmax")
+    if c.train and c.applies("train"):
+        parts.append(f"train mode, dropout {c.dropout:g}")
+    parts += [f"batch item {b} of {c.batch}", f"seed {c.seed}", f"{c.dtype} on {result.device}"]
+    return heading, parts
+
+
+def _axis_names(options: ExportOptions) -> tuple[str, str]:
+    """(x label, y label)."""
+    if options.what != "output":
+        return "key position j", "query position i"
+    rows = "key position j" if options.tensor in ("k", "v") else "query position i"
+    return "feature", rows
+
+
+def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage], str, bool]:
+    """The tiles to draw (full resolution), the colour bar caption, and whether levels are shared."""
+    view = ViewOptions(view=options.map_view, batch_index=options.batch_index, colormap=options.colormap,
+                       diverging=options.diverging, shared_scale=options.shared_scale, tensor=options.tensor,
+                       tensor_head=options.tensor_head, max_px=None, tensor_px=None,
+                       mean=options.what == "mean")
+    frames = render(result, view)
+    if options.what == "output":
+        return [frames.tensor], "value", True
+    caption = "attention weight" if options.map_view == "weights" else "score"
+    if options.what == "mean":
+        return [frames.mean], caption, True
+    if options.what == "head":
+        return [frames.heads[options.head]], caption, True
+    return list(frames.heads), caption, options.shared_scale
+
+
+def auto_scale(rows: int, cols: int) -> int:
+    """Pixels per cell: the longer side of a tile reaches MIN_TILE_PX, and a thin map (say 4 x 300)
+    is scaled further so its shorter side reaches MIN_SHORT_PX while the longer stays within
+    MAX_AUTO_LONG_PX; never more than MAX_AUTO_SCALE."""
+    long, short = max(rows, cols, 1), max(min(rows, cols), 1)
+    s = max(math.ceil(MIN_TILE_PX / long), min(math.ceil(MIN_SHORT_PX / short), MAX_AUTO_LONG_PX // long))
+    return max(1, min(MAX_AUTO_SCALE, s))
+
+
+def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
+    """Compose the export: sizes, positions and drawing items. ValueError for bad options or a too-large image."""
+    options = options or ExportOptions()
+    options.check(result.config)
+    m = _Metrics()
+    tiles, caption, shared = _select(result, options)
+    rows, cols = tiles[0].image.shape
+    s = options.scale or auto_scale(rows, cols)
+    img_w, img_h = cols * s, rows * s
+    many = len(tiles) > 1
+    show_tile_titles = options.title and many
+    decorated = options.title or options.colorbar or options.axis_labels
+    margin = MARGIN if decorated else 0
+
+    tile_titles = []
+    for t in tiles:
+        label = t.title
+        if not shared:
+            label += f" ({_fmt(t.levels[0])} to {_fmt(t.levels[1])})"
+        tile_titles.append(label)
+
+    # one tile block: [y ticks][image] with the tile title above and x ticks below
+    tt_h = m.height(TILE_PX, True) + 4 if show_tile_titles else 0
+    x_ticks = _position_ticks(cols, img_w) if options.axis_labels else []
+    y_ticks = _position_ticks(rows, img_h) if options.axis_labels else []
+    tick_len = 4
+    ytick_w = (math.ceil(max(m.width(str(v), TICK_PX) for v in y_ticks)) + tick_len + 4) if y_ticks else 0
+    xtick_h = (m.height(TICK_PX) + tick_len + 2) if x_ticks else 0
+    title_w = max((math.ceil(m.width(t, TILE_PX, True)) for t in tile_titles), default=0) if show_tile_titles else 0
+    inner_w = max(img_w, title_w)
+    block_w, block_h = ytick_w + inner_w, tt_h + img_h + xtick_h
+    ncols, nrows = _grid_shape(len(tiles), block_w, block_h) if many else (1, 1)
+    grid_w = ncols * block_w + (ncols - 1) * GAP
+    grid_h = nrows * block_h + (nrows - 1) * GAP
+    _check_size(grid_w, grid_h)  # before allocating any upscaled tile
+
+    label_h = m.height(LABEL_PX) + 4 if options.axis_labels else 0  # x label below, y label left
+    xname, yname = _axis_names(options)
+    # a grid shorter than the rotated y label gets room above and below so the label never overhangs
+    pad = max(0, math.ceil(m.width(yname, LABEL_PX)) + 8 - grid_h) if options.axis_labels else 0
+    content_w_left = label_h + grid_w  # y label column + grid
+
+    # colour bar column
+    lut = tiles[0].lut
+    present = {i for i in (colormaps.MASKED_INDEX, colormaps.NAN_INDEX) if any((t.image == i).any() for t in tiles)}
+    legend = []
+    if colormaps.MASKED_INDEX in present:
+        legend.append((colormaps.MASKED_INDEX, "masked"))
+    if colormaps.NAN_INDEX in present:
+        legend.append((colormaps.NAN_INDEX, "no key (NaN)" if options.what != "output" else "NaN"))
+
+    # title block
+    title_lines: list[tuple[str, int, bool, str]] = []
+    heading, parts = _title_parts(result, options, tiles)
+    summary = heading + " \u2014 " + " \u00b7 ".join(parts)
+
+    top = margin
+    if options.title:
+        wrap_w = max(content_w_left + 200, 520)
+        title_lines.append((heading, TITLE_PX, True, INK))
+        for line in _wrap(parts, wrap_w, lambda t: m.width(t, SUBTITLE_PX)):
+            title_lines.append((line, SUBTITLE_PX, False, SOFT_INK))
+    title_h = sum(m.height(px, bold) + 2 for _, px, bold, _ in title_lines) + (8 if title_lines else 0)
+    grid_x = margin + label_h
+    grid_y = top + title_h + pad // 2
+
+    items: list = []
+    tile_rects = []
+    for i, t in enumerate(tiles):
+        r, col = divmod(i, ncols)
+        bx = grid_x + col * (block_w + GAP)
+        by = grid_y + r * (block_h + GAP)
+        ix = bx + ytick_w + (inner_w - img_w) // 2
+        iy = by + tt_h
+        rgba = t.lut[t.image]
+        if s > 1:
+            rgba = np.repeat(np.repeat(rgba, s, axis=0), s, axis=1)
+        items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
+        tile_rects.append((ix, iy, img_w, img_h))
+        if show_tile_titles:
+            items.append(Text(ix + img_w / 2, by + m.ascent(TILE_PX, True), tile_titles[i], TILE_PX, True,
+                              "middle"))
+        if options.axis_labels:
+            ta = m.ascent(TICK_PX)
+            for j in x_ticks:
+                x = ix + (j + 0.5) * s
+                items.append(Line(x, iy + img_h, x, iy + img_h + tick_len, FRAME))
+                items.append(Text(x, iy + img_h + tick_len + 1 + ta, str(j), TICK_PX, anchor="middle",
+                                  color=TICK_INK))
+            for j in y_ticks:
+                y = iy + (j + 0.5) * s
+                items.append(Line(ix - tick_len, y, ix, y, FRAME))
+                items.append(Text(ix - tick_len - 3, y + ta * 0.36, str(j), TICK_PX, anchor="end",
+                                  color=TICK_INK))
+
+    content_bottom = grid_y + grid_h
+    if options.axis_labels:
+        x_mid = max(grid_x + grid_w / 2, grid_x + m.width(xname, LABEL_PX) / 2)  # never left of the grid
+        items.append(Text(x_mid, content_bottom + 2 + m.ascent(LABEL_PX), xname, LABEL_PX,
+                          anchor="middle", color=SOFT_INK))
+        items.append(Text(margin + m.ascent(LABEL_PX), grid_y + grid_h / 2, yname, LABEL_PX,
+                          anchor="middle", color=SOFT_INK, rotated=True))
+        content_bottom = max(content_bottom + label_h, grid_y + grid_h + pad - pad // 2)
+
+    right = grid_x + max(grid_w, math.ceil(m.width(xname, LABEL_PX)) if options.axis_labels else 0)
+    if options.colorbar:
+        bx = right + 24
+        ta = m.ascent(TICK_PX)
+        lift = math.ceil(ta * 0.64) + 6  # the caption clears the top tick label
+        cap_h = m.height(LABEL_PX) + lift
+        first_img_top = grid_y + tt_h
+        last_img_bottom = grid_y + (nrows - 1) * (block_h + GAP) + tt_h + img_h
+        bar_top = max(first_img_top, grid_y + cap_h)
+        bar_h = max(BAR_MIN_HEIGHT, last_img_bottom - bar_top)
+        bar_caption = caption if shared else f"{caption} (per-head scale)"
+        items.append(Text(bx, bar_top - lift - m.fm(LABEL_PX).descent(), bar_caption, LABEL_PX, color=SOFT_INK))
+        items.append(Bar(bx, bar_top, BAR_WIDTH, bar_h, lut))
+        items.append(Box(bx, bar_top, BAR_WIDTH, bar_h, stroke=FRAME))
+        lo, hi = tiles[0].levels if shared else (0.0, 1.0)
+        if shared:
+            values, labels = _value_ticks(lo, hi, bar_h)
+        else:
+            values, labels = [0.0, 1.0], ["low", "high"]
+        label_w = 0.0
+        for v, text in zip(values, labels):
+            y = bar_top + bar_h - (v - lo) / (hi - lo) * bar_h
+            y = min(max(y, bar_top), bar_top + bar_h)
+            items.append(Line(bx + BAR_WIDTH, y, bx + BAR_WIDTH + 4, y, FRAME))
+            items.append(Text(bx + BAR_WIDTH + 7, y + ta * 0.36, text, TICK_PX, color=TICK_INK))
+            label_w = max(label_w, m.width(text, TICK_PX))
+        bar_col_w = max(BAR_WIDTH + 7 + math.ceil(label_w), math.ceil(m.width(bar_caption, LABEL_PX)))
+        y = bar_top + bar_h + 14
+        for index, text in legend:
+            items.append(Box(bx, y, 12, 12, fill=_hex(lut[index]), stroke=FRAME))
+            items.append(Text(bx + 18, y + 6 + ta * 0.36, text, TICK_PX, color=TICK_INK))
+            bar_col_w = max(bar_col_w, 18 + math.ceil(m.width(text, TICK_PX)))
+            y += 18
+        bar_bottom = y if legend else bar_top + bar_h + ta  # room for the lowest tick label
+        right = bx + bar_col_w
+        content_bottom = max(content_bottom, bar_bottom)
+
+    width = right + margin
+    y = top
+    for text, px, bold, color in title_lines:
+        items.append(Text(margin, y + m.ascent(px, bold), text, px, bold, color=color))
+        y += m.height(px, bold) + 2
+        width = max(width, margin + math.ceil(m.width(text, px, bold)) + margin)
+    height = content_bottom + margin
+    _check_size(width, height)
+    return Layout(int(width), int(height), items, tile_rects, s, summary)
+
+
+def _check_size(width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise ImageTooLarge(f"the image would be {width} x {height} pixels, over the limit of {MAX_PIXELS:,}; "
+                            "use a smaller scale, one head, or shorter sequences (or export .npz)")
+
+
+def _hex(rgba) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*(int(v) for v in rgba[:3]))
+
+
+def _bar_rgba(lut: np.ndarray, w: int, h: int) -> np.ndarray:
+    """The colour bar as pixels: row r shows LUT index floor((h-1-r) * 254 / h), high at the top."""
+    idx = ((h - 1 - np.arange(h)) * colormaps.DATA_LEVELS // h).clip(0, colormaps.DATA_LEVELS - 1)
+    return np.ascontiguousarray(np.repeat(lut[idx][:, None, :], w, axis=1))
+
+
+# --- PNG -------------------------------------------------------------------------------------
+
+
+def _qimage(rgba: np.ndarray):
+    from PySide6.QtGui import QImage
+
+    h, w = rgba.shape[:2]
+    return QImage(rgba.data, w, h, w * 4, QImage.Format.Format_RGBA8888).copy()
+
+
+def _paint(lay: Layout):
+    from PySide6.QtCore import QPointF, QRectF
+    from PySide6.QtGui import QColor, QImage, QPainter, QPen
+
+    m = _Metrics()
+    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    image.fill(QColor(BACKGROUND))
+    p = QPainter(image)
+    try:
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        p.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+        p.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
+        for it in lay.items:
+            if isinstance(it, Raster):
+                p.drawImage(it.x, it.y, _qimage(it.rgba))
+            elif isinstance(it, Bar):
+                p.drawImage(it.x, it.y, _qimage(_bar_rgba(it.lut, it.w, it.h)))
+            elif isinstance(it, Box):
+                if it.fill:
+                    p.fillRect(it.x, it.y, it.w, it.h, QColor(it.fill))
+                if it.stroke:
+                    p.setPen(QPen(QColor(it.stroke), 1))
+                    p.setBrush(QColor(0, 0, 0, 0))
+                    p.drawRect(QRectF(it.x - 1, it.y - 1, it.w + 1, it.h + 1))
+            elif isinstance(it, Line):
+                p.setPen(QPen(QColor(it.color), 1))
+                p.drawLine(QPointF(it.x1, it.y1), QPointF(it.x2, it.y2))
+            elif isinstance(it, Text):
+                p.setFont(m.font(it.px, it.bold))
+                p.setPen(QColor(it.color))
+                w = m.width(it.text, it.px, it.bold)
+                dx = {"start": 0.0, "middle": -w / 2, "end": -w}[it.anchor]
+                if it.rotated:
+                    p.save()
+                    p.translate(it.x, it.y)
+                    p.rotate(-90)
+                    p.drawText(QPointF(dx, 0), it.text)
+                    p.restore()
+                else:
+                    p.drawText(QPointF(it.x + dx, it.y), it.text)
+    finally:
+        p.end()
+    return image
+
+
+def compose_image(result: RunResult, options: ExportOptions | None = None):
+    """The export as a QImage (what the PNG holds); e.g. for copying to the clipboard."""
+    return _paint(layout(result, options))
+
+
+def _encode_png(image) -> bytes:
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+
+    data = QByteArray()
+    buf = QBuffer(data)
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    if not image.save(buf, "PNG"):
+        raise RuntimeError("Qt could not encode the PNG")
+    buf.close()
+    return bytes(data.data())
+
+
+def png_bytes(result: RunResult, options: ExportOptions | None = None) -> bytes:
+    return _encode_png(compose_image(result, options))
+
+
+# --- SVG -------------------------------------------------------------------------------------
+
+
+def _png_data_uri(rgba: np.ndarray) -> str:
+    return "data:image/png;base64," + base64.b64encode(_encode_png(_qimage(rgba))).decode("ascii")
+
+
+def _n(v: float) -> str:
+    return f"{v:.2f}".rstrip("0").rstrip(".")
+
+
+def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
+    """The export as an SVG 1.1 document: crisp embedded rasters for the maps, vector text."""
+    lay = layout(result, options)
+    out = [
+        '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" version="1.1" '
+        f'width="{lay.width}" height="{lay.height}" viewBox="0 0 {lay.width} {lay.height}">',
+        f"<title>{escape(lay.summary)}</title>",
+        f'<rect x="0" y="0" width="{lay.width}" height="{lay.height}" fill="{BACKGROUND}"/>',
+        f'<g font-family="{SVG_FONT}">',
+    ]
+    n_bars = 0
+    for it in lay.items:
+        if isinstance(it, Raster):
+            h, w = it.rgba.shape[:2]
+            out.append(
+                f'<image class="tile" x="{it.x}" y="{it.y}" width="{w}" height="{h}" preserveAspectRatio="none" '
+                'image-rendering="optimizeSpeed" style="image-rendering:crisp-edges;image-rendering:pixelated" '
+                f'xlink:href="{_png_data_uri(it.rgba)}"/>')
+        elif isinstance(it, Bar):
+            gid = f"bar{n_bars}"
+            n_bars += 1
+            levels = colormaps.DATA_LEVELS
+            stops = []
+            for i in range(levels):  # hard steps: each LUT colour holds over its own 1/254 of the bar
+                c = _hex(it.lut[i])
+                stops.append(f'<stop offset="{i / levels:.6f}" stop-color="{c}"/>')
+                stops.append(f'<stop offset="{(i + 1) / levels:.6f}" stop-color="{c}"/>')
+            out.append(f'<defs><linearGradient id="{gid}" x1="0" y1="1" x2="0" y2="0">{"".join(stops)}'
+                       "</linearGradient></defs>")
+            out.append(f'<rect x="{it.x}" y="{it.y}" width="{it.w}" height="{it.h}" fill="url(#{gid})"/>')
+        elif isinstance(it, Box):
+            fill = it.fill or "none"
+            stroke = f' stroke="{it.stroke}" stroke-width="1"' if it.stroke else ""
+            if it.stroke:  # the PNG's 1-px frame lies just outside the box
+                out.append(f'<rect x="{_n(it.x - 0.5)}" y="{_n(it.y - 0.5)}" width="{it.w + 1}" height="{it.h + 1}" '
+                           f'fill="none"{stroke}/>')
+                if it.fill:
+                    out.append(f'<rect x="{it.x}" y="{it.y}" width="{it.w}" height="{it.h}" fill="{fill}"/>')
+            else:
+                out.append(f'<rect x="{it.x}" y="{it.y}" width="{it.w}" height="{it.h}" fill="{fill}"/>')
+        elif isinstance(it, Line):
+            out.append(f'<line x1="{_n(it.x1)}" y1="{_n(it.y1)}" x2="{_n(it.x2)}" y2="{_n(it.y2)}" '
+                       f'stroke="{it.color}" stroke-width="1"/>')
+        elif isinstance(it, Text):
+            attrs = (f'x="{_n(it.x)}" y="{_n(it.y)}" font-size="{it.px}" fill="{it.color}" '
+                     f'text-anchor="{it.anchor}"')
+            if it.bold:
+                attrs += ' font-weight="bold"'
+            if it.rotated:
+                attrs += f' transform="rotate(-90 {_n(it.x)} {_n(it.y)})"'
+            out.append(f"<text {attrs}>{escape(it.text)}</text>")
+    out += ["</g>", "</svg>", ""]
+    return "\n".join(out)
+
+
+# --- NPZ -------------------------------------------------------------------------------------
+
+NPZ_ARRAYS = ("weights", "scores", "output", "q", "k", "v", "context", "mask", "dropped", "fully_masked_rows")
+
+
+def write_npz(result: RunResult, path: str | os.PathLike) -> Path:
+    """Every array of the result plus `config` (the saved-configuration JSON string), atomically."""
+    arrays = {name: np.asarray(getattr(result, name)) for name in NPZ_ARRAYS}
+    with atomic_writer(path) as f:
+        np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
+    return Path(path)
+
+
+# --- the one entry point ---------------------------------------------------------------------
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """'.png', '.svg' or '.npz' from the file name; ValueError naming the extension otherwise."""
+    ext = Path(path).suffix.lower()
+    if ext not in FORMATS:
+        shown = f"extension {ext!r}" if ext else "no extension"
+        raise ValueError(f"cannot export {os.fspath(path)!r}: {shown}; use one of {', '.join(FORMATS)}")
+    return ext
+
+
+def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | None = None) -> Path:
+    """Write the result to `path` as PNG, SVG or NPZ (chosen by the extension); returns the path.
+
+    ValueError for an unknown extension or bad options (nothing written). ExportError when the file
+    cannot be written or the image would be too large; any previous file at `path` stays intact.
+    """
+    ext = format_of(path)
+    options = options or ExportOptions()
+    if ext == ".npz":
+        options.check(result.config)
+        return write_npz(result, path)
+    try:
+        data = png_bytes(result, options) if ext == ".png" else svg_text(result, options).encode("utf-8")
+    except ImageTooLarge as exc:
+        raise ExportError(path, str(exc)) from exc
+    write_bytes(path, data)
+    return Path(path)
+
+
+def default_filename(result: RunResult, options: ExportOptions | None = None, ext: str = ".png") -> str:
+    """A descriptive file name such as 'attnviz-causal-weights-grid.png'."""
+    options = options or ExportOptions()
+    what = options.what
+    if what == "head":
+        what = f"head{options.head}"
+    elif what == "output":
+        what = options.tensor
+    view = "" if options.what in ("output", "scores") else f"-{options.map_view}"
+    return f"attnviz-{result.config.variant}{view}-{what}{ext}"
+
