@@ -1,0 +1,190 @@
+"""The in-app Export dialog and clipboard copy, over attnviz.export (the same renderer as the CLI).
+
+The export runs on a short-lived background thread with a busy bar, so a large grid never blocks
+the window; the result object it reads is immutable once shown, so sharing it is safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+)
+
+from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, default_filename, export, format_of
+from .panel import _name
+
+
+class ExportJob(QObject):
+    """Runs one export on a background thread; reports to GUI-thread slots through signals."""
+
+    sigDone = Signal(str)  # the path written
+    sigFailed = Signal(str)  # a message naming the problem
+
+    def start(self, result, path: str, options: ExportOptions) -> None:
+        threading.Thread(target=self._run, args=(result, path, options), name="attnviz-export",
+                         daemon=True).start()
+
+    def _run(self, result, path: str, options: ExportOptions) -> None:
+        try:
+            self.sigDone.emit(str(export(result, path, options)))
+        except (ExportError, ValueError) as exc:
+            self.sigFailed.emit(str(exc))
+        except Exception as exc:  # never take the app down for a figure
+            self.sigFailed.emit(f"{type(exc).__name__}: {exc}")
+
+
+class ExportDialog(QDialog):
+    """What to export, how it looks, where to; the format follows the file extension."""
+
+    sigFinished = Signal(bool, str)  # success, path or message
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.setObjectName("exportDialog")
+        self.setWindowTitle("Export")
+        self.setAttribute(Qt.WA_DeleteOnClose)
+        self.window_ = window
+        result = window.result
+        form = QFormLayout()
+
+        self.whatCombo = _name(QComboBox(), "exportWhatCombo")
+        for key, text in WHATS.items():
+            self.whatCombo.addItem(text[0].upper() + text[1:], key)
+        self.whatCombo.setToolTip("The head grid as shown, one head, the mean over heads, the output tensor "
+                                  "(or the tensor the lower view shows), or the pre-softmax scores grid")
+        focus = window.headGrid.focus
+        self.whatCombo.setCurrentIndex(self.whatCombo.findData("grid" if focus is None
+                                                               else "mean" if focus == -1 else "head"))
+        self.headSpin = _name(QSpinBox(), "exportHeadSpin")
+        self.headSpin.setRange(0, result.config.heads - 1)
+        self.headSpin.setValue(max(focus or 0, 0))
+        self.headSpin.setToolTip("Which head to export")
+        self.scaleSpin = _name(QSpinBox(), "exportScaleSpin")
+        self.scaleSpin.setRange(0, 64)
+        self.scaleSpin.setSpecialValueText("auto")
+        self.scaleSpin.setSuffix(" px per cell")
+        self.scaleSpin.setToolTip("Pixels per cell, crisp nearest-neighbour (auto: tiles of at least ~240 px)")
+        self.titleCheck = _name(QCheckBox("Title (variant, shapes, mask)"), "exportTitleCheck")
+        self.barCheck = _name(QCheckBox("Colour bar"), "exportColorbarCheck")
+        self.labelsCheck = _name(QCheckBox("Axis labels and ticks"), "exportLabelsCheck")
+        for check in (self.titleCheck, self.barCheck, self.labelsCheck):
+            check.setChecked(True)
+            check.setToolTip("Include this in the image (PNG and SVG)")
+        self.pathEdit = _name(QLineEdit(), "exportPathEdit")
+        self.pathEdit.setToolTip("Target file; the extension picks the format: " +
+                                 ", ".join(f"{k} ({v})" for k, v in FORMATS.items()))
+        start = Path(window._start_dir())
+        self.pathEdit.setText(str(start / default_filename(result, self.options())))
+        browse = QPushButton("Browse…")
+        browse.setToolTip("Choose the file")
+        browse.clicked.connect(self._browse)
+        path_row = QHBoxLayout()
+        path_row.addWidget(self.pathEdit, 1)
+        path_row.addWidget(browse)
+
+        form.addRow("Export", self.whatCombo)
+        form.addRow("Head", self.headSpin)
+        form.addRow("Scale", self.scaleSpin)
+        form.addRow("", self.titleCheck)
+        form.addRow("", self.barCheck)
+        form.addRow("", self.labelsCheck)
+        form.addRow("File", path_row)
+        self.messageLabel = _name(QLabel(), "exportMessage")
+        self.messageLabel.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.hide()
+        self.buttons = QDialogButtonBox(QDialogButtonBox.Cancel)
+        self.exportButton = self.buttons.addButton("Export", QDialogButtonBox.AcceptRole)
+        self.exportButton.setObjectName("exportConfirmButton")
+        self.exportButton.setDefault(True)
+        self.buttons.accepted.connect(self.start)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.messageLabel)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.buttons)
+        self.whatCombo.currentIndexChanged.connect(self._what_changed)
+        self._what_changed()
+        self.job = ExportJob(self)
+        self.job.sigDone.connect(self._done)
+        self.job.sigFailed.connect(self._failed)
+
+    def options(self) -> ExportOptions:
+        scale = self.scaleSpin.value() or None
+        return ExportOptions.from_view(
+            self.window_.frames.options, what=self.whatCombo.currentData(), head=self.headSpin.value(),
+            scale=scale, title=self.titleCheck.isChecked(), colorbar=self.barCheck.isChecked(),
+            axis_labels=self.labelsCheck.isChecked())
+
+    def _what_changed(self) -> None:
+        self.headSpin.setEnabled(self.whatCombo.currentData() == "head")
+        path = Path(self.pathEdit.text())
+        if path.name.startswith("attnviz-"):  # still our suggestion: follow the choice
+            ext = path.suffix or ".png"
+            self.pathEdit.setText(str(path.with_name(default_filename(self.window_.result, self.options(), ext))))
+
+    def _browse(self) -> None:
+        filters = ";;".join(f"{v} (*{k})" for k, v in FORMATS.items())
+        path, _ = QFileDialog.getSaveFileName(self, "Export to", self.pathEdit.text(), filters)
+        if path:
+            self.pathEdit.setText(path)
+
+    def start(self) -> None:
+        path = self.pathEdit.text().strip()
+        try:
+            format_of(path)
+            self.options().check(self.window_.result.config)
+        except ValueError as exc:
+            self._failed(str(exc))
+            return
+        self.messageLabel.setText(f"Writing {path}…")
+        self.messageLabel.setStyleSheet("")
+        self.progress.show()
+        self.exportButton.setEnabled(False)
+        self.job.start(self.window_.result, path, self.options())
+
+    def _done(self, path: str) -> None:
+        self.progress.hide()
+        self.window_._remember_dir(path)
+        self.window_.statusBar().showMessage(f"Exported {path}", 6000)
+        self.sigFinished.emit(True, path)
+        self.accept()
+
+    def _failed(self, message: str) -> None:
+        self.progress.hide()
+        self.exportButton.setEnabled(True)
+        self.messageLabel.setStyleSheet("color: #d0312d;")
+        self.messageLabel.setText(message)
+        self.sigFinished.emit(False, message)
+
+
+def copy_to_clipboard(window) -> None:
+    """Put the view's image (the grid, or the focused head) on the clipboard, rendered from the data."""
+    focus = window.headGrid.focus
+    what = "grid" if focus is None else ("mean" if focus == -1 else "head")
+    image = compose_image(window.result, ExportOptions.from_view(window.frames.options, what=what,
+                                                                 head=max(focus or 0, 0)))
+    QGuiApplication.clipboard().setImage(image)
+    window.statusBar().showMessage(f"Copied a {image.width()} x {image.height()} image to the clipboard", 4000)
+
+
+__all__ = ["ExportDialog", "ExportJob", "copy_to_clipboard"]
