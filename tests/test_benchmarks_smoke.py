@@ -1,0 +1,100 @@
+"""Smoke test of the benchmark machinery (benchmarks/, issue 5) on a tiny size.
+
+Runs all six measurements once, through the same Python API the command uses, and checks the
+results document's shape and that its numbers are sane. No timing assertions: timings belong
+in benchmarks/results.json, not in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import SIZES, interleaved, paired_ratios, parse_sizes  # noqa: E402
+from benchmarks.run import MEASUREMENTS, run_benchmarks, table  # noqa: E402
+
+
+def positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory, qapp):
+    out = tmp_path_factory.mktemp("bench") / "results.json"
+    run_benchmarks(
+        [SIZES["tiny"]], MEASUREMENTS, quick=True, repeats=1, warmup=0, gui_samples=2, storm=(20, 0.2),
+        export={"heads": 2, "seq": 16, "width": 32, "matplotlib": False}, export_repeats=1,
+        out=out, print_table=False,
+    )
+    return json.loads(out.read_text())  # what was written, not just what was returned
+
+
+def test_document_has_machine_info_and_every_measurement(doc):
+    assert doc["schema"] == "attnviz-benchmarks/1"
+    machine = doc["machine"]
+    for key in ("cpu_model", "cpu_count", "torch_version", "date", "torch_threads"):
+        assert machine[key], key
+    assert doc["sizes"]["tiny"]["weights_bytes"] == 2 * 16 * 16 * 4
+    for m in ("engine", "latency", "responsiveness", "memory", "view_only"):
+        entry = doc[m]["tiny"]
+        assert entry["status"] == "ok", (m, entry.get("reason"), entry.get("traceback"))
+    assert doc["export"]["status"] == "ok", doc["export"].get("reason")
+    assert isinstance(doc["checks"], list)
+
+
+def test_engine_numbers(doc):
+    e = doc["engine"]["tiny"]
+    for name in ("seed_forward", "traced_forward", "run", "seed_script"):
+        assert positive(e["median_s"][name]), name
+    assert positive(e["ratio_traced_vs_seed"])
+    assert e["parity_max_abs_diff"] < 1e-5  # same weights, same input: same output
+
+
+def test_window_numbers(doc):
+    lat = doc["latency"]["tiny"]
+    assert positive(lat["p50_s"])
+    seed = lat["seed_toggle"]
+    assert seed["all_tiles_ok"] and seed["all_recomputed"]
+    assert positive(seed["paint_s"]["p50"]) and positive(seed["worker_s"]["p50"])
+    assert positive(lat["heads_toggle"]["to_full"]["latency_s"]["p50"])
+
+    storm = doc["responsiveness"]["tiny"]
+    assert storm["changes"] == 20 and storm["frames_shown"] >= 1
+    assert storm["stale_frames_shown"] == 0
+    assert storm["final_matches_parameters"] is True
+    assert storm["longest_stall_s"] >= 0 and storm["storm_and_settle"]["ticks"] > 0
+
+    view = doc["view_only"]["tiny"]
+    assert view["recomputes"] == 0
+    for name in ("colormap", "per_head_scale", "batch_item"):
+        assert positive(view[name]["to_sigshown_s"]["p50"]), name
+
+
+def test_memory_and_export_numbers(doc):
+    mem = doc["memory"]["tiny"]
+    assert positive(mem["peak_rss_bytes"]) and mem["peak_rss_bytes"] >= mem["peak_after_imports_bytes"]
+    assert mem["budget_bytes"] == int(2.5 * mem["weights_bytes"] + 400e6)
+    exp = doc["export"]
+    assert positive(exp["median_s"]["attnviz_render"])
+    assert exp["png_pixels"]["attnviz_render"][0] > 0
+
+
+def test_table_prints_every_measurement(doc):
+    text = table(doc)
+    for label in ("1 engine", "2 latency", "3 storm", "4 export", "5 memory", "6 view-only"):
+        assert label in text
+
+
+def test_helpers():
+    assert [s.name for s in parse_sizes("s, M")] == ["S", "M"]
+    times = interleaved({"a": lambda: 1, "b": lambda: 2}, repeats=3, warmup=1)
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+    assert paired_ratios([2.0, 4.0], [1.0, 2.0]) == [2.0, 2.0]
