@@ -59,6 +59,7 @@ TITLE_PX, SUBTITLE_PX, TILE_PX, TICK_PX, LABEL_PX = 16, 12, 13, 11, 12
 INK, SOFT_INK, TICK_INK, FRAME = "#1a1a1a", "#4d4d4d", "#404040", "#808080"
 BACKGROUND = "#ffffff"
 BAR_WIDTH, BAR_MIN_HEIGHT = 16, 140
+PNG_QUALITY = 50  # Qt's zlib effort: 2.4x faster than the default for ~10% larger files (benchmarks/)
 
 
 class ImageTooLarge(ValueError):
@@ -619,7 +620,7 @@ def _encode_png(image) -> bytes:
     data = QByteArray()
     buf = QBuffer(data)
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not image.save(buf, "PNG"):
+    if not image.save(buf, "PNG", PNG_QUALITY):
         raise RuntimeError("Qt could not encode the PNG")
     buf.close()
     return bytes(data.data())

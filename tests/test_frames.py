@@ -75,3 +75,33 @@ def test_tensor_tile_is_centred_at_zero():
     m = float(np.abs(v).max())
     assert frames.tensor.levels == (-m, m)
     assert frames.tensor.image.shape == v.shape
+
+
+def test_block_pooling_equals_torch_max_pool2d():
+    import torch
+    import torch.nn.functional as F
+
+    from attnviz.frames import _pool
+
+    g = torch.Generator().manual_seed(0)
+    for shape, max_px in [((3, 100, 70), (9, 11)), ((2, 64, 64), (16, 64)), ((1, 5, 1000), (5, 7))]:
+        x = torch.randn(shape, generator=g)
+        fh, fw = -(-shape[1] // max_px[0]), -(-shape[2] // max_px[1])
+        expected = F.max_pool2d(x, (fh, fw), (fh, fw), ceil_mode=True)
+        assert torch.equal(_pool(x, max_px), expected)
+        low = -F.max_pool2d(-x, (fh, fw), (fh, fw), ceil_mode=True)
+        assert torch.equal(_pool(x, max_px, signed=True), torch.where(expected.abs() >= low.abs(), expected, low))
+
+
+def test_view_only_changes_reuse_the_pooled_maps():
+    from attnviz.frames import PoolCache
+
+    result = run(RunConfig(heads=4, seq_q=300))
+    cache = PoolCache()
+    first = render(result, ViewOptions(max_px=(50, 50)), cache)
+    pooled = dict(cache.entries)
+    again = render(result, ViewOptions(max_px=(50, 50), colormap="magma", shared_scale=False), cache)
+    assert all(cache.entries[k] is v for k, v in pooled.items())  # nothing pooled twice
+    assert (again.heads[0].lut == colormaps.lut("magma")).all()
+    data = first.heads[0].image < colormaps.DATA_LEVELS
+    np.testing.assert_array_equal(again.heads[0].image < colormaps.DATA_LEVELS, data)

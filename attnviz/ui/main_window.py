@@ -37,7 +37,7 @@ from ..core import ConfigError, RunConfig, load_config, run
 from ..frames import MAP_VIEWS, TENSORS, ViewOptions
 from .panel import ParameterPanel, _name
 from .views import HeadGrid, TensorView
-from .worker import Failure, Outcome, Request, Worker
+from .worker import Failure, Outcome, Reaper, Request, Worker
 
 SETTINGS_VERSION = 1
 
@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         self._timer.timeout.connect(self.request)
 
         self.worker = Worker(compute, parent=self)
+        self.reaper = Reaper()
         self.worker.sigDone.connect(self._on_done)
         self.worker.sigFailed.connect(self._on_failed)
         self.worker.sigBusy.connect(self._on_busy)
@@ -275,9 +276,12 @@ class MainWindow(QMainWindow):
         t0 = time.perf_counter()
         if self.result is None or outcome.result.config != self.result.config:
             self.hoverLabel.clear()  # it described cells of the previous run
+        previous = (self.result, self.frames)
         self.result, self.frames = outcome.result, outcome.frames
         self.headGrid.show_frames(outcome.result, outcome.frames)
         self.outputView.show_frames(outcome.result, outcome.frames)
+        self.reaper.drop(previous)  # the last references to the old maps: free them off this thread
+        del previous
         self.shown_id = rid
         swap = time.perf_counter() - t0
         if rid == self.latest_id or self.last_error is None:
