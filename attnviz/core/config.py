@@ -115,13 +115,7 @@ class RunConfig:
 
     def applies(self, name: str) -> bool:
         """Whether a field means anything for this variant and mask."""
-        if name not in self.spec.fields:
-            return False
-        if name == "window":
-            return self.mask in WINDOW_MASKS
-        if name == "kv_lengths":
-            return self.mask == "padding"
-        return True
+        return field_applies(name, self.variant, self.mask)
 
     def kv_lengths_per_item(self) -> tuple[int, ...]:
         lengths = self.kv_lengths
@@ -235,6 +229,17 @@ class RunConfig:
                               "not an attnviz configuration",
                               f'use a file with "format": "{FORMAT_TAG}" and a "config" object')
         return cls.from_dict(doc["config"])
+
+
+def field_applies(name: str, variant: str, mask: str) -> bool:
+    """Whether config field `name` means anything for this variant and mask kind."""
+    if name not in VARIANTS[variant].fields:
+        return False
+    if name == "window":
+        return mask in WINDOW_MASKS
+    if name == "kv_lengths":
+        return mask == "padding"
+    return True
 
 
 def field_meta(name: str) -> dict[str, Any]:

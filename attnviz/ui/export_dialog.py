@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, default_filename, export, format_of
-from .panel import _name
+from .panel import named
 
 
 class ExportJob(QObject):
@@ -64,7 +64,7 @@ class ExportDialog(QDialog):
         result = window.result
         form = QFormLayout()
 
-        self.whatCombo = _name(QComboBox(), "exportWhatCombo")
+        self.whatCombo = named(QComboBox(), "exportWhatCombo")
         for key, text in WHATS.items():
             self.whatCombo.addItem(text[0].upper() + text[1:], key)
         self.whatCombo.setToolTip("The head grid as shown, one head, the mean over heads, the output tensor "
@@ -72,22 +72,22 @@ class ExportDialog(QDialog):
         focus = window.headGrid.focus
         self.whatCombo.setCurrentIndex(self.whatCombo.findData("grid" if focus is None
                                                                else "mean" if focus == -1 else "head"))
-        self.headSpin = _name(QSpinBox(), "exportHeadSpin")
+        self.headSpin = named(QSpinBox(), "exportHeadSpin")
         self.headSpin.setRange(0, result.config.heads - 1)
         self.headSpin.setValue(max(focus or 0, 0))
         self.headSpin.setToolTip("Which head to export")
-        self.scaleSpin = _name(QSpinBox(), "exportScaleSpin")
+        self.scaleSpin = named(QSpinBox(), "exportScaleSpin")
         self.scaleSpin.setRange(0, 64)
         self.scaleSpin.setSpecialValueText("auto")
         self.scaleSpin.setSuffix(" px per cell")
         self.scaleSpin.setToolTip("Pixels per cell, crisp nearest-neighbour (auto: tiles of at least ~240 px)")
-        self.titleCheck = _name(QCheckBox("Title (variant, shapes, mask)"), "exportTitleCheck")
-        self.barCheck = _name(QCheckBox("Colour bar"), "exportColorbarCheck")
-        self.labelsCheck = _name(QCheckBox("Axis labels and ticks"), "exportLabelsCheck")
+        self.titleCheck = named(QCheckBox("Title (variant, shapes, mask)"), "exportTitleCheck")
+        self.barCheck = named(QCheckBox("Colour bar"), "exportColorbarCheck")
+        self.labelsCheck = named(QCheckBox("Axis labels and ticks"), "exportLabelsCheck")
         for check in (self.titleCheck, self.barCheck, self.labelsCheck):
             check.setChecked(True)
             check.setToolTip("Include this in the image (PNG and SVG)")
-        self.pathEdit = _name(QLineEdit(), "exportPathEdit")
+        self.pathEdit = named(QLineEdit(), "exportPathEdit")
         self.pathEdit.setToolTip("Target file; the extension picks the format: " +
                                  ", ".join(f"{k} ({v})" for k, v in FORMATS.items()))
         start = Path(window._start_dir())
@@ -106,7 +106,7 @@ class ExportDialog(QDialog):
         form.addRow("", self.barCheck)
         form.addRow("", self.labelsCheck)
         form.addRow("File", path_row)
-        self.messageLabel = _name(QLabel(), "exportMessage")
+        self.messageLabel = named(QLabel(), "exportMessage")
         self.messageLabel.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
@@ -140,7 +140,7 @@ class ExportDialog(QDialog):
         path = Path(self.pathEdit.text())
         if path.name.startswith("attnviz-"):  # still our suggestion: follow the choice
             ext = path.suffix or ".png"
-            self.pathEdit.setText(str(path.with_name(default_filename(self.window_.result, self.options(), ext))))
+            self.pathEdit.setText(str(path.withnamed(default_filename(self.window_.result, self.options(), ext))))
 
     def _browse(self) -> None:
         filters = ";;".join(f"{v} (*{k})" for k, v in FORMATS.items())

@@ -9,6 +9,7 @@ worker; either way the last good maps stay on screen, marked stale.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from PySide6.QtWidgets import (
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, run
 from ..frames import MAP_VIEWS, TENSORS, ViewOptions
-from .panel import ParameterPanel, _name
+from .panel import ParameterPanel, named
 from .views import HeadGrid, TensorView
 from .worker import Failure, Outcome, Reaper, Request, Worker
 
@@ -72,7 +73,7 @@ class MainWindow(QMainWindow):
         maps_layout = QVBoxLayout(maps)
         maps_layout.setContentsMargins(0, 0, 0, 0)
         maps_layout.addLayout(self._view_controls())
-        self.staleLabel = _name(QLabel(), "staleLabel")
+        self.staleLabel = named(QLabel(), "staleLabel")
         self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
         self.staleLabel.hide()
         maps_layout.addWidget(self.staleLabel)
@@ -94,10 +95,10 @@ class MainWindow(QMainWindow):
         self.mainSplit.setStretchFactor(1, 1)
         self.setCentralWidget(self.mainSplit)
 
-        self.statusLabel = _name(QLabel(), "statusLabel")
-        self.hoverLabel = _name(QLabel(), "hoverLabel")
+        self.statusLabel = named(QLabel(), "statusLabel")
+        self.hoverLabel = named(QLabel(), "hoverLabel")
         self.hoverLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.busyIndicator = _name(QProgressBar(), "busyIndicator")
+        self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
         self.busyIndicator.setMaximumWidth(110)
         self.busyIndicator.setToolTip("Computing in the background; the window stays usable")
@@ -128,25 +129,28 @@ class MainWindow(QMainWindow):
         if settings is not None:
             self._restore(settings)
         self.request()
+        # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
+        # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
+        gc.freeze()
 
     # --- controls ----------------------------------------------------------------------------
 
     def _view_controls(self) -> QHBoxLayout:
         row = QHBoxLayout()
-        self.viewCombo = _name(QComboBox(), "viewCombo")
+        self.viewCombo = named(QComboBox(), "viewCombo")
         for key, text in MAP_VIEWS.items():
             self.viewCombo.addItem(key, key)
             self.viewCombo.setItemData(self.viewCombo.count() - 1, text, Qt.ToolTipRole)
         self.viewCombo.setToolTip("Show softmax weights (Ctrl+1) or pre-softmax scores (Ctrl+2)")
-        self.colormapCombo = _name(QComboBox(), "colormapCombo")
+        self.colormapCombo = named(QComboBox(), "colormapCombo")
         for name in colormaps.names("sequential"):
             self.colormapCombo.addItem(name, name)
             self.colormapCombo.setItemData(self.colormapCombo.count() - 1, colormaps.description(name),
                                            Qt.ToolTipRole)
         self.colormapCombo.setToolTip("Colormap for the weights (scores and tensors use blue-white-red)")
-        self.perHeadCheck = _name(QCheckBox("Per-head scale"), "perHeadScaleCheck")
+        self.perHeadCheck = named(QCheckBox("Per-head scale"), "perHeadScaleCheck")
         self.perHeadCheck.setToolTip("Scale each head's colours to its own range (default: one scale for all)")
-        self.meanCheck = _name(QCheckBox("Mean tile"), "meanTileCheck")
+        self.meanCheck = named(QCheckBox("Mean tile"), "meanTileCheck")
         self.meanCheck.setToolTip("Add a tile with the mean over heads (M)")
         for label, w in (("View", self.viewCombo), ("Colormap", self.colormapCombo)):
             lab = QLabel(label)
@@ -164,11 +168,11 @@ class MainWindow(QMainWindow):
 
     def _tensor_controls(self) -> QHBoxLayout:
         row = QHBoxLayout()
-        self.tensorCombo = _name(QComboBox(), "tensorCombo")
+        self.tensorCombo = named(QComboBox(), "tensorCombo")
         for key, text in TENSORS.items():
             self.tensorCombo.addItem(text, key)
         self.tensorCombo.setToolTip("Which tensor of the shown batch item the lower view shows")
-        self.tensorHeadSpin = _name(QSpinBox(), "tensorHeadSpin")
+        self.tensorHeadSpin = named(QSpinBox(), "tensorHeadSpin")
         self.tensorHeadSpin.setToolTip("Head whose Q, K or V is shown")
         self.tensorHeadSpin.setPrefix("head ")
         lab = QLabel("Tensor")

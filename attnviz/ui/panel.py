@@ -29,13 +29,13 @@ from PySide6.QtWidgets import (
 )
 
 from ..core import DTYPES, MASK_KINDS, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
-from ..core.config import field_meta
+from ..core.config import field_applies, field_meta
 
 GROUPS = ("Model", "Shape", "Mask", "Training", "Run")
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
 
 
-def _name(widget: QWidget, object_name: str) -> QWidget:
+def named(widget: QWidget, object_name: str) -> QWidget:
     widget.setObjectName(object_name)
     widget.setAccessibleName(object_name)
     return widget
@@ -45,7 +45,7 @@ def cuda_devices() -> list[tuple[str, str]]:
     """(id, label) for each CUDA device torch can see."""
     if not torch.cuda.is_available():
         return []
-    return [(f"cuda:{i}", f"cuda:{i} ({torch.cuda.get_device_name(i)})") for i in range(torch.cuda.device_count())]
+    return [(f"cuda:{i}", f"cuda:{i} ({torch.cuda.get_devicenamed(i)})") for i in range(torch.cuda.device_count())]
 
 
 class ParameterPanel(QWidget):
@@ -63,14 +63,14 @@ class ParameterPanel(QWidget):
         outer.setContentsMargins(6, 6, 6, 6)
 
         top = QHBoxLayout()
-        self.presetCombo = _name(QComboBox(), "presetCombo")
+        self.presetCombo = named(QComboBox(), "presetCombo")
         self.presetCombo.setToolTip("Load a named configuration (the seed demos reproduce the tutorials' scripts)")
         self.presetCombo.addItem("Presets…", None)
         for preset, description in list_presets().items():
             self.presetCombo.addItem(preset, preset)
             self.presetCombo.setItemData(self.presetCombo.count() - 1, description, Qt.ToolTipRole)
         self.presetCombo.activated.connect(self._preset_chosen)
-        self.resetButton = _name(QPushButton("Reset"), "resetButton")
+        self.resetButton = named(QPushButton("Reset"), "resetButton")
         self.resetButton.setToolTip("Reset every parameter to the defaults (Ctrl+R)")
         self.resetButton.clicked.connect(lambda: self.set_config(RunConfig()))
         top.addWidget(self.presetCombo, 1)
@@ -101,14 +101,14 @@ class ParameterPanel(QWidget):
             if f.name == "variant":
                 forms[meta["group"]].addRow(self.variantInfo)
             if f.name == "batch":
-                self.batchIndexSpin = _name(QSpinBox(), "batchIndexSpin")
+                self.batchIndexSpin = named(QSpinBox(), "batchIndexSpin")
                 self.batchIndexSpin.setToolTip("Which batch item the maps and tensors show (view only: no recompute)")
                 self.batchIndexSpin.valueChanged.connect(self.sigBatchIndexChanged)
                 self.labels["batch_index"] = QLabel("Shown item")
                 self.labels["batch_index"].setBuddy(self.batchIndexSpin)
                 forms[meta["group"]].addRow(self.labels["batch_index"], self.batchIndexSpin)
 
-        self.errorLabel = _name(QLabel(), "errorLabel")
+        self.errorLabel = named(QLabel(), "errorLabel")
         self.errorLabel.setWordWrap(True)
         self.errorLabel.setStyleSheet("color: #d0312d;")
         self.fixButtons = QHBoxLayout()
@@ -176,7 +176,7 @@ class ParameterPanel(QWidget):
             w.setPlaceholderText("e.g. 16, 9")
             w.textChanged.connect(self._edited)
         w.setToolTip(tooltip)
-        return _name(w, meta["widget"])
+        return named(w, meta["widget"])
 
     def _value(self, name: str) -> Any:
         w = self.widgets[name]
@@ -274,9 +274,8 @@ class ParameterPanel(QWidget):
         values = {n: self._value(n) for n in ("variant", "mask", "batch")}
         spec = VARIANTS[values["variant"]]
         self.variantInfo.setText(f"{spec.seed}: {spec.description}")
-        probe = _Probe(values["variant"], values["mask"])
         for name, widget in self.widgets.items():
-            shown = probe.applies(name)
+            shown = field_applies(name, values["variant"], values["mask"])
             widget.setVisible(shown)
             self.labels[name].setVisible(shown)
             meta = field_meta(name)
@@ -326,16 +325,3 @@ class ParameterPanel(QWidget):
             item = self.fixButtons.takeAt(0)
             if item.widget():
                 item.widget().deleteLater()
-
-
-class _Probe:
-    """Answers RunConfig.applies for a variant and mask without validating the other fields."""
-
-    def __init__(self, variant: str, mask: str):
-        self.variant, self.mask = variant, mask
-
-    @property
-    def spec(self):
-        return VARIANTS[self.variant]
-
-    applies = RunConfig.applies
