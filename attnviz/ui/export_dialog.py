@@ -140,7 +140,7 @@ class ExportDialog(QDialog):
         path = Path(self.pathEdit.text())
         if path.name.startswith("attnviz-"):  # still our suggestion: follow the choice
             ext = path.suffix or ".png"
-            self.pathEdit.setText(str(path.withnamed(default_filename(self.window_.result, self.options(), ext))))
+            self.pathEdit.setText(str(path.with_name(default_filename(self.window_.result, self.options(), ext))))
 
     def _browse(self) -> None:
         filters = ";;".join(f"{v} (*{k})" for k, v in FORMATS.items())

@@ -45,7 +45,7 @@ def cuda_devices() -> list[tuple[str, str]]:
     """(id, label) for each CUDA device torch can see."""
     if not torch.cuda.is_available():
         return []
-    return [(f"cuda:{i}", f"cuda:{i} ({torch.cuda.get_devicenamed(i)})") for i in range(torch.cuda.device_count())]
+    return [(f"cuda:{i}", f"cuda:{i} ({torch.cuda.get_device_name(i)})") for i in range(torch.cuda.device_count())]
 
 
 class ParameterPanel(QWidget):

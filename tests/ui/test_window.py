@@ -317,3 +317,18 @@ def test_close_during_real_run(qtbot):
     w.close()
     assert time.perf_counter() - t0 < 2.0
     qtbot.waitUntil(lambda: not w.worker.is_alive(), timeout=5000)
+
+
+def test_device_combo_lists_each_cuda_device(qtbot, monkeypatch):
+    # No GPU here: stand in for torch's CUDA queries to exercise the listing itself.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"Fake GPU {i}")
+    from attnviz.ui.panel import ParameterPanel
+
+    panel = ParameterPanel()
+    qtbot.addWidget(panel)
+    combo = panel.widgets["device"]
+    items = [(combo.itemData(i), combo.itemText(i)) for i in range(combo.count())]
+    assert ("cuda:0", "cuda:0 (Fake GPU 0)") in items and ("cuda:1", "cuda:1 (Fake GPU 1)") in items
+    assert all(combo.model().item(i).isEnabled() for i in range(combo.count()))
