@@ -333,7 +333,7 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
     else:
         view = options.map_view
         if view == "weights":
-            heading = ("Attention weights after dropout (train mode)" if c.train and c.dropout > 0
+            heading = ("Attention weights after dropout (train mode)" if c.dropout_active
                        else "Attention weights")
         else:
             heading = "Pre-softmax scores QK\u1d40/\u221ad_head"

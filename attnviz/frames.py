@@ -7,7 +7,7 @@ only swaps these images in; hover reads exact values from the full-resolution re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ MAP_VIEWS = {
     "weights": "Attention weights (softmax; after dropout in train mode)",
     "scores": "Pre-softmax scores (scaled QK^T / sqrt(d_head), masked)",
 }
+TENSOR_NAMES = {"output": "Output", "context": "Context", "q": "Q", "k": "K", "v": "V"}
 TENSORS = {
     "output": "Output (after the output projection)",
     "context": "Context (heads merged, before the output projection)",
@@ -64,7 +65,6 @@ class Frames:
     levels: tuple[float, float]  # the shared levels (what the colour bar shows with shared scale)
     lut: np.ndarray
     render_time_s: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def map_data(result: RunResult, view: str, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -177,8 +177,7 @@ def pool_maps(
     data = torch.ones((1, h, w), dtype=torch.bool) if allowed is None else torch.from_numpy(allowed.copy())
     if empty_rows is not None and empty_rows.any():
         data = data & ~torch.from_numpy(empty_rows.copy())[..., None]
-        if not signed:
-            x = torch.nan_to_num(x, nan=0.0)  # seed-math NaN rows: flagged, drawn as no-key
+        x = torch.nan_to_num(x, nan=0.0)  # seed-math NaN rows: flagged, drawn as no-key
     if signed and allowed is not None and not bool(data.all()):
         x = x.masked_fill(~data, 0.0)  # -inf scores must not win the magnitude pooling
     # weights are 0 at masked cells already, so they never win the max over a block with data
@@ -257,9 +256,10 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     head = min(max(options.tensor_head, 0), c.heads - 1)
     t = tensor_data(result, options.tensor, b, head)
     t_key = ("tensor", options.tensor, b, head, options.tensor_px)
+    nan_rows = ~np.isfinite(t).all(-1)[None]  # rows of queries with no key carry NaN (seed math)
     (t_img,), (t_levels,) = quantise_pooled(
-        cache.get(result, t_key, lambda: pool_maps(t[None], None, None, options.tensor_px, True)))
-    t_title = TENSORS[options.tensor].split(" (")[0] + (f", head {head}" if options.tensor in "qkv" else "")
+        cache.get(result, t_key, lambda: pool_maps(t[None], None, nan_rows, options.tensor_px, True)))
+    t_title = TENSOR_NAMES[options.tensor] + (f", head {head}" if options.tensor in ("q", "k", "v") else "")
     tensor = HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
     shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
                                                             torch.tensor(True), signed)[0]

@@ -105,3 +105,12 @@ def test_view_only_changes_reuse_the_pooled_maps():
     assert (again.heads[0].lut == colormaps.lut("magma")).all()
     data = first.heads[0].image < colormaps.DATA_LEVELS
     np.testing.assert_array_equal(again.heads[0].image < colormaps.DATA_LEVELS, data)
+
+
+def test_nan_rows_of_a_tensor_are_drawn_as_no_key():
+    result = run(load_preset("no-key-rows"))  # the first 4 queries have no key: NaN outputs
+    tensor = render(result, ViewOptions(tensor="output")).tensor
+    assert (tensor.image[:4] == colormaps.NAN_INDEX).all()
+    assert (tensor.image[4:] < colormaps.DATA_LEVELS).all()
+    finite = result.output[0][4:]
+    assert tensor.levels == (-float(np.abs(finite).max()), float(np.abs(finite).max()))

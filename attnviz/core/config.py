@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,11 @@ class RunConfig:
     def applies(self, name: str) -> bool:
         """Whether a field means anything for this variant and mask."""
         return field_applies(name, self.variant, self.mask)
+
+    @property
+    def dropout_active(self) -> bool:
+        """Whether dropout changes this run: the variant has it, train mode is on and p > 0."""
+        return self.applies("train") and self.train and self.dropout > 0
 
     def kv_lengths_per_item(self) -> tuple[int, ...]:
         lengths = self.kv_lengths
@@ -246,14 +251,15 @@ def field_meta(name: str) -> dict[str, Any]:
     return next(f.metadata for f in fields(RunConfig) if f.name == name)
 
 
-def field_default(name: str) -> Any:
-    f = next(f for f in fields(RunConfig) if f.name == name)
-    return f.default if f.default is not MISSING else None
-
-
 def load_config(path: str | os.PathLike) -> RunConfig:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("file", str(path), f"cannot be read ({exc.strerror})", "check the path") from exc
-    return RunConfig.from_json(text)
+    try:
+        return RunConfig.from_json(text)
+    except ConfigError as exc:
+        if exc.field not in ("file", "format"):
+            raise
+        # name the file, never quote its contents
+        raise ConfigError("file", str(path), exc.problem, exc.fix) from exc

@@ -87,17 +87,18 @@ def estimate_memory(config: RunConfig) -> int:
     elem = torch.empty((), dtype=getattr(torch, config.dtype)).element_size()
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
     maps = b * h * lq * lkv
-    live = 2 + (2 if config.train and config.dropout > 0 else 0)  # scores, weights (+ noise, dropped)
+    live = 2 + (2 if config.dropout_active else 0)  # scores, weights (+ noise, dropped)
     to_float32 = 3 * 4 if elem != 4 else 0  # the result is converted to float32 NumPy
-    widths = config.d_model + config.d_out + config.d_cross
+    widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
     tokens = b * (lq + lkv) * widths * 8 * max(elem, 4)
     params = 4 * widths * widths * 4
     return maps * (live * elem + to_float32) + tokens + params
 
 
 def available_memory(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cuda":  # free, plus what torch's caching allocator holds but does not use
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)

@@ -124,9 +124,12 @@ class ExportDialog(QDialog):
         layout.addWidget(self.buttons)
         self.whatCombo.currentIndexChanged.connect(self._what_changed)
         self._what_changed()
-        self.job = ExportJob(self)
+        # The job belongs to the window: cancelling the dialog mid-export must not delete the
+        # object its thread reports through. A late report to a closed dialog is ignored.
+        self.job = ExportJob(window)
         self.job.sigDone.connect(self._done)
         self.job.sigFailed.connect(self._failed)
+        self.headSpin.valueChanged.connect(self._what_changed)
 
     def options(self) -> ExportOptions:
         scale = self.scaleSpin.value() or None
@@ -181,8 +184,12 @@ def copy_to_clipboard(window) -> None:
     """Put the view's image (the grid, or the focused head) on the clipboard, rendered from the data."""
     focus = window.headGrid.focus
     what = "grid" if focus is None else ("mean" if focus == -1 else "head")
-    image = compose_image(window.result, ExportOptions.from_view(window.frames.options, what=what,
-                                                                 head=max(focus or 0, 0)))
+    try:
+        image = compose_image(window.result, ExportOptions.from_view(window.frames.options, what=what,
+                                                                     head=max(focus or 0, 0)))
+    except (ValueError, ExportError) as exc:  # e.g. too many pixels for one image
+        window.statusBar().showMessage(f"Not copied: {exc}", 8000)
+        return
     QGuiApplication.clipboard().setImage(image)
     window.statusBar().showMessage(f"Copied a {image.width()} x {image.height()} image to the clipboard", 4000)
 

@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
         self._ids = itertools.count(1)
         self.latest_id = 0  # newest request sent
         self.shown_id = 0  # newest request on screen
+        self.failed_id = 0  # newest request that failed
         self.result = None
         self.frames = None
         self.last_error: str | None = None
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         maps_layout.addLayout(self._view_controls())
         self.staleLabel = named(QLabel(), "staleLabel")
         self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
+        self.staleLabel.setWordWrap(True)
         self.staleLabel.hide()
         maps_layout.addWidget(self.staleLabel)
         maps_layout.addWidget(self.headGrid, 1)
@@ -98,6 +100,7 @@ class MainWindow(QMainWindow):
         self.statusLabel = named(QLabel(), "statusLabel")
         self.hoverLabel = named(QLabel(), "hoverLabel")
         self.hoverLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.hoverLabel.setWordWrap(True)
         self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
         self.busyIndicator.setMaximumWidth(110)
@@ -125,6 +128,7 @@ class MainWindow(QMainWindow):
         self.headGrid.sigHover.connect(self.hoverLabel.setText)
         self.outputView.sigHover.connect(self.hoverLabel.setText)
         self.headGrid.sigFocusChanged.connect(self.schedule)
+        self.headGrid.sigResized.connect(self.schedule)  # re-pool to the new tile size (no recompute)
 
         if settings is not None:
             self._restore(settings)
@@ -228,6 +232,8 @@ class MainWindow(QMainWindow):
                                   "Reset every parameter to the defaults", view_menu)
 
     def _mean_toggled(self, on: bool) -> None:
+        if not on and self.headGrid.focus == -1:
+            self.headGrid.set_focus(None)  # the focused mean tile is going away
         self.headGrid.show_mean = on
         self.headGrid._layout_key = None
         self.schedule()
@@ -244,7 +250,7 @@ class MainWindow(QMainWindow):
 
     def is_settled(self) -> bool:
         """True when no edit waits to be sent and the newest request sent is on screen (or failed)."""
-        return not self._timer.isActive() and (self.shown_id == self.latest_id or self.last_error is not None)
+        return not self._timer.isActive() and self.latest_id in (self.shown_id, self.failed_id)
 
     def view_options(self, config: RunConfig) -> ViewOptions:
         self.tensorHeadSpin.setMaximum(config.heads - 1)
@@ -263,13 +269,14 @@ class MainWindow(QMainWindow):
     def request(self) -> int | None:
         """Send the panel's state to the worker; returns the request id (None if invalid)."""
         self._timer.stop()
+        rid = next(self._ids)
+        self.latest_id = rid  # also for invalid input: an older result in flight must not clear it
         try:
             config = self.panel.config()
         except ConfigError as exc:
+            self.failed_id = rid
             self._show_failure(str(exc), exc.field, exc.suggestions)
             return None
-        rid = next(self._ids)
-        self.latest_id = rid
         self.worker.submit(Request(rid, config, self.view_options(config)))
         return rid
 
@@ -288,7 +295,7 @@ class MainWindow(QMainWindow):
         del previous
         self.shown_id = rid
         swap = time.perf_counter() - t0
-        if rid == self.latest_id or self.last_error is None:
+        if rid == self.latest_id:
             self._clear_failure()
         self._update_status(outcome, swap)
         self.sigShown.emit(rid)
@@ -296,6 +303,7 @@ class MainWindow(QMainWindow):
     def _on_failed(self, failure: Failure) -> None:
         if failure.request.id < self.latest_id:
             return  # a newer request is on its way
+        self.failed_id = failure.request.id
         self._show_failure(failure.message, failure.field, failure.suggestions)
         self.sigFailed.emit(failure.request.id, failure.message)
 

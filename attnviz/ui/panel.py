@@ -7,6 +7,7 @@ visibility from `RunConfig.applies` for the chosen variant and mask.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import fields
 from typing import Any
 
@@ -58,6 +59,7 @@ class ParameterPanel(QWidget):
         super().__init__(parent)
         self._loading = False
         self.widgets: dict[str, QWidget] = {}
+        self._tooltips: dict[str, str] = {}
         self.labels: dict[str, QLabel] = {}
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 6, 6, 6)
@@ -65,6 +67,7 @@ class ParameterPanel(QWidget):
         top = QHBoxLayout()
         self.presetCombo = named(QComboBox(), "presetCombo")
         self.presetCombo.setToolTip("Load a named configuration (the seed demos reproduce the tutorials' scripts)")
+        self.presetCombo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.presetCombo.addItem("Presets…", None)
         for preset, description in list_presets().items():
             self.presetCombo.addItem(preset, preset)
@@ -139,6 +142,8 @@ class ParameterPanel(QWidget):
             w.addItem("cpu", "cpu")
             w.addItem("auto (CUDA if available)", "auto")
             devices = cuda_devices()
+            if devices:
+                w.addItem("cuda (the current CUDA device)", "cuda")
             for dev, label in devices:
                 w.addItem(label, dev)
             if not devices:
@@ -175,7 +180,11 @@ class ParameterPanel(QWidget):
             w = QLineEdit()
             w.setPlaceholderText("e.g. 16, 9")
             w.textChanged.connect(self._edited)
+        if isinstance(w, QComboBox):  # long item texts must not widen the panel
+            w.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+            w.setMinimumContentsLength(8)
         w.setToolTip(tooltip)
+        self._tooltips[name] = tooltip
         return named(w, meta["widget"])
 
     def _value(self, name: str) -> Any:
@@ -252,10 +261,20 @@ class ParameterPanel(QWidget):
     def _edited(self, *_: Any) -> None:
         if self._loading:
             return
-        if self._value("mask") == "padding" and not self.widgets["kv_lengths"].text().strip():
-            self._loading = True  # start from something to see: shorter valid lengths per item
-            self._set_value("kv_lengths", self._default_lengths())
-            self._loading = False
+        if self._value("mask") == "padding":
+            text = self.widgets["kv_lengths"].text().strip()
+            lengths = None
+            if not text:  # start from something to see: shorter valid lengths per item
+                lengths = self._default_lengths()
+            elif self.sender() is self.widgets["batch"]:  # keep one length per item: trim or repeat the last
+                with contextlib.suppress(ConfigError):
+                    old, batch = self._value("kv_lengths"), self._value("batch")
+                    if len(old) > 1 and len(old) != batch:
+                        lengths = (old + old[-1:] * batch)[:batch]
+            if lengths is not None:
+                self._loading = True
+                self._set_value("kv_lengths", lengths)
+                self._loading = False
         self._refresh_visibility()
         self.sigChanged.emit()
 
@@ -282,14 +301,14 @@ class ParameterPanel(QWidget):
             label = spec.labels.get(name, meta["label"])
             self.labels[name].setText(label)
         for group, box in self.groups.items():
-            box.setVisible(any(self.widgets[n].isVisibleTo(self) for n in self.widgets
+            box.setVisible(any(field_applies(n, values["variant"], values["mask"]) for n in self.widgets
                                if field_meta(n)["group"] == group))
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
         self.batchIndexSpin.setEnabled(values["batch"] > 1)
 
     # --- errors at the control ---------------------------------------------------------------
 
-    def show_error(self, message: str, field: str | None, suggestions: tuple = (), apply=None) -> None:
+    def show_error(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
         """Mark the offending control, say what is wrong, and offer the nearest valid values."""
         self.clear_error()
         self._error_field = field
@@ -308,17 +327,19 @@ class ParameterPanel(QWidget):
             self.fixButtons.addWidget(button)
 
     def apply_fix(self, field: str, value: Any) -> None:
-        if field == "seq_q" and self.widgets["seq_kv"].isVisible():
-            self._loading = True
-            self._set_value("seq_kv", value)
-            self._loading = False
+        if field == "seq_q":  # a memory fix: shorten both lengths to at most `value`, never lengthen
+            if field_applies("seq_kv", self._value("variant"), self._value("mask")):
+                self._loading = True
+                self._set_value("seq_kv", min(self._value("seq_kv"), value))
+                self._loading = False
+            value = min(self._value("seq_q"), value)
         self._set_value(field, value)
 
     def clear_error(self) -> None:
         if self._error_field in self.widgets:
             w = self.widgets[self._error_field]
             w.setStyleSheet("")
-            w.setToolTip(field_meta(self._error_field)["tooltip"])
+            w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()
         while self.fixButtons.count():

@@ -63,13 +63,15 @@ class Tile:
             self.plot.setLabel("left", "query position i")
             self.plot.setLabel("bottom", "key position j")
 
-    def show(self, heat: HeatImage, title: str) -> None:
+    def show(self, heat: HeatImage, title: str, lock_aspect: bool = True) -> None:
         set_heat_image(self.image, heat)
         if title != self.title:
             self.plot.setTitle(title, size="9pt")
             self.title = title
         rows, cols = heat.shape
-        # The map fills its tile exactly; the grid shape (grid_shape) keeps cells near square.
+        # Square cells in the grid (axes hidden, so the spare margin is blank); the single-head
+        # view fills its area instead, so its axes never run past the map.
+        self.plot.setAspectLocked(lock_aspect and max(rows, cols) <= 8 * min(rows, cols))
         self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
 
@@ -92,8 +94,10 @@ class ColourBar(pg.PlotItem):
         self._ramp = ramp
         self.getViewBox().setDefaultPadding(0)
 
-    def show_levels(self, lut: np.ndarray, levels: tuple[float, float], label: str) -> None:
+    def show_levels(self, lut: np.ndarray, levels: tuple[float, float], label: str, relative: bool = False) -> None:
+        """relative: each head has its own range, so the bar shows low..high, not numbers."""
         lo, hi = levels
+        self.getAxis("right").setTicks([[(lo, "low"), (hi, "high")]] if relative else None)
         self.gradient.setImage(self._ramp, lut=lut, levels=(0, 255), autoLevels=False)
         self.gradient.setRect(QRectF(0, lo, 1, (hi - lo) or 1.0))
         self.setRange(xRange=(0, 1), yRange=(lo, hi), padding=0)
@@ -112,6 +116,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
 
     sigHover = Signal(str)
     sigFocusChanged = Signal()
+    sigResized = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -196,6 +201,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         if getattr(self, "frames", None) is not None and self.result is not None:
             self._layout_key = None
             self.show_frames(self.result, self.frames)
+            self.sigResized.emit()
 
     # --- content -----------------------------------------------------------------------------
 
@@ -209,19 +215,21 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self._relayout(heads, c.seq_q, c.lkv)
         view = frames.options.view
         what = "weights" if view == "weights" else "scores"
-        if view == "weights" and c.train and c.dropout > 0:
+        if view == "weights" and c.dropout_active:
             what = "weights after dropout"
         for tile, h in zip(self.tiles, heads):
             heat = frames.mean if h == -1 else frames.heads[h]
+            if heat is None:  # the mean tile was not rendered for this request
+                continue
             lo, hi = heat.levels
             scale = "" if frames.options.shared_scale else f" ({_fmt(lo)}..{_fmt(hi)})"
-            tile.show(heat, (heat.title if h == -1 else f"head {h}") + scale)
+            tile.show(heat, (heat.title if h == -1 else f"head {h}") + scale, lock_aspect=self.focus is None)
             tile.image.setOpacity(0.35 if self.stale else 1.0)
         if frames.options.shared_scale:
             self.bar.show_levels(frames.lut, frames.levels, what)
         else:
             span = (-1.0, 1.0) if view == "scores" else (0.0, 1.0)
-            self.bar.show_levels(frames.lut, span, f"{what}, per-head scale")
+            self.bar.show_levels(frames.lut, span, f"{what}, per-head scale", relative=True)
         more = f"showing {MAX_TILES} of {c.heads} heads · " if c.heads > MAX_TILES and self.focus is None else ""
         self.legend.setText(more + _swatch_html(frames.lut))
 
@@ -255,8 +263,10 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         scores, _ = map_data(r, "scores", b)
         where = f"query i={i}, key j={j}"
         if head == -1:
-            w = float(np.where(masked[:, i, j], 0.0, weights[:, i, j]).mean())
-            return f"mean over heads · {where} · mean weight {_fmt(w)} · masked in {int(masked[:, i, j].sum())} heads"
+            weighted = self.frames.options.view == "weights"
+            value = float(np.where(masked[:, i, j], 0.0, (weights if weighted else scores)[:, i, j]).mean())
+            what = "mean weight" if weighted else "mean score"
+            return f"mean over heads · {where} · {what} {_fmt(value)} · masked in {int(masked[:, i, j].sum())} heads"
         name = f"head {head} · {where}"
         if r.fully_masked_rows[b, head, i]:
             return (f"{name} · no key to attend to: every key of query {i} is masked "
@@ -264,7 +274,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         if masked[head, i, j]:
             return f"{name} · masked: query {i} may not attend key {j} (score -inf, weight 0)"
         text = f"{name} · weight {_fmt(float(r.weights[b, head, i, j]))}"
-        if c.train and c.dropout > 0:
+        if c.dropout_active:
             text += f" · after dropout {_fmt(float(weights[head, i, j]))}"
         return text + f" · score {_fmt(float(scores[head, i, j]))} · not masked"
 

@@ -41,3 +41,10 @@ def test_budget_blames_widths_when_lengths_cannot_help():
     with pytest.raises(ConfigError) as info:
         run(config, memory_budget=1 << 20)
     assert info.value.field == "d_model" and "smaller widths" in str(info.value)
+
+
+def test_estimate_counts_only_the_widths_the_variant_has():
+    base = RunConfig(seq_q=16)
+    assert estimate_memory(base.replace(d_cross=40000, d_out=40000)) == estimate_memory(base)
+    ctx = RunConfig.for_variant("cross-context", seq_q=16, seq_kv=16)
+    assert estimate_memory(ctx.replace(d_cross=4096)) > estimate_memory(ctx)

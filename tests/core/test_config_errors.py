@@ -230,7 +230,8 @@ def test_load_config_and_load_preset_errors(tmp_path):
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_config(bad)
-    check(info, "file", "{not json", "JSON")
+    check(info, "file", str(bad), "JSON")
+    assert "{not json" not in str(info.value)  # names the file, never quotes its contents
     with pytest.raises(ConfigError) as info:
         load_preset("no-such-preset")
     check(info, "preset", "no-such-preset", *list_presets())

@@ -332,3 +332,58 @@ def test_device_combo_lists_each_cuda_device(qtbot, monkeypatch):
     items = [(combo.itemData(i), combo.itemText(i)) for i in range(combo.count())]
     assert ("cuda:0", "cuda:0 (Fake GPU 0)") in items and ("cuda:1", "cuda:1 (Fake GPU 1)") in items
     assert all(combo.model().item(i).isEnabled() for i in range(combo.count()))
+
+
+def test_groups_come_back_when_switching_variants(window):
+    p = window.panel
+    for variant in ("self", "cross", "causal"):
+        select(p.widgets["variant"], variant)
+    assert p.groups["Training"].isVisibleTo(window)
+    assert p.widgets["dropout"].isVisibleTo(window) and p.widgets["train"].isVisibleTo(window)
+
+
+def test_turning_the_mean_tile_off_while_focused(window, qtbot):
+    window.meanCheck.setChecked(True)
+    wait_shown(qtbot, window)
+    window.headGrid.set_focus(-1)
+    wait_shown(qtbot, window)
+    window.meanCheck.setChecked(False)
+    wait_shown(qtbot, window)
+    assert window.headGrid.focus is None and len(tiles(window)) == 4
+
+
+def test_an_older_result_does_not_clear_a_newer_local_error(qtbot):
+    import time
+
+    def slow(config, cancel=None):
+        time.sleep(0.4)
+        return run(config)
+
+    w = MainWindow(compute=slow)
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    w.panel.widgets["seq_q"].setValue(20)  # valid: computing for 0.4 s
+    qtbot.wait(50)
+    w.panel.widgets["heads"].setValue(5)  # invalid while that runs
+    qtbot.waitUntil(lambda: w.result.config.seq_q == 20, timeout=5000)
+    qtbot.wait(50)
+    assert "do not divide" in w.panel.errorLabel.text()
+    assert w.staleLabel.isVisibleTo(w) and w.is_settled()
+    w.close()
+
+
+def test_memory_fix_never_lengthens_and_batch_change_keeps_lengths(window):
+    p = window.panel
+    select(p.widgets["variant"], "cross")
+    p.widgets["seq_q"].setValue(16)
+    p.widgets["seq_kv"].setValue(4000)
+    p.apply_fix("seq_q", 600)
+    assert (p.widgets["seq_q"].value(), p.widgets["seq_kv"].value()) == (16, 600)
+    p.widgets["batch"].setValue(3)
+    select(p.widgets["mask"], "padding")
+    p.widgets["kv_lengths"].setText("8, 4, 2")
+    p.widgets["batch"].setValue(2)
+    assert p.config().kv_lengths == (8, 4)
+    p.widgets["batch"].setValue(4)
+    assert p.config().kv_lengths == (8, 4, 4, 4)
