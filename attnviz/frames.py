@@ -67,14 +67,6 @@ class Frames:
     render_time_s: float = 0.0
 
 
-def map_data(result: RunResult, view: str, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """(H, Lq, Lkv) values shown for batch item b, and the (H, Lq, Lkv) masked-cell map (for hover)."""
-    source = {"weights": result.dropped, "scores": result.scores}[view]
-    c = result.config
-    masked = ~np.broadcast_to(result.mask, (c.batch, c.heads, c.seq_q, c.lkv))[b]
-    return source[b], masked
-
-
 def tensor_data(result: RunResult, name: str, b: int, head: int) -> np.ndarray:
     """The 2-D tensor the output view shows: rows are positions, columns features."""
     if name in ("q", "k", "v"):

@@ -392,10 +392,11 @@ class MainWindow(QMainWindow):
         self.exportDialog.open()  # window-modal without blocking the event loop (workers keep reporting)
 
     def copy_image(self) -> None:
-        from .export_dialog import copy_to_clipboard
+        """Put the grid (or the focused head) on the clipboard, rendered from the data off this thread."""
+        from .export_dialog import CopyJob
 
         if self.result is not None:
-            copy_to_clipboard(self)
+            CopyJob(self).start()
 
     # --- settings and closing ----------------------------------------------------------------
 

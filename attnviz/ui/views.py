@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 
 from .. import colormaps
 from ..core import RunResult
-from ..frames import Frames, HeatImage, map_data, tensor_data
+from ..frames import Frames, HeatImage, tensor_data
 
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 TITLE_PX = 22
@@ -259,24 +259,25 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         r = self.result
         c = r.config
         b = min(self.frames.options.batch_index, c.batch - 1)
-        weights, masked = map_data(r, "weights", b)
-        scores, _ = map_data(r, "scores", b)
+        # Index single cells only: a whole-map operation here would run on every mouse move.
+        masked = ~np.broadcast_to(r.mask, r.scores.shape)[b, :, i, j]  # (H,)
+        weights, scores = r.dropped[b, :, i, j], r.scores[b, :, i, j]  # (H,)
         where = f"query i={i}, key j={j}"
         if head == -1:
             weighted = self.frames.options.view == "weights"
-            value = float(np.where(masked[:, i, j], 0.0, (weights if weighted else scores)[:, i, j]).mean())
+            value = float(np.where(masked, 0.0, weights if weighted else scores).mean())
             what = "mean weight" if weighted else "mean score"
-            return f"mean over heads · {where} · {what} {_fmt(value)} · masked in {int(masked[:, i, j].sum())} heads"
+            return f"mean over heads · {where} · {what} {_fmt(value)} · masked in {int(masked.sum())} heads"
         name = f"head {head} · {where}"
         if r.fully_masked_rows[b, head, i]:
             return (f"{name} · no key to attend to: every key of query {i} is masked "
                     f"(softmax over all -inf gives {'0, safe softmax' if c.safe_softmax else 'NaN'})")
-        if masked[head, i, j]:
+        if masked[head]:
             return f"{name} · masked: query {i} may not attend key {j} (score -inf, weight 0)"
         text = f"{name} · weight {_fmt(float(r.weights[b, head, i, j]))}"
         if c.dropout_active:
-            text += f" · after dropout {_fmt(float(weights[head, i, j]))}"
-        return text + f" · score {_fmt(float(scores[head, i, j]))} · not masked"
+            text += f" · after dropout {_fmt(float(weights[head]))}"
+        return text + f" · score {_fmt(float(scores[head]))} · not masked"
 
     def _hovered(self, pos: QPointF) -> None:
         if self.result is None or self.frames is None:

@@ -91,6 +91,7 @@ def test_export_failure_is_reported_and_keeps_the_old_file(window, qtbot, tmp_pa
 def test_copy_image_to_clipboard(window, qtbot):
     QGuiApplication.clipboard().clear()
     qtbot.keyClick(window, Qt.Key_C, Qt.ControlModifier | Qt.ShiftModifier)
+    qtbot.waitUntil(lambda: "Copied" in window.statusBar().currentMessage(), timeout=10000)
     image = QGuiApplication.clipboard().image()
     if image.isNull():
         pytest.skip("the offscreen platform keeps no clipboard image here")
