@@ -189,7 +189,7 @@ def render_main(argv: list[str]) -> int:
             return EXIT_OK
         if not args.output:
             raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
-        from .export import ExportError, export, format_of
+        from .export import ExportError, ImageTooLarge, export, format_of
 
         ext = format_of(args.output)
         config = _build_config(args)
@@ -211,8 +211,9 @@ def render_main(argv: list[str]) -> int:
         path = export(result, args.output, options)
     except ConfigError as exc:  # found only when running: no CUDA, over the memory budget
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
-    except ExportError as exc:
-        return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
+    except ExportError as exc:  # a --scale too large for one image is a bad argument, the rest failures
+        code = EXIT_USAGE if isinstance(exc.__cause__, ImageTooLarge) else EXIT_FAILURE
+        return _fail(code, f"{RENDER_PROG}: error: {exc}")
     except KeyboardInterrupt:
         return _fail(130, f"{RENDER_PROG}: interrupted; nothing written")
     except Exception as exc:  # noqa: BLE001 - one clear line, not a traceback

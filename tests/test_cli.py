@@ -273,3 +273,11 @@ def test_list_presets_and_help(capsys):
     assert "seed000-demo" in capsys.readouterr().out
     assert main(["--help"]) == 0
     assert "attnviz render" in capsys.readouterr().out
+
+
+def test_a_scale_too_large_for_one_image_is_a_bad_argument(tmp_path, capsys):
+    out = tmp_path / "huge.png"
+    assert main(["render", *SMALL, "--scale", "100000", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pixels, over the limit" in err[0]
+    assert not out.exists()
