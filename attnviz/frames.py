@@ -7,6 +7,7 @@ only swaps these images in; hover reads exact values from the full-resolution re
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,6 +206,9 @@ class PoolCache:
         self.result: RunResult | None = None
         self.entries: dict[tuple, PooledMaps] = {}
 
+    def clear(self) -> None:
+        self.result, self.entries = None, {}
+
     def get(self, result: RunResult, key: tuple, make) -> PooledMaps:
         if result is not self.result:
             self.result, self.entries = result, {}
@@ -215,8 +219,6 @@ class PoolCache:
 
 def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = None) -> Frames:
     """Everything the views show for one result: one tile per head, the mean tile, the tensor."""
-    import time
-
     t0 = time.perf_counter()
     cache = cache or PoolCache()
     c = result.config

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -31,20 +30,22 @@ from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, 
 from .panel import named
 
 
-class ExportJob(QObject):
-    """Runs one export on a background thread; reports to GUI-thread slots through signals."""
+class BackgroundJob(QObject):
+    """Runs one function on a short-lived thread and reports to GUI-thread slots through signals.
 
-    sigDone = Signal(str)  # the path written
+    Connect the signals to bound methods of GUI-thread QObjects (a lambda would run on the thread).
+    """
+
+    sigDone = Signal(object)  # what the function returned
     sigFailed = Signal(str)  # a message naming the problem
 
-    def start(self, result, path: str, options: ExportOptions) -> None:
-        threading.Thread(target=self._run, args=(result, path, options), name="attnviz-export",
-                         daemon=True).start()
+    def start(self, function) -> None:
+        threading.Thread(target=self._run, args=(function,), name="attnviz-job", daemon=True).start()
 
-    def _run(self, result, path: str, options: ExportOptions) -> None:
+    def _run(self, function) -> None:
         try:
-            self.sigDone.emit(str(export(result, path, options)))
-        except (ExportError, ValueError) as exc:
+            self.sigDone.emit(function())
+        except (ExportError, ValueError) as exc:  # unwritable target, bad option, image too large
             self.sigFailed.emit(str(exc))
         except Exception as exc:  # never take the app down for a figure
             self.sigFailed.emit(f"{type(exc).__name__}: {exc}")
@@ -126,7 +127,7 @@ class ExportDialog(QDialog):
         self._what_changed()
         # The job belongs to the window: cancelling the dialog mid-export must not delete the
         # object its thread reports through. A late report to a closed dialog is ignored.
-        self.job = ExportJob(window)
+        self.job = BackgroundJob(window)
         self.job.sigDone.connect(self._done)
         self.job.sigFailed.connect(self._failed)
         self.headSpin.valueChanged.connect(self._what_changed)
@@ -163,9 +164,11 @@ class ExportDialog(QDialog):
         self.messageLabel.setStyleSheet("")
         self.progress.show()
         self.exportButton.setEnabled(False)
-        self.job.start(self.window_.result, path, self.options())
+        result, options = self.window_.result, self.options()
+        self.job.start(lambda: export(result, path, options))
 
-    def _done(self, path: str) -> None:
+    def _done(self, path) -> None:
+        path = str(path)
         self.progress.hide()
         self.window_._remember_dir(path)
         self.window_.statusBar().showMessage(f"Exported {path}", 6000)
@@ -180,44 +183,20 @@ class ExportDialog(QDialog):
         self.sigFinished.emit(False, message)
 
 
-class CopyJob(QObject):
-    """Composes the clipboard image on a background thread (about 1 s for 8 heads x 2048 tokens)."""
-
-    sigImage = Signal(object)  # QImage
-    sigFailed = Signal(str)
-
-    def __init__(self, window):
-        super().__init__(window)
-        self.window_ = window
-        # Bound methods of this GUI-thread object: they run on the GUI thread (a lambda would not).
-        self.sigImage.connect(self._copied)
-        self.sigFailed.connect(self._failed)
-
-    def start(self) -> None:
-        w = self.window_
-        focus = w.headGrid.focus
-        what = "grid" if focus is None else ("mean" if focus == -1 else "head")
-        options = ExportOptions.from_view(w.frames.options, what=what, head=max(focus or 0, 0))
-        w.statusBar().showMessage("Copying the image…")
-        threading.Thread(target=self._run, args=(w.result, options), name="attnviz-copy", daemon=True).start()
-
-    def _run(self, result, options: ExportOptions) -> None:
-        try:
-            self.sigImage.emit(compose_image(result, options))
-        except (ValueError, ExportError) as exc:  # e.g. too many pixels for one image
-            self.sigFailed.emit(str(exc))
-        except Exception as exc:
-            self.sigFailed.emit(f"{type(exc).__name__}: {exc}")
-
-    def _copied(self, image) -> None:  # GUI thread: the clipboard belongs to it
-        QGuiApplication.clipboard().setImage(image)
-        self.window_.statusBar().showMessage(
-            f"Copied a {image.width()} x {image.height()} image to the clipboard", 4000)
-        self.deleteLater()
-
-    def _failed(self, message: str) -> None:
-        self.window_.statusBar().showMessage(f"Not copied: {message}", 8000)
-        self.deleteLater()
+def copy_to_clipboard(window) -> None:
+    """Put the grid (or the focused head) on the clipboard; composed off the GUI thread (~1 s at
+    8 heads x 2048 tokens), handed to the clipboard on it."""
+    focus = window.headGrid.focus
+    what = "grid" if focus is None else ("mean" if focus == -1 else "head")
+    options = ExportOptions.from_view(window.frames.options, what=what, head=max(focus or 0, 0))
+    result = window.result
+    job = BackgroundJob(window)
+    job.sigDone.connect(window.put_on_clipboard)
+    job.sigFailed.connect(window.copy_failed)
+    for signal in (job.sigDone, job.sigFailed):
+        signal.connect(job.deleteLater)
+    window.statusBar().showMessage("Copying the image…")
+    job.start(lambda: compose_image(result, options))
 
 
-__all__ = ["CopyJob", "ExportDialog", "ExportJob"]
+__all__ = ["BackgroundJob", "ExportDialog", "copy_to_clipboard"]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -393,10 +393,17 @@ class MainWindow(QMainWindow):
 
     def copy_image(self) -> None:
         """Put the grid (or the focused head) on the clipboard, rendered from the data off this thread."""
-        from .export_dialog import CopyJob
+        from .export_dialog import copy_to_clipboard
 
         if self.result is not None:
-            CopyJob(self).start()
+            copy_to_clipboard(self)
+
+    def put_on_clipboard(self, image) -> None:  # GUI thread: the clipboard belongs to it
+        QGuiApplication.clipboard().setImage(image)
+        self.statusBar().showMessage(f"Copied a {image.width()} x {image.height()} image to the clipboard", 4000)
+
+    def copy_failed(self, message: str) -> None:
+        self.statusBar().showMessage(f"Not copied: {message}", 8000)
 
     # --- settings and closing ----------------------------------------------------------------
 

@@ -138,8 +138,8 @@ class Worker(QObject):
         t0 = time.perf_counter()
         recomputed = self._last is None or self._last.config != request.config
         if recomputed:
-            self._last = self._pools.result = None  # free the old maps before allocating new ones
-            self._pools.entries = {}
+            self._last = None  # free the old maps before allocating new ones
+            self._pools.clear()
             self._last = self._compute(request.config, cancel=self._cancelled)
         if self._stopping:
             return
