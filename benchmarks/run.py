@@ -352,6 +352,8 @@ def table(doc: dict) -> str:
             lines.append(f"4 export {e['heads']} heads L={e['seq']} d={e['width']}: attnviz render "
                          f"{a if a is None else f'{a:.2f}'} s vs matplotlib script {b if b is None else f'{b:.2f}'} s"
                          + (f" -> {ratio:.2f}x{_mark(e)}" if ratio is not None else "")
+                         + (f"; `import torch` alone {med['import_torch']:.2f} s = {e['floor_ratio']:.2f}x"
+                            if e.get("floor_ratio") is not None else "")
                          + (f"  [{e['reason']}]" if e.get("reason") else ""))
         else:
             lines.append(f"4 export: {e.get('status')}: {e.get('reason')}")
