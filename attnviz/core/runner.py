@@ -115,18 +115,38 @@ def _gib(n: float) -> str:
     return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"
 
 
+def result_memory(config: RunConfig) -> int:
+    """Bytes of the float32 RunResult in host memory: a CUDA run copies every trace array back."""
+    b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
+    maps = b * h * lq * lkv * (3 if config.dropout_active else 2)  # scores, weights (+ dropped)
+    widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
+    tokens = b * (lq + lkv) * widths * 4  # q, k, v, context, output and the inputs, generously
+    return (maps + tokens) * 4 + b * lq * lkv  # + the bool mask
+
+
 def check_memory(config: RunConfig, device: torch.device, budget: int | None = None) -> int:
-    """Raise ConfigError when the estimate exceeds the budget; return the estimate."""
-    need = estimate_memory(config)
+    """Raise ConfigError when the run does not fit the budget; return the estimate.
+
+    On CUDA the result is also copied to the CPU as float32, so host memory must hold it too.
+    """
+    need = _check_fits(config, estimate_memory, device, budget, "this run needs")
+    if device.type == "cuda":
+        _check_fits(config, result_memory, torch.device("cpu"), budget, "its result, copied to the CPU, needs")
+    return need
+
+
+def _check_fits(config: RunConfig, estimate, device: torch.device, budget: int | None, what: str) -> int:
+    need = estimate(config)
     source = "the memory_budget given"
     if budget is None:
         budget = int(available_memory(device) * MEMORY_FRACTION)
         source = f"{MEMORY_FRACTION:.0%} of the free memory on {device}"
     if need <= budget:
         return need
-    over = f"this run needs about {_gib(need)} ({config.shapes_text()}), over the budget of {_gib(budget)} ({source})"
+    over = f"{what} about {_gib(need)} ({config.shapes_text()}), over the budget of {_gib(budget)} ({source})"
+
     def need_at(length: int) -> int:  # both lengths set to `length` (the quick fix sets both)
-        return estimate_memory(replace(config, seq_q=length, seq_kv=length))
+        return estimate(replace(config, seq_q=length, seq_kv=length))
 
     if need_at(1) > budget:  # the widths alone are too big: shorter sequences cannot help
         raise ConfigError("d_model", config.d_model, over, "use smaller widths (d_model, d_out, d_cross)")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from attnviz.core import ConfigError, RunConfig, estimate_memory, run
-from attnviz.core.runner import Cancelled
+from attnviz.core import ConfigError, RunConfig, estimate_memory, run, runner
+from attnviz.core.runner import Cancelled, result_memory
 
 
 def test_cancel_stops_the_run_and_is_polled():
@@ -48,3 +49,37 @@ def test_estimate_counts_only_the_widths_the_variant_has():
     assert estimate_memory(base.replace(d_cross=40000, d_out=40000)) == estimate_memory(base)
     ctx = RunConfig.for_variant("cross-context", seq_q=16, seq_kv=16)
     assert estimate_memory(ctx.replace(d_cross=4096)) > estimate_memory(ctx)
+
+
+def test_result_memory_covers_the_arrays_a_run_returns():
+    for config in (RunConfig(seq_q=24, heads=4, d_model=32),
+                   RunConfig(seq_q=24, heads=4, d_model=32, train=True, dropout=0.1),
+                   RunConfig.for_variant("cross-context", seq_q=12, seq_kv=20, d_cross=48)):
+        result = run(config)
+        held = sum(a.nbytes for name, a in result.arrays().items()
+                   if not (name == "dropped" and a is result.weights))  # shared in eval
+        assert held <= result_memory(config)
+
+
+def fake_free_memory(monkeypatch, gpu: int, cpu: int) -> None:
+    monkeypatch.setattr(runner, "available_memory", lambda device: gpu if device.type == "cuda" else cpu)
+
+
+def test_a_cuda_run_whose_result_does_not_fit_in_host_memory_is_refused(monkeypatch):
+    config = RunConfig(heads=8, d_model=64, seq_q=4096)
+    host_budget = result_memory(config) // 4
+    fake_free_memory(monkeypatch, gpu=1 << 50, cpu=int(host_budget / runner.MEMORY_FRACTION))
+    with pytest.raises(ConfigError) as info:
+        runner.check_memory(config, torch.device("cuda"))
+    message = str(info.value)
+    assert "copied to the CPU" in message and "free memory on cpu" in message
+    (fit,) = info.value.suggestions
+    assert result_memory(config.replace(seq_q=fit)) <= host_budget < result_memory(config.replace(seq_q=fit + 1))
+    assert runner.check_memory(config.replace(seq_q=fit), torch.device("cuda")) > 0
+
+
+def test_host_memory_is_not_counted_twice_for_a_cpu_run(monkeypatch):
+    config = RunConfig(heads=8, d_model=64, seq_q=512)
+    need = estimate_memory(config)
+    fake_free_memory(monkeypatch, gpu=0, cpu=int(need / runner.MEMORY_FRACTION) + 1)
+    assert runner.check_memory(config, torch.device("cpu")) == need
