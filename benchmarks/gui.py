@@ -301,6 +301,7 @@ def _latency_summary(runs: list[dict]) -> dict:
             "gui_other_s")
     res = {k: summary([r.get(k) for r in runs]) for k in keys}
     res["samples_latency_s"] = [r["latency_s"] for r in runs]
+    res["samples_stall_s"] = [r["stall_s"] for r in runs]
     res["all_tiles_ok"] = all(r["tiles_ok"] for r in runs)
     res["all_recomputed"] = all(r.get("recomputed", False) for r in runs)
     res["longest_stall_s"] = max(r["stall_s"] for r in runs)
