@@ -53,9 +53,9 @@ def bench_export(heads: int = 16, seq: int = 512, width: int = 1024, repeats: in
     common = ["--heads", str(heads), "--seq-q", str(seq), "--d-model", str(width)]
     with tempfile.TemporaryDirectory(prefix="attnviz-bench-") as tmp:
         out_a, out_b = Path(tmp) / "attnviz.png", Path(tmp) / "matplotlib.png"
-        routes = {"attnviz_render": [sys.executable, "-m", "attnviz", "render", "-o", str(out_a), *common],
-                  "import_torch": [sys.executable, "-c", "import torch"]}
+        routes = {"attnviz_render": [sys.executable, "-m", "attnviz", "render", "-o", str(out_a), *common]}
         if have_mpl:
+            routes["import_torch"] = [sys.executable, "-c", "import torch"]
             routes["matplotlib_script"] = [sys.executable, str(BENCH_DIR / "user_matplotlib_export.py"),
                                            "-o", str(out_b), *common]
         names = list(routes)

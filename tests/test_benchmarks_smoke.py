@@ -84,7 +84,6 @@ def test_memory_and_export_numbers(doc):
     assert mem["budget_bytes"] == int(2.5 * mem["weights_bytes"] + 400e6)
     exp = doc["export"]
     assert positive(exp["median_s"]["attnviz_render"])
-    assert positive(exp["median_s"]["import_torch"])  # the floor both routes pay
     assert exp["png_pixels"]["attnviz_render"][0] > 0
 
 

@@ -120,42 +120,52 @@ def result_memory(config: RunConfig) -> int:
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
     maps = b * h * lq * lkv * (3 if config.dropout_active else 2)  # scores, weights (+ dropped)
     widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
-    tokens = b * (lq + lkv) * widths * 4  # q, k, v, context, output and the inputs, generously
-    return (maps + tokens) * 4 + b * lq * lkv  # + the bool mask
+    tokens = b * (lq + lkv) * widths * 4  # q, k, v, context and output, generously
+    return (maps + tokens) * 4 + b * lq * lkv + b * h * lq  # + the bool mask and row flags
+
+
+class MemoryBudgetError(ConfigError):
+    """The run would not fit the memory budget (raised before anything big is allocated)."""
 
 
 def check_memory(config: RunConfig, device: torch.device, budget: int | None = None) -> int:
-    """Raise ConfigError when the run does not fit the budget; return the estimate.
+    """Raise MemoryBudgetError when the run does not fit; return the estimate for `device`.
 
-    On CUDA the result is also copied to the CPU as float32, so host memory must hold it too.
+    On CUDA the float32 result is also copied to the CPU, so host memory must hold it too; an
+    explicit `budget` then applies to both. The quick fix is the longest length that fits both.
     """
-    need = _check_fits(config, estimate_memory, device, budget, "this run needs")
+    limits = [(estimate_memory, device, "this run needs")]
     if device.type == "cuda":
-        _check_fits(config, result_memory, torch.device("cpu"), budget, "its result, copied to the CPU, needs")
-    return need
+        limits.append((result_memory, torch.device("cpu"), "its result, copied to the CPU, needs"))
+    checks = []
+    for estimate, where, what in limits:
+        source = "the memory_budget given"
+        allowed = budget
+        if allowed is None:
+            allowed = int(available_memory(where) * MEMORY_FRACTION)
+            source = f"{MEMORY_FRACTION:.0%} of the free memory on {where}"
+        checks.append((estimate, allowed, what, source))
 
+    def fits(c: RunConfig) -> bool:
+        return all(estimate(c) <= allowed for estimate, allowed, _, _ in checks)
 
-def _check_fits(config: RunConfig, estimate, device: torch.device, budget: int | None, what: str) -> int:
-    need = estimate(config)
-    source = "the memory_budget given"
-    if budget is None:
-        budget = int(available_memory(device) * MEMORY_FRACTION)
-        source = f"{MEMORY_FRACTION:.0%} of the free memory on {device}"
-    if need <= budget:
-        return need
-    over = f"{what} about {_gib(need)} ({config.shapes_text()}), over the budget of {_gib(budget)} ({source})"
+    if fits(config):
+        return estimate_memory(config)
+    estimate, allowed, what, source = next(c for c in checks if c[0](config) > c[1])
+    over = (f"{what} about {_gib(estimate(config))} ({config.shapes_text()}), over the budget of "
+            f"{_gib(allowed)} ({source})")
 
-    def need_at(length: int) -> int:  # both lengths set to `length` (the quick fix sets both)
-        return estimate(replace(config, seq_q=length, seq_kv=length))
+    def at(length: int) -> RunConfig:  # both lengths set to `length` (the quick fix sets both)
+        return replace(config, seq_q=length, seq_kv=length)
 
-    if need_at(1) > budget:  # the widths alone are too big: shorter sequences cannot help
-        raise ConfigError("d_model", config.d_model, over, "use smaller widths (d_model, d_out, d_cross)")
+    if not fits(at(1)):  # the widths alone are too big: shorter sequences cannot help
+        raise MemoryBudgetError("d_model", config.d_model, over, "use smaller widths (d_model, d_out, d_cross)")
     lo, hi = 1, max(config.seq_q, config.lkv)  # the longest length that fits, by bisection
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if need_at(mid) <= budget else (lo, mid - 1)
-    raise ConfigError("seq_q", config.seq_q, over,
-                      f"use lengths of {lo} or less, or fewer heads or batch items", suggestions=(lo,))
+        lo, hi = (mid, hi) if fits(at(mid)) else (lo, mid - 1)
+    raise MemoryBudgetError("seq_q", config.seq_q, over,
+                            f"use lengths of {lo} or less, or fewer heads or batch items", suggestions=(lo,))
 
 
 def _numpy(t: Tensor) -> np.ndarray:

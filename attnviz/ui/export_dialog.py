@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
 
 from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, default_filename, export, format_of
 from .panel import named
-from .worker import lower_priority
 
 
 class BackgroundJob(QObject):
@@ -44,7 +43,6 @@ class BackgroundJob(QObject):
         threading.Thread(target=self._run, args=(function,), name="attnviz-job", daemon=True).start()
 
     def _run(self, function) -> None:
-        lower_priority()  # composing a large figure must not slow the window down
         try:
             self.sigDone.emit(function())
         except (ExportError, ValueError) as exc:  # unwritable target, bad option, image too large

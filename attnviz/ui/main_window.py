@@ -38,7 +38,7 @@ from ..core import ConfigError, RunConfig, load_config, run
 from ..frames import MAP_VIEWS, TENSORS, ViewOptions
 from .panel import ParameterPanel, named
 from .views import HeadGrid, TensorView
-from .worker import Failure, Outcome, Reaper, Request, Worker
+from .worker import Failure, Outcome, Request, Worker
 
 SETTINGS_VERSION = 1
 
@@ -119,7 +119,6 @@ class MainWindow(QMainWindow):
         self._timer.timeout.connect(self.request)
 
         self.worker = Worker(compute, parent=self)
-        self.reaper = Reaper()
         self.worker.sigDone.connect(self._on_done)
         self.worker.sigFailed.connect(self._on_failed)
         self.worker.sigBusy.connect(self._on_busy)
@@ -291,7 +290,7 @@ class MainWindow(QMainWindow):
         self.result, self.frames = outcome.result, outcome.frames
         self.headGrid.show_frames(outcome.result, outcome.frames)
         self.outputView.show_frames(outcome.result, outcome.frames)
-        self.reaper.drop(previous)  # the last references to the old maps: free them off this thread
+        self.worker.release(previous)  # the last references to the old maps: freed off this thread
         del previous
         self.shown_id = rid
         swap = time.perf_counter() - t0

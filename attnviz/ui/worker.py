@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from ..core import ConfigError, RunConfig, RunResult, run
-from ..core.runner import Cancelled
+from ..core.runner import Cancelled, MemoryBudgetError
 from ..frames import Frames, PoolCache, ViewOptions, render
 
 
@@ -48,24 +48,32 @@ class Failure:
     suggestions: tuple = ()
 
 
-BACKGROUND_NICE = 10  # Linux niceness of attnviz's own background threads (the GUI thread keeps 0)
+BACKGROUND_NICE_STEP = 10  # how much nicer than the process attnviz's background threads run
+MAX_NICE = 19
 
 
 def lower_priority() -> None:
     """Let the GUI thread win the CPU over the calling background thread.
 
-    On a machine with few cores a forward pass keeps every core busy (torch uses one thread per
-    core); at nice 0 the GUI thread then waits its turn (measured at XL on 2 cores: stalls of
-    0.1-0.4 s during a burst of edits, 31-39 ms at nice 10). Niceness is per thread on Linux
-    and inherited by the threads this one starts later, torch's intra-op pool included, so only
-    the calling thread and its helpers are affected.
-    Elsewhere this does nothing.
+    On a machine with few cores a forward pass keeps every core busy (torch starts one thread per
+    physical core); at the GUI thread's priority the GUI thread then waits its turn (measured at XL
+    on 2 cores: stalls of 0.1-0.4 s during a burst of edits, 31-39 ms when lowered). Niceness is
+    per thread on Linux and inherited by threads the calling thread starts later, torch's intra-op
+    pool included. Call it only on threads that never start pools the GUI thread shares (Qt's
+    global QThreadPool, used by QImage conversions, would inherit it). Elsewhere it does nothing.
     """
     if not sys.platform.startswith("linux"):
         return
     tid = threading.get_native_id()
     with contextlib.suppress(OSError):  # not permitted in some sandboxes: stay at the normal priority
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), BACKGROUND_NICE))
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE_STEP,
+                                                 MAX_NICE))
+
+
+class _Flush:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.freed = False
 
 
 class Reaper:
@@ -73,9 +81,9 @@ class Reaper:
 
     Freeing GiB of maps costs the kernel ~70 ms per GiB (0.3 s at XL). On the GUI thread that is a
     visible stall; on another thread right after a new result arrived it still stalled the GUI
-    thread's painting of that result by 0.1-0.3 s at XL (measured, 2 cores). So the newest replaced
-    result is held for HOLD_S, and freed early only when a newer one replaces it: at most one extra
-    result is alive, and during fast updates (small sizes, cheap frees) each goes as the next comes.
+    thread by 0.1-0.3 s at XL (measured, 2 cores). So the newest replaced result is held for
+    HOLD_S, and freed early when a newer one replaces it or when flush() asks for its memory:
+    at most one extra result is alive, and during fast updates each goes as the next comes.
     """
 
     HOLD_S = 1.0
@@ -87,15 +95,26 @@ class Reaper:
     def drop(self, *objects) -> None:
         self._queue.put(objects)
 
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Free what is held now and wait for it; True if anything was freed."""
+        request = _Flush()
+        self._queue.put(request)
+        request.done.wait(timeout)
+        return request.freed
+
     def _loop(self) -> None:
         lower_priority()
         held = None
         while True:
             try:
-                newer = self._queue.get(timeout=self.HOLD_S if held is not None else None)
+                item = self._queue.get(timeout=self.HOLD_S if held is not None else None)
             except queue.Empty:
-                newer = None
-            held = newer  # the previous `held` is freed here, on this thread
+                item = None
+            if isinstance(item, _Flush):
+                item.freed, held = held is not None, None  # freed here, before the waiter goes on
+                item.done.set()
+            else:
+                held = item  # the previous `held` is freed here, on this thread
 
 
 class Worker(QObject):
@@ -111,6 +130,7 @@ class Worker(QObject):
         self._cond = threading.Condition()
         self._pending: Request | None = None
         self._stopping = False
+        self.reaper = Reaper()  # frees replaced results (see release)
         self._last: RunResult | None = None  # touched only by the worker thread
         self._pools = PoolCache()  # pooled maps of _last: view-only changes only requantise
         self._thread = threading.Thread(target=self._loop, name="attnviz-worker", daemon=True)
@@ -120,6 +140,10 @@ class Worker(QObject):
         with self._cond:
             self._pending = request  # replaces an older pending request
             self._cond.notify()
+
+    def release(self, *objects) -> None:
+        """Hand over the last references to a replaced result; freed off the calling thread."""
+        self.reaper.drop(*objects)
 
     def stop(self, timeout: float = 1.5) -> bool:
         """Ask the thread to finish; True if it ended within `timeout` seconds."""
@@ -167,13 +191,22 @@ class Worker(QObject):
                 if not self._has_newer():
                     self.sigBusy.emit(False)
 
+    def _run(self, config: RunConfig) -> RunResult:
+        try:
+            return self._compute(config, cancel=self._cancelled)
+        except MemoryBudgetError:
+            if not self.reaper.flush():
+                raise
+            # a replaced result the reaper was holding made the budget look smaller than it is
+            return self._compute(config, cancel=self._cancelled)
+
     def _handle(self, request: Request) -> None:
         t0 = time.perf_counter()
         recomputed = self._last is None or self._last.config != request.config
         if recomputed:
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
-            self._last = self._compute(request.config, cancel=self._cancelled)
+            self._last = self._run(request.config)
         if self._stopping:
             return
         frames = render(self._last, request.options, self._pools)

@@ -83,3 +83,18 @@ def test_host_memory_is_not_counted_twice_for_a_cpu_run(monkeypatch):
     need = estimate_memory(config)
     fake_free_memory(monkeypatch, gpu=0, cpu=int(need / runner.MEMORY_FRACTION) + 1)
     assert runner.check_memory(config, torch.device("cpu")) == need
+
+
+def test_when_gpu_and_host_both_refuse_the_quick_fix_fits_both(monkeypatch):
+    config = RunConfig(heads=8, d_model=64, seq_q=4096)
+    # the GPU refuses first, but the host allows the shorter length: the suggestion must fit both
+    gpu_budget, host_budget = estimate_memory(config) // 3, result_memory(config) // 9
+    fake_free_memory(monkeypatch, gpu=int(gpu_budget / runner.MEMORY_FRACTION) + 1,
+                     cpu=int(host_budget / runner.MEMORY_FRACTION) + 1)
+    with pytest.raises(ConfigError) as info:
+        runner.check_memory(config, torch.device("cuda"))
+    (fit,) = info.value.suggestions
+    fitted = config.replace(seq_q=fit)
+    assert estimate_memory(fitted) <= gpu_budget and result_memory(fitted) <= host_budget
+    longer = config.replace(seq_q=fit + 1)
+    assert estimate_memory(longer) > gpu_budget or result_memory(longer) > host_budget
