@@ -90,15 +90,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def total_memory_bytes() -> int | None:
+def proc_bytes(path: str, key: str) -> int | None:
+    """A "Key:  N kB" line of a /proc file in bytes; None where it cannot be read (not Linux)."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemTotal:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
     return None
+
+
+def total_memory_bytes() -> int | None:
+    return proc_bytes("/proc/meminfo", "MemTotal")
 
 
 def machine_info() -> dict:
@@ -228,14 +233,7 @@ def load_average() -> list[float] | None:
 
 
 def available_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+    return proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 # --- the code under test -----------------------------------------------------------------------

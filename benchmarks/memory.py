@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from .common import MIB, ROOT, Size, available_memory_bytes, failure
+from .common import MIB, ROOT, Size, available_memory_bytes, failure, proc_bytes
 
 FACTOR, ALLOWANCE = 2.5, 400 * 1000 * 1000  # "at most 2.5x that + 400 MB"
 
@@ -63,19 +63,8 @@ def _child(spec: dict) -> dict:
         "rss_holding_result_bytes": rss_holding_result,
         "run_s": t1 - t0,
         "tiles": len(frames.heads),
-        "vm_hwm_bytes": _vm_hwm(),  # the same peak from /proc/self/status, as a cross-check
+        "vm_hwm_bytes": proc_bytes("/proc/self/status", "VmHWM"),  # the same peak, as a cross-check
     }
-
-
-def _vm_hwm() -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def bench_memory(size: Size, max_px=(512, 512), timeout: float = 1800) -> dict:

@@ -15,6 +15,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from .. import colormaps
 from ..core import RunResult
 from ..frames import Frames, HeatImage, tensor_data
+from .panel import named
 
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 TITLE_PX = 22
@@ -120,8 +121,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setObjectName("headGrid")
-        self.setAccessibleName("headGrid")
+        named(self, "headGrid")
         self.setToolTip("Attention maps: rows are query positions (top to bottom), columns key positions. "
                         "Hover a cell for its values; click a head to show it large (click again or Esc for the grid).")
         self.setBackground("w")
@@ -306,8 +306,7 @@ class TensorView(pg.PlotWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setObjectName("outputView")
-        self.setAccessibleName("outputView")
+        named(self, "outputView")
         self.setToolTip("The output tensor (or Q, K, V, context) of the shown batch item: rows are positions, "
                         "columns features; blue negative, red positive. Hover for values.")
         self.setBackground("w")
