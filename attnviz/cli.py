@@ -25,11 +25,13 @@ PROG = "attnviz"
 RENDER_PROG = "attnviz render"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-_VIEW_TEXT = {
-    "weights": "attention weights (softmax; after dropout in train mode)",
-    "scores": "pre-softmax scores (scaled QK^T / sqrt(d_head), masked)",
-    "output": "the output tensor (rows = query positions, columns = features)",
-}
+
+
+def _view_text() -> dict[str, str]:
+    """--view choices: every map view (from the one stage list) and the output tensor."""
+    from .frames import MAP_VIEWS
+
+    return {**MAP_VIEWS, "output": "the output tensor (rows = query positions, columns = features)"}
 
 
 class UsageError(Exception):
@@ -56,10 +58,30 @@ def _kv_lengths(text: str) -> tuple[int, ...]:
             f"invalid lengths {text!r}: give whole numbers separated by commas, e.g. 16,9") from None
 
 
-def _config_choices() -> dict[str, list[str]]:
-    from .core import DTYPES, MASK_KINDS, VARIANTS
+def _stage_names() -> tuple[str, ...]:
+    from .core.stages import STAGE_NAMES
 
-    return {"variant": list(VARIANTS), "mask": list(MASK_KINDS), "dtype": list(DTYPES)}
+    return STAGE_NAMES
+
+
+def _stage_list(text: str) -> tuple[str, ...]:
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    if names == ("all",):
+        return _stage_names()
+    unknown = [n for n in names if n not in _stage_names()]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"invalid stages {text!r}: use 'all' or names from {', '.join(_stage_names())}, separated by commas")
+    return names
+
+
+def _config_choices() -> dict[str, list[str]]:
+    """Choice lists of the str fields: variants and dtypes, plus each field's declared choices."""
+    from .core import DTYPES, VARIANTS
+    from .core.config import RunConfig
+
+    declared = {f.name: list(f.metadata["choices"]) for f in fields(RunConfig) if f.metadata.get("choices")}
+    return {"variant": list(VARIANTS), "dtype": list(DTYPES), **declared}
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -117,8 +139,12 @@ def _render_parser() -> argparse.ArgumentParser:
     src.add_argument("--config", metavar="FILE.json", help="start from a saved configuration")
     _add_config_flags(p)
     view = p.add_argument_group("what to draw (PNG and SVG)")
-    view.add_argument("--view", choices=list(_VIEW_TEXT), default="weights",
-                      help="; ".join(f"{k}: {v}" for k, v in _VIEW_TEXT.items()) + " (default: weights)")
+    views = _view_text()
+    view.add_argument("--view", choices=list(views), default="weights",
+                      help="; ".join(f"{k}: {v}" for k, v in views.items()) + " (default: weights)")
+    view.add_argument("--stages", metavar="NAME[,NAME...]|all", type=_stage_list,
+                      help="stages an NPZ keeps besides the default ones (names: "
+                           f"{', '.join(_stage_names())}; 'all' keeps every stage the run has)")
     view.add_argument("--head", type=int, metavar="N", help="only head N instead of the grid of all heads")
     view.add_argument("--mean", action="store_true", help="only the mean over heads")
     view.add_argument("--batch-index", type=int, default=0, metavar="N",
@@ -166,7 +192,7 @@ def _export_options(args: argparse.Namespace):
         what, view = ("head" if args.head is not None else "mean" if args.mean else "grid"), args.view
     kw = {}
     if args.colormap:
-        kw["diverging" if args.view in ("scores", "output") else "colormap"] = args.colormap
+        kw["colormap" if args.view == "weights" else "diverging"] = args.colormap
     return ExportOptions(
         what=what, view=view, head=args.head or 0, scale=args.scale, title=not args.no_title,
         colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
@@ -195,6 +221,7 @@ def render_main(argv: list[str]) -> int:
         config = _build_config(args)
         options = _export_options(args)
         options.check(config)
+        record = _record(config, options, args.stages)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except (UsageError, ConfigError, ValueError) as exc:
@@ -203,7 +230,7 @@ def render_main(argv: list[str]) -> int:
     try:
         from .core import run
 
-        result = run(config)
+        result = run(config, record=record)
         if ext != ".npz":
             from .export import ensure_gui_app
 
@@ -220,6 +247,21 @@ def render_main(argv: list[str]) -> int:
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {type(exc).__name__}: {exc}")
     print(f"wrote {path}")
     return EXIT_OK
+
+
+def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
+    """The stages the run keeps: the defaults, the drawn view's stage, and --stages (checked)."""
+    from .core.runner import require_stage, run_stages
+    from .core.stages import DEFAULT_RECORD
+    from .frames import view_stage
+
+    view = view_stage(options.map_view)
+    require_stage(config, view)
+    extra = set(stages or ())
+    if stages != _stage_names():  # 'all' means all this run has; named stages must exist
+        for name in extra:
+            require_stage(config, name, "--stages")
+    return frozenset(DEFAULT_RECORD | {view} | (extra & set(run_stages(config))))
 
 
 def _fail(code: int, line: str) -> int:

@@ -30,6 +30,7 @@ from . import colormaps
 from .atomic import ExportError, atomic_writer, write_bytes
 from .core.config import RunConfig
 from .core.runner import RunResult
+from .core.stages import BY_NAME
 from .frames import MAP_VIEWS, TENSORS, HeatImage, ViewOptions, render
 
 __all__ = [
@@ -334,9 +335,11 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
         view = options.map_view
         if view == "weights":
             heading = ("Attention weights after dropout (train mode)" if c.dropout_active
-                       else "Attention weights")
-        else:
+                       else "Attention weights" + (" (signed, differential)" if c.spec.head_factor > 1 else ""))
+        elif view == "scores":
             heading = "Pre-softmax scores QK\u1d40/\u221ad_head"
+        else:
+            heading = f"Stage {view}: {BY_NAME[view].description}"
         if options.what == "head":
             heading += f" \u00b7 head {options.head} of {c.heads}"
         elif options.what == "mean":
@@ -369,7 +372,7 @@ def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage],
     frames = render(result, view)
     if options.what == "output":
         return [frames.tensor], "value", True
-    caption = "attention weight" if options.map_view == "weights" else "score"
+    caption = {"weights": "attention weight", "scores": "score"}.get(options.map_view, options.map_view)
     if options.what == "mean":
         return [frames.mean], caption, True
     if options.what == "head":
@@ -699,12 +702,10 @@ def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
 
 # --- NPZ -------------------------------------------------------------------------------------
 
-NPZ_ARRAYS = ("weights", "scores", "output", "q", "k", "v", "context", "mask", "dropped", "fully_masked_rows")
-
-
 def write_npz(result: RunResult, path: str | os.PathLike) -> Path:
-    """Every array of the result plus `config` (the saved-configuration JSON string), atomically."""
-    arrays = {name: np.asarray(getattr(result, name)) for name in NPZ_ARRAYS}
+    """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
+    (the saved-configuration JSON string), atomically."""
+    arrays = {name: np.asarray(a) for name, a in result.arrays().items()}
     with atomic_writer(path) as f:
         np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
     return Path(path)

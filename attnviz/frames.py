@@ -15,11 +15,27 @@ import torch
 
 from . import colormaps
 from .core.runner import RunResult
+from .core.stages import STAGE_NAMES, STAGES
 
+# The map views: "weights" draws the map that multiplied V (after dropout in train mode; the signed
+# softmax₁ − λ·softmax₂ of differential attention); the others draw the pre-softmax stages.
 MAP_VIEWS = {
-    "weights": "Attention weights (softmax; after dropout in train mode)",
-    "scores": "Pre-softmax scores (scaled QK^T / sqrt(d_head), masked)",
+    "weights": "Attention weights: the map that multiplied V (after dropout in train mode; signed for "
+               "differential attention)",
+    "scores": "Pre-softmax scores (scaled QK^T / sqrt(d_head), biased, capped, masked)",
+    **{s.name: s.description[0].upper() + s.description[1:] for s in STAGES
+       if s.is_map and STAGE_NAMES.index(s.name) < STAGE_NAMES.index("scores")},
 }
+
+
+def view_stage(view: str) -> str:
+    """The stage a map view draws."""
+    return "dropped" if view == "weights" else view
+
+
+def view_signed(view: str, config) -> bool:
+    """Whether a view's values have a sign (diverging colours): all but softmax weights."""
+    return view != "weights" or config.spec.head_factor > 1
 TENSOR_NAMES = {"output": "Output", "context": "Context", "q": "Q", "k": "K", "v": "V"}
 TENSORS = {
     "output": "Output (after the output projection)",
@@ -66,13 +82,21 @@ class Frames:
     levels: tuple[float, float]  # the shared levels (what the colour bar shows with shared scale)
     lut: np.ndarray
     render_time_s: float = 0.0
+    signed: bool = False  # diverging colours centred on 0
 
 
 def tensor_data(result: RunResult, name: str, b: int, head: int) -> np.ndarray:
     """The 2-D tensor the output view shows: rows are positions, columns features."""
-    if name in ("q", "k", "v"):
-        return getattr(result, name)[b, head]
+    if name in ("q", "k", "v"):  # head h reads kv head h // (H / Hkv); differential: its first sub-head
+        per_head = getattr(result, name)
+        return per_head[b, head * per_head.shape[1] // result.config.heads]
     return getattr(result, name)[b]
+
+
+def head_title(index: int, maps: int, heads: int) -> str:
+    """'head 3', or 'head 1.2' for the second of head 1's two maps (differential attention)."""
+    per = maps // heads
+    return f"head {index}" if per == 1 else f"head {index // per}.{index % per + 1}"
 
 
 def _reduce_blocks(t: torch.Tensor, dim: int, factor: int, op) -> torch.Tensor:
@@ -223,9 +247,9 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     cache = cache or PoolCache()
     c = result.config
     b = min(max(options.batch_index, 0), c.batch - 1)
-    signed = options.view == "scores"
+    signed = view_signed(options.view, c)
     map_lut = colormaps.lut(options.diverging if signed else options.colormap)
-    values = {"weights": result.dropped, "scores": result.scores}[options.view][b]  # (H, Lq, Lkv)
+    values = getattr(result, view_stage(options.view))[b]  # (H, Lq, Lkv); 2H for differential pre-softmax
     allowed = result.mask[min(b, result.mask.shape[0] - 1)] if result.mask.ndim == 4 else result.mask[None]
     allowed = np.broadcast_to(allowed, (allowed.shape[0], c.seq_q, c.lkv))  # (1 or H, Lq, Lkv), a view
     if allowed.all():
@@ -235,7 +259,8 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     pooled = cache.get(result, ("heads", *key), lambda: pool_maps(values, allowed, empty, options.max_px, signed))
     images, levels = quantise_pooled(pooled, options.shared_scale)
     shape = (c.seq_q, c.lkv)
-    heads = [HeatImage(im, shape, lv, map_lut, f"head {h}") for h, (im, lv) in enumerate(zip(images, levels))]
+    heads = [HeatImage(im, shape, lv, map_lut, head_title(h, len(images), c.heads))
+             for h, (im, lv) in enumerate(zip(images, levels))]
 
     mean = None
     if options.mean:
@@ -257,4 +282,4 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     tensor = HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
     shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
                                                             torch.tensor(True), signed)[0]
-    return Frames(heads, mean, tensor, options, shared, map_lut, time.perf_counter() - t0)
+    return Frames(heads, mean, tensor, options, shared, map_lut, time.perf_counter() - t0, signed)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from attnviz import colormaps, export
-from attnviz.core import RunConfig, load_preset, run
+from attnviz.core import RunConfig, load_preset, run, run_stages
+from attnviz.core.stages import DEFAULT_RECORD
 from attnviz.export import ExportError, ExportOptions
 from attnviz.frames import ViewOptions, render
 
@@ -167,8 +168,10 @@ def test_svg_is_valid_with_one_image_per_head_and_vector_text(causal, tmp_path):
 def test_npz_holds_every_array_and_the_config(cross, tmp_path):
     path = export.export(cross, tmp_path / "run.npz")
     with np.load(path) as data:
-        assert set(data.files) == {"config", *export.NPZ_ARRAYS}
-        for name in export.NPZ_ARRAYS:
+        expected = {"config", "mask", "fully_masked_rows", *run_stages(cross.config)} & (
+            {"config", "mask", "fully_masked_rows"} | DEFAULT_RECORD)
+        assert set(data.files) == expected
+        for name in expected - {"config"}:
             np.testing.assert_array_equal(data[name], getattr(cross, name))
         assert RunConfig.from_json(str(data["config"])) == cross.config
 

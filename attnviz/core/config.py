@@ -14,17 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from .kernel import nearest_heads
+from .masks import MASKS
+from .mods import POSITIONS, AttentionOptions
 from .variants import VARIANTS
 
-MASK_KINDS = {
-    "none": "No mask: every query sees every key",
-    "causal": "Causal, top-left aligned (the seeds' triu(1), SDPA is_causal)",
-    "causal-bottom-right": "Causal, bottom-right aligned (decoding / KV-cache view)",
-    "padding": "Key padding: batch item b sees its first kv_lengths[b] keys",
-    "window": "Causal sliding window: the query and the `window` keys before it",
-    "window-bidirectional": "Sliding window, both sides: keys within `window` of the query",
-}
-WINDOW_MASKS = ("window", "window-bidirectional")
+MASK_KINDS = {kind.name: kind.description for kind in MASKS.values()}
+POSITION_KINDS = {p.name: f"{p.description} ({p.families})" for p in POSITIONS.values()}
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_SIZE = 1 << 16
 FORMAT_TAG = "attnviz-config"
@@ -42,9 +37,11 @@ class ConfigError(ValueError):
 
 
 def param(default: Any, label: str, tooltip: str, *, widget: str, minimum: float | None = None,
-          maximum: float | None = None, unit: str = "", group: str = "Model") -> Any:
+          maximum: float | None = None, unit: str = "", group: str = "Model",
+          choices: dict[str, str] | None = None, decimals: int = 2) -> Any:
+    """A config field with what the panel and the CLI are generated from (choices: id -> tooltip)."""
     meta = dict(label=label, tooltip=tooltip, widget=widget, minimum=minimum, maximum=maximum,
-                unit=unit, group=group)
+                unit=unit, group=group, choices=choices, decimals=decimals)
     return field(default=default, metadata=meta)
 
 
@@ -61,6 +58,9 @@ class RunConfig:
                          widget="dCrossSpin", minimum=1, maximum=MAX_SIZE, unit="features")
     heads: int = param(4, "Heads", "Number of attention heads; must divide the projected width",
                        widget="headsSpin", minimum=1, maximum=1024)
+    layer: int = param(0, "Layer",
+                       "Which layer: its depth sets differential attention's λ_init = 0.8 - 0.6·exp(-0.3·layer)",
+                       widget="layerSpin", minimum=0, maximum=1023)
     batch: int = param(1, "Batch", "Number of independent sequences (batch size B)",
                        widget="batchSpin", minimum=1, maximum=4096, group="Shape")
     seq_q: int = param(16, "Query length", "Number of query tokens Lq (rows of each map)",
@@ -68,15 +68,38 @@ class RunConfig:
     seq_kv: int = param(16, "Key/value length", "Number of key/value tokens Lkv (columns of each map)",
                         widget="seqKvSpin", minimum=1, maximum=MAX_SIZE, unit="tokens", group="Shape")
     mask: str = param("causal", "Mask", "Which keys each query may attend to", widget="maskCombo",
-                      group="Mask")
+                      group="Mask", choices=MASK_KINDS)
     window: int = param(4, "Window", "Sliding window: keys at most this many positions from the query",
                         widget="windowSpin", minimum=0, maximum=MAX_SIZE, unit="positions", group="Mask")
+    sinks: int = param(0, "Sink keys",
+                       "Attention sinks (StreamingLLM): the first N keys stay visible to every query that may see "
+                       "them, whatever the window", widget="sinksSpin", minimum=0, maximum=MAX_SIZE, unit="keys",
+                       group="Mask")
     kv_lengths: tuple[int, ...] = param(
         (), "Valid lengths", "Key padding: valid keys per batch item, e.g. '16, 9' (one number = all items)",
         widget="kvLengthsEdit", group="Mask")
     safe_softmax: bool = param(False, "Safe softmax",
                                "Rows with no key to attend to give 0 (as SDPA) instead of NaN (seed math)",
                                widget="safeSoftmaxCheck", group="Mask")
+    kv_heads: int = param(0, "KV heads",
+                          "Key/value heads: 0 = one per query head (MHA), 1 = shared by all (MQA, PaLM), else "
+                          "grouped-query attention (GQA: Llama 2 70B, Llama 3, Mistral); must divide Heads",
+                          widget="kvHeadsSpin", minimum=0, maximum=1024, group="Attention")
+    position: str = param("none", "Position",
+                          "Position encoding inside attention: RoPE rotates q and k (Llama, Mistral, Qwen2: halves; "
+                          "GPT-J: pairs); ALiBi subtracts a per-head distance penalty (BLOOM, MPT)",
+                          widget="positionCombo", group="Attention", choices=POSITION_KINDS)
+    rope_base: float = param(10000.0, "RoPE base", "RoPE's θ base: larger bases rotate more slowly (Llama 3: 500000)",
+                             widget="ropeBaseSpin", minimum=1.0, maximum=1e9, group="Attention", decimals=0)
+    qk_scale: float = param(0.0, "Score scale",
+                            "Multiplies Q·Kᵀ; 0 = divide by sqrt(d_head) as usual; e.g. 1/d_head as in muP",
+                            widget="qkScaleSpin", minimum=0.0, maximum=1e3, group="Attention", decimals=5)
+    softcap: float = param(0.0, "Soft cap", "Logit soft cap cap·tanh(s / cap) before the mask (Gemma 2: 50); 0 = off",
+                           widget="softcapSpin", minimum=0.0, maximum=1e4, group="Attention")
+    sink_logit: float = param(0.0, "Sink logit",
+                              "A learned sink logit per head joins the softmax denominator (gpt-oss): rows then sum "
+                              "to less than 1, the rest went to the sink; 0 = off",
+                              widget="sinkLogitSpin", minimum=-100.0, maximum=100.0, group="Attention")
     dropout: float = param(0.0, "Dropout p", "Dropout on the attention weights (only in train mode)",
                            widget="dropoutSpin", minimum=0.0, maximum=0.99, group="Training")
     train: bool = param(False, "Train mode",
@@ -111,11 +134,23 @@ class RunConfig:
 
     @property
     def head_dim(self) -> int:
-        return getattr(self, self.spec.head_width) // self.heads
+        """Width of one score map's q and k (a sub-head for differential attention)."""
+        return getattr(self, self.spec.head_width) // (self.heads * self.spec.head_factor)
+
+    @property
+    def kv_head_count(self) -> int:
+        return self.kv_heads if self.applies("kv_heads") and self.kv_heads else self.heads
 
     def applies(self, name: str) -> bool:
-        """Whether a field means anything for this variant and mask."""
-        return field_applies(name, self.variant, self.mask)
+        """Whether a field means anything for this variant, mask and position."""
+        return field_applies(name, self.variant, self.mask, self.position)
+
+    def attention_options(self) -> AttentionOptions:
+        """Position, scale and cap as the kernel takes them (fields that do not apply are off)."""
+        return AttentionOptions(
+            position=self.position if self.applies("position") else "none", rope_base=self.rope_base,
+            qk_scale=self.qk_scale if self.applies("qk_scale") else 0.0,
+            softcap=self.softcap if self.applies("softcap") else 0.0)
 
     @property
     def dropout_active(self) -> bool:
@@ -154,23 +189,49 @@ class RunConfig:
                     raise ConfigError(f.name, value, f"must be at least {lo}", f"set {f.name} to {lo} or more")
                 if hi is not None and value > hi:
                     raise ConfigError(f.name, value, f"must be at most {hi}", f"set {f.name} to {hi} or less")
-        width = getattr(self, self.spec.head_width)
-        width_name = self.spec.labels.get(self.spec.head_width, self.spec.head_width)  # the seed's own name
-        if width % self.heads:
-            nearest = nearest_heads(width, self.heads)
-            raise ConfigError(
-                "heads", self.heads, f"{self.heads} heads do not divide {width_name} = {width}",
-                f"use {' or '.join(map(str, nearest))} heads, or a {width_name} that is a multiple of {self.heads}",
-                suggestions=tuple(nearest),
-            )
+        self._validate_heads()
         if self.mask not in MASK_KINDS:
             raise ConfigError("mask", self.mask, "unknown mask", f"use one of {', '.join(MASK_KINDS)}")
+        self._validate_attention()
         if self.mask == "padding":
             self._validate_kv_lengths()
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, "unknown dtype", f"use one of {', '.join(DTYPES)}")
         if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", self.device):
             raise ConfigError("device", self.device, "unknown device", "use cpu, cuda, cuda:N or auto")
+
+    def _validate_heads(self) -> None:
+        width = getattr(self, self.spec.head_width)
+        width_name = self.spec.labels.get(self.spec.head_width, self.spec.head_width)  # the seed's own name
+        factor = self.spec.head_factor
+        if width % (self.heads * factor):
+            nearest = [h // factor for h in nearest_heads(width, self.heads * factor) if h % factor == 0] or [1]
+            per = f" x {factor} sub-heads" if factor > 1 else ""
+            raise ConfigError(
+                "heads", self.heads, f"{self.heads} heads{per} do not divide {width_name} = {width}",
+                f"use {' or '.join(map(str, nearest))} heads, or a {width_name} that is a multiple of "
+                f"{self.heads * factor}", suggestions=tuple(nearest),
+            )
+        if self.applies("kv_heads") and self.kv_heads and self.heads % self.kv_heads:
+            divisors = [n for n in range(1, self.heads + 1) if self.heads % n == 0]
+            nearest = sorted(divisors, key=lambda n: (abs(n - self.kv_heads), n))[:2]
+            raise ConfigError(
+                "kv_heads", self.kv_heads, f"{self.kv_heads} key/value heads do not divide {self.heads} heads",
+                f"use a divisor of {self.heads}: {', '.join(map(str, divisors))} (or 0 for one per head)",
+                suggestions=tuple(sorted(nearest)),
+            )
+
+    def _validate_attention(self) -> None:
+        if self.position not in POSITIONS:
+            raise ConfigError("position", self.position, "unknown position encoding",
+                              f"use one of {', '.join(POSITIONS)}")
+        if self.applies("position") and self.position.startswith("rope") and self.head_dim % 2:
+            raise ConfigError(
+                "position", self.position, f"RoPE rotates pairs of features but d_head = {self.head_dim} is odd",
+                "choose heads so that d_head is even (or a width that gives one), or use position none or alibi")
+        if self.applies("sinks") and self.sinks > self.lkv:
+            raise ConfigError("sinks", self.sinks, f"{self.sinks} sink keys but only {self.lkv} keys exist",
+                              f"use at most {self.lkv} sink keys, or lengthen the sequence", suggestions=(self.lkv,))
 
     def _validate_kv_lengths(self) -> None:
         lengths = self.kv_lengths
@@ -236,14 +297,14 @@ class RunConfig:
         return cls.from_dict(doc["config"])
 
 
-def field_applies(name: str, variant: str, mask: str) -> bool:
-    """Whether config field `name` means anything for this variant and mask kind."""
+def field_applies(name: str, variant: str, mask: str, position: str = "none") -> bool:
+    """Whether config field `name` means anything for this variant, mask kind and position."""
     if name not in VARIANTS[variant].fields:
         return False
-    if name == "window":
-        return mask in WINDOW_MASKS
-    if name == "kv_lengths":
-        return mask == "padding"
+    if name in ("window", "sinks", "kv_lengths"):  # a mask kind's own parameters
+        return name in getattr(MASKS.get(mask), "params", ())
+    if name == "rope_base":
+        return name in getattr(POSITIONS.get(position), "params", ())
     return True
 
 

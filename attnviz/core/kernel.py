@@ -1,41 +1,48 @@
-"""The one attention kernel: scores -> scale -> mask -> softmax -> dropout -> @ V.
+"""The one attention kernel: Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> dropout -> @ V.
 
-Every module in attnviz.core is its projections plus a call to `multihead_attention`.
-The arithmetic follows the seed tutorials op for op (matmul, divide by sqrt(d_head),
-masked_fill with -inf, softmax, dropout, matmul) so outputs match them to float32 rounding.
+Every module in attnviz.core is its projections plus a call to `attention`, which records the
+stages of stages.py that are asked for. Without modifiers the arithmetic follows the seed
+tutorials op for op (matmul, divide by sqrt(d_head), -inf mask, softmax, dropout, matmul) so
+outputs match them to float32 rounding.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .stages import DEFAULT_RECORD
 
-@dataclass
-class AttentionTrace:
-    """Every intermediate of one attention call (tensors stay on the compute device).
 
-    Shapes: B batch, H heads, Lq/Lkv query/key lengths, dh = d / H.
-    """
+class Trace(dict):
+    """Stage name (see stages.py) -> tensor for one attention call, plus "mask" (bool, True = may
+    attend). Only the stages asked for are kept; trace.weights reads like trace["weights"]."""
 
-    q: Tensor  # (B, H, Lq, dh)
-    k: Tensor  # (B, H, Lkv, dh)
-    v: Tensor  # (B, H, Lkv, dh)
-    scores: Tensor  # (B, H, Lq, Lkv) scaled and masked (-inf), before softmax
-    weights: Tensor  # (B, H, Lq, Lkv) softmax output, before dropout
-    dropped: Tensor  # (B, H, Lq, Lkv) what multiplied V (is `weights` in eval mode)
-    context: Tensor  # (B, Lq, d) heads merged, before the output projection
-    mask: Tensor  # bool, True = may attend, broadcastable to scores
+    def __init__(self, record=()):
+        super().__init__()
+        self.record = frozenset(record)
 
-    def __getitem__(self, name: str) -> Tensor:  # trace["weights"] reads like trace.weights
-        return getattr(self, name)
+    def __getattr__(self, name: str) -> Tensor:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
-    def keys(self) -> list[str]:
-        return [f.name for f in fields(self)]
+    def keep(self, name: str, tensor: Tensor) -> Tensor:
+        if name in self.record:
+            self[name] = tensor
+        return tensor
+
+    def holds(self, tensor: Tensor) -> bool:
+        """Whether `tensor` is a kept stage (so it must not be changed in place)."""
+        return any(t is tensor for t in self.values())
+
+
+AttentionTrace = Trace  # the name of the first version
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -50,11 +57,92 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).contiguous().view(b, length, h * dh)
 
 
+def repeat_kv(x: Tensor, heads: int) -> Tensor:
+    """(B, Hkv, L, d) -> (B, heads, L, d): query head h reads key/value head h // (heads / Hkv)."""
+    b, kv_heads, length, d = x.shape
+    if kv_heads == heads:
+        return x
+    return x[:, :, None].expand(b, kv_heads, heads // kv_heads, length, d).reshape(b, heads, length, d)
+
+
 def as_allowed(mask: Tensor | None) -> Tensor | None:
     """Any seed-style mask (0 = blocked; bool, int or float) -> bool, True = may attend."""
     if mask is None or mask.dtype == torch.bool:
         return mask
     return mask != 0
+
+
+def _index_grids(s: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    b, h, lq, lkv = s.shape
+    idx = [torch.arange(n, device=s.device) for n in (b, h, lq, lkv)]
+    return idx[0].view(-1, 1, 1, 1), idx[1].view(1, -1, 1, 1), idx[2].view(1, 1, -1, 1), idx[3].view(1, 1, 1, -1)
+
+
+def _softmax(s: Tensor, sink: Tensor | None) -> Tensor:
+    """Softmax over the keys; a sink logit per head (gpt-oss) joins the denominator, then is dropped."""
+    if sink is None:
+        return torch.softmax(s, dim=-1)
+    column = sink.to(s.dtype).view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
+    return torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :-1]
+
+
+def attention(
+    q: Tensor,  # (B, H, Lq, dh)
+    k: Tensor,  # (B, Hkv, Lkv, dh), Hkv divides H
+    v: Tensor,  # (B, Hkv', Lkv, dv), Hkv' divides the heads of the final map
+    *,
+    mask: Tensor | None = None,  # True = may attend, broadcastable to (B, H, Lq, Lkv)
+    scale: float | None = None,  # None: divide by sqrt(dh), as the seeds do
+    rotate: Callable[[Tensor], Tensor] | None = None,  # position rotation of q and k (RoPE)
+    score_mods: Sequence = (),  # mods.ScoreMod, applied in stage order
+    sink: Tensor | None = None,  # (H,) sink logit per head
+    combine: Callable[[Tensor], Tensor] | None = None,  # weights -> combined map (differential)
+    dropout_p: float = 0.0,
+    training: bool = False,
+    safe_softmax: bool = False,
+    record=(),  # the stage names to keep in the trace
+) -> tuple[Tensor, Trace]:
+    """One attention call: rotate -> Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
+    dropout -> @ V. Returns the per-head context (B, H, Lq, dv) and the trace of the stages asked for.
+
+    A row with no key to attend to gives NaN as the seeds' softmax does, or 0 with safe_softmax
+    (what F.scaled_dot_product_attention returns). Ops run in place only on tensors the trace does
+    not keep.
+    """
+    trace = Trace(record)
+    if rotate is not None:
+        trace.keep("q_proj", q), trace.keep("k_proj", k)
+        q, k = rotate(q), rotate(k)
+    trace.keep("q", q), trace.keep("k", k), trace.keep("v", v)
+    s = trace.keep("qk", torch.matmul(q, repeat_kv(k, q.shape[1]).transpose(-2, -1)))  # (B, H, Lq, Lkv)
+    if scale is None:  # the seeds divide by sqrt(d_head)
+        s = s.div(math.sqrt(q.shape[-1])) if trace.holds(s) else s.div_(math.sqrt(q.shape[-1]))
+    else:
+        s = s.mul(scale) if trace.holds(s) else s.mul_(scale)
+    s = trace.keep("scaled", s)
+    for stage in ("biased", "capped"):
+        mods = [m for m in score_mods if m.stage == stage]
+        for mod in mods:
+            s = mod.fn(s, *_index_grids(s))
+        if mods:
+            trace.keep(stage, s)
+    mask = as_allowed(mask)
+    if mask is not None:
+        # Adding a 0 / -inf bias equals masked_fill(-inf) for finite scores and broadcasts a small
+        # mask ~3x faster over the (B, H, Lq, Lkv) scores.
+        bias = torch.zeros(mask.shape, dtype=s.dtype, device=s.device).masked_fill_(~mask, -math.inf)
+        s = s + bias if trace.holds(s) else s.add_(bias)
+    weights = _softmax(trace.keep("scores", s), sink)
+    if safe_softmax and mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    trace.keep("weights", weights)
+    if combine is not None:
+        weights = trace.keep("combined", combine(weights))
+    dropped = trace.keep("dropped", F.dropout(weights, dropout_p, training) if training and dropout_p > 0 else weights)
+    if trace.record:
+        trace["mask"] = mask if mask is not None else torch.ones(1, 1, *s.shape[-2:], dtype=torch.bool,
+                                                                 device=s.device)
+    return torch.matmul(dropped, repeat_kv(v, dropped.shape[1])), trace
 
 
 def multihead_attention(
@@ -68,32 +156,16 @@ def multihead_attention(
     training: bool = False,
     safe_softmax: bool = False,
     return_trace: bool = False,
-) -> tuple[Tensor, AttentionTrace | None]:
-    """Scaled dot-product attention over projected q (B, Lq, d), k and v (B, Lkv, d).
-
-    mask: bool, True = may attend, broadcastable to (B, H, Lq, Lkv); None attends everywhere.
-    A row with no key to attend to gives NaN as the seeds' softmax does, or 0 with safe_softmax
-    (what F.scaled_dot_product_attention returns).
-    Returns the merged context (B, Lq, d) and, if asked, the trace of every intermediate.
-    """
-    q, k, v = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)
-    # In place on fresh tensors: same numbers as the seeds' out-of-place ops, half the peak memory.
-    scores = torch.matmul(q, k.transpose(-2, -1)).div_(math.sqrt(q.shape[-1]))  # (B, H, Lq, Lkv)
-    mask = as_allowed(mask)
-    if mask is not None:
-        # Adding a 0 / -inf bias equals masked_fill(-inf) for finite scores and broadcasts a small
-        # mask ~3x faster over the (B, H, Lq, Lkv) scores.
-        scores.add_(torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(~mask, -math.inf))
-    weights = torch.softmax(scores, dim=-1)
-    if safe_softmax and mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    dropped = F.dropout(weights, dropout_p, training) if training and dropout_p > 0 else weights
-    context = merge_heads(torch.matmul(dropped, v))  # (B, Lq, d)
-    if not return_trace:
-        return context, None
-    if mask is None:
-        mask = torch.ones(1, 1, *scores.shape[-2:], dtype=torch.bool, device=scores.device)
-    return context, AttentionTrace(q, k, v, scores, weights, dropped, context, mask)
+) -> tuple[Tensor, Trace | None]:
+    """`attention` over projected q (B, Lq, d), k and v (B, Lkv, d) with heads merged: the first
+    version's entry point. Returns the merged context (B, Lq, d) and, if asked, the default trace."""
+    context, trace = attention(
+        split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads), mask=mask,
+        dropout_p=dropout_p, training=training, safe_softmax=safe_softmax,
+        record=DEFAULT_RECORD if return_trace else (),
+    )
+    context = trace.keep("context", merge_heads(context))
+    return context, (trace if return_trace else None)
 
 
 def check_heads(width: int, heads: int, width_name: str = "width") -> None:

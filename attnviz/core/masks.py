@@ -7,7 +7,8 @@ newest token and sees every key). The two agree when Lq == Lkv.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -82,3 +83,80 @@ def generate_mask(x: Tensor, causal: bool = False) -> Tensor:
     if causal:
         return causal_mask(length).unsqueeze(0).unsqueeze(0)
     return torch.ones((length, length), dtype=torch.bool).unsqueeze(0).unsqueeze(0)
+
+
+# --- mask kinds: the registry (one place that defines a kind: name, description, parameters) ----
+#
+# A mask mod is attention-gym's / flex_attention's mask_mod: (b, h, q_idx, kv_idx) -> bool, here
+# evaluated once on broadcast index grids. `shift` places the queries (Lkv - Lq for bottom-right).
+
+
+@dataclass(frozen=True)
+class MaskKind:
+    name: str
+    description: str
+    params: tuple[str, ...]  # the RunConfig fields it reads
+    mod: Callable[..., Callable | None]  # (config values) -> mask_mod, or None for "attend everywhere"
+    causal: bool = False  # whether it is a causal kind (sink keys stay behind the query)
+    align: str = "top-left"
+
+
+def _causal_mod(shift: int):
+    return lambda b, h, q, kv: q + shift >= kv
+
+
+def _window_mod(shift: int, window: int, causal: bool):
+    def mod(b, h, q, kv):
+        d = q + shift - kv
+        return (d >= 0) & (d <= window) if causal else d.abs() <= window
+    return mod
+
+
+def _padding_mod(lengths: Sequence[int]):
+    def mod(b, h, q, kv):
+        return kv < torch.as_tensor(lengths, device=kv.device)[b]
+    return mod
+
+
+MASKS: dict[str, MaskKind] = {k.name: k for k in [
+    MaskKind("none", "No mask: every query sees every key", (), lambda **_: None),
+    MaskKind("causal", "Causal, top-left aligned (the seeds' triu(1), SDPA is_causal)", (),
+             lambda shift, **_: _causal_mod(0), causal=True),
+    MaskKind("causal-bottom-right", "Causal, bottom-right aligned (decoding / KV-cache view)", (),
+             lambda shift, **_: _causal_mod(shift), causal=True, align="bottom-right"),
+    MaskKind("padding", "Key padding: batch item b sees its first kv_lengths[b] keys", ("kv_lengths",),
+             lambda kv_lengths, **_: _padding_mod(kv_lengths)),
+    MaskKind("window", "Causal sliding window: the query and the `window` keys before it (Mistral)",
+             ("window", "sinks"), lambda window, **_: _window_mod(0, window, True), causal=True),
+    MaskKind("window-bidirectional", "Sliding window, both sides: keys within `window` of the query (Longformer)",
+             ("window", "sinks"), lambda window, **_: _window_mod(0, window, False)),
+]}
+
+
+def with_sinks(mod: Callable, sinks: int, causal: bool) -> Callable:
+    """StreamingLLM's attention sinks: the first `sinks` keys stay visible to every query that may
+    see them (causally, for a causal kind), on top of the mask `mod`."""
+    def sink_mod(b, h, q, kv):
+        sink = kv < sinks
+        return mod(b, h, q, kv) | (sink & (q >= kv) if causal else sink)
+    return sink_mod
+
+
+def mask_from_mod(mod: Callable | None, batch: int, lq: int, lkv: int, device=None) -> Tensor | None:
+    """Evaluate a mask_mod on index grids: bool (1 or B, 1, Lq, Lkv), True = may attend."""
+    if mod is None:
+        return None
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
+    q = torch.arange(lq, device=device).view(1, 1, -1, 1)
+    kv = torch.arange(lkv, device=device).view(1, 1, 1, -1)
+    return mod(b, torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device), q, kv)
+
+
+def build_kind(kind: str, batch: int, lq: int, lkv: int, *, window: int = 0, sinks: int = 0,
+               kv_lengths: Sequence[int] = (), device=None) -> Tensor | None:
+    """The mask of a registered kind: bool (1 or B, 1, Lq, Lkv), True = may attend; None = no mask."""
+    spec = MASKS[kind]
+    mod = spec.mod(shift=lkv - lq, window=window, kv_lengths=tuple(kv_lengths))
+    if sinks and "sinks" in spec.params and mod is not None:
+        mod = with_sinks(mod, sinks, spec.causal)
+    return mask_from_mod(mod, batch, lq, lkv, device)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from .config import ConfigError, RunConfig
-from .masks import causal_mask, padding_mask, window_mask
+from .masks import build_kind
+from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 
 
 class Cancelled(Exception):
@@ -24,20 +25,13 @@ SLOW_CPU_DTYPES = ("float16", "bfloat16")
 
 @dataclass
 class RunResult:
-    """Every trace array as float32 NumPy on the CPU (mask and row flags bool).
+    """The stages a run kept (see stages.py), as float32 NumPy on the CPU, plus the mask and flags.
 
-    B batch, H heads, Lq/Lkv lengths, dh head width, d model width, d_out output width.
+    Stage arrays read as attributes: result.weights, result.scores, result.q ... (shapes in STAGES).
     """
 
     config: RunConfig
-    output: np.ndarray  # (B, Lq, d_out)
-    q: np.ndarray  # (B, H, Lq, dh)
-    k: np.ndarray  # (B, H, Lkv, dh)
-    v: np.ndarray  # (B, H, Lkv, dh)
-    scores: np.ndarray  # (B, H, Lq, Lkv) scaled, masked to -inf, pre-softmax
-    weights: np.ndarray  # (B, H, Lq, Lkv) softmax, pre-dropout
-    dropped: np.ndarray  # (B, H, Lq, Lkv) what multiplied V (shares memory with weights in eval)
-    context: np.ndarray  # (B, Lq, d) before the output projection
+    stages: dict[str, np.ndarray]  # stage name -> array, in pipeline order
     mask: np.ndarray  # bool, True = may attend, broadcastable to (B, H, Lq, Lkv)
     fully_masked_rows: np.ndarray  # (B, H, Lq) bool: no key to attend to (NaN unless safe softmax)
     device: str  # the device actually used, e.g. "cpu" or "cuda:0"
@@ -45,11 +39,17 @@ class RunResult:
     total_time_s: float  # build, inputs, transfer and forward
     notes: tuple[str, ...] = field(default=())
 
-    ARRAYS = ("output", "q", "k", "v", "scores", "weights", "dropped", "context", "mask",
-              "fully_masked_rows")
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name.startswith("__") or name == "stages":  # not yet set (copy, pickle)
+            raise AttributeError(name)
+        try:
+            return self.stages[name]
+        except KeyError:
+            raise AttributeError(f"RunResult has no stage {name!r}; kept: {', '.join(self.stages)}") from None
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in self.ARRAYS}
+        """Every array: the kept stages in pipeline order, then the mask and the row flags."""
+        return {**self.stages, "mask": self.mask, "fully_masked_rows": self.fully_masked_rows}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -71,24 +71,46 @@ def resolve_device(name: str) -> torch.device:
 
 def build_mask(config: RunConfig, device: torch.device | None = None) -> Tensor | None:
     """The config's mask as bool (True = may attend), broadcastable to (B, H, Lq, Lkv)."""
-    lq, lkv, kind = config.seq_q, config.lkv, config.mask
-    if kind == "none":
-        return None
-    if kind == "padding":
-        return padding_mask(config.kv_lengths_per_item(), lkv, device=device)
-    if kind in ("causal", "causal-bottom-right"):
-        align = "bottom-right" if kind == "causal-bottom-right" else "top-left"
-        return causal_mask(lq, lkv, align, device=device)
-    return window_mask(lq, lkv, config.window, causal=kind == "window", device=device)
+    c = config
+    return build_kind(c.mask, c.batch, c.seq_q, c.lkv, window=c.window, sinks=c.sinks if c.applies("sinks") else 0,
+                      kv_lengths=c.kv_lengths_per_item() if c.applies("kv_lengths") else (), device=device)
 
 
-def estimate_memory(config: RunConfig) -> int:
+def run_stages(config: RunConfig) -> list[str]:
+    """The stages this configuration produces, in pipeline order (what a full trace would hold)."""
+    options = config.attention_options()
+    absent = set()
+    if options.rotate() is None:
+        absent |= {"q_proj", "k_proj"}
+    produced = {mod.stage for mod in options.score_mods(config.heads)}
+    absent |= {"biased", "capped"} - produced
+    if config.spec.head_factor == 1:
+        absent.add("combined")
+    return [name for name in STAGE_NAMES if name not in absent]
+
+
+def kept_maps(config: RunConfig, keep: frozenset[str] | None = None) -> int:
+    """How many (B, H, Lq, Lkv) maps a run keeps (a differential head's stages before `combined`
+    count twice; `dropped` counts only when dropout makes it a map of its own)."""
+    keep = recorded_stages(config) if keep is None else keep
+    before_combine = STAGE_NAMES.index("combined")
+    count = 0
+    for name in keep:
+        if not BY_NAME[name].is_map or (name == "dropped" and not config.dropout_active):
+            continue
+        count += config.spec.head_factor if STAGE_NAMES.index(name) < before_combine else 1
+    return count
+
+
+def estimate_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
     """Bytes the run needs at its peak, counted generously (attention maps dominate)."""
     elem = torch.empty((), dtype=getattr(torch, config.dtype)).element_size()
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
     maps = b * h * lq * lkv
-    live = 2 + (2 if config.dropout_active else 0)  # scores, weights (+ noise, dropped)
-    to_float32 = 3 * 4 if elem != 4 else 0  # the result is converted to float32 NumPy
+    kept = kept_maps(config, keep)
+    transient = (1 if config.dropout_active else 0) + (1 if config.attention_options().score_mods(h) else 0)
+    live = max(kept + transient, 2)  # e.g. scores, weights (+ noise, dropped)
+    to_float32 = (kept + 1) * 4 if elem != 4 else 0  # the result is converted to float32 NumPy
     widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
     tokens = b * (lq + lkv) * widths * 8 * max(elem, 4)
     params = 4 * widths * widths * 4
@@ -115,10 +137,10 @@ def _gib(n: float) -> str:
     return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"
 
 
-def result_memory(config: RunConfig) -> int:
+def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
     """Bytes of the float32 RunResult in host memory: a CUDA run copies every trace array back."""
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
-    maps = b * h * lq * lkv * (3 if config.dropout_active else 2)  # scores, weights (+ dropped)
+    maps = b * h * lq * lkv * kept_maps(config, keep)  # e.g. scores, weights (+ dropped)
     widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
     tokens = b * (lq + lkv) * widths * 4  # q, k, v, context and output, generously
     return (maps + tokens) * 4 + b * lq * lkv + b * h * lq  # + the bool mask and row flags
@@ -128,15 +150,16 @@ class MemoryBudgetError(ConfigError):
     """The run would not fit the memory budget (raised before anything big is allocated)."""
 
 
-def check_memory(config: RunConfig, device: torch.device, budget: int | None = None) -> int:
+def check_memory(config: RunConfig, device: torch.device, budget: int | None = None,
+                 keep: frozenset[str] | None = None) -> int:
     """Raise MemoryBudgetError when the run does not fit; return the estimate for `device`.
 
     On CUDA the float32 result is also copied to the CPU, so host memory must hold it too; an
     explicit `budget` then applies to both. The quick fix is the longest length that fits both.
     """
-    limits = [(estimate_memory, device, "this run needs")]
+    limits = [(lambda c: estimate_memory(c, keep), device, "this run needs")]
     if device.type == "cuda":
-        limits.append((result_memory, torch.device("cpu"), "its result, copied to the CPU, needs"))
+        limits.append((lambda c: result_memory(c, keep), torch.device("cpu"), "its result, copied to the CPU, needs"))
     checks = []
     for estimate, where, what in limits:
         source = "the memory_budget given"
@@ -150,7 +173,7 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
         return all(estimate(c) <= allowed for estimate, allowed, _, _ in checks)
 
     if fits(config):
-        return estimate_memory(config)
+        return estimate_memory(config, keep)
     estimate, allowed, what, source = next(c for c in checks if c[0](config) > c[1])
     over = (f"{what} about {_gib(estimate(config))} ({config.shapes_text()}), over the budget of "
             f"{_gib(allowed)} ({source})")
@@ -177,15 +200,17 @@ def _numpy(t: Tensor) -> np.ndarray:
 
 
 def run(
-    config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None
+    config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
+    record: Iterable[str] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
     Same config -> bit-identical result on the CPU. Weights then inputs are drawn in the seed
     scripts' order (manual_seed, build the module, torch.randn for each input), on the CPU,
     then moved, so the CPU numbers do not depend on the device asked for.
-    `cancel` is polled between stages (a single torch op cannot be interrupted); when it returns
-    True the run stops with Cancelled.
+    `record`: the stages to keep (default: what the views read, DEFAULT_RECORD); stages this
+    configuration does not produce are skipped. `cancel` is polled between stages (a single torch
+    op cannot be interrupted); when it returns True the run stops with Cancelled.
     """
 
     def checkpoint() -> None:
@@ -194,7 +219,8 @@ def run(
 
     started = time.perf_counter()
     device = resolve_device(config.device)
-    check_memory(config, device, memory_budget)
+    keep = recorded_stages(config, record)
+    check_memory(config, device, memory_budget, keep)
     dtype = getattr(torch, config.dtype)
     notes = []
     if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
@@ -210,21 +236,46 @@ def run(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        output, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=True)
+        _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         compute = time.perf_counter() - t0
         checkpoint()
         rows = ~trace.mask.any(dim=-1)
         rows = rows.expand(config.batch, config.heads, config.seq_q)
-        arrays = {name: _numpy(getattr(trace, name))
-                  for name in ("q", "k", "v", "scores", "weights", "context", "mask")}
-        # eval mode: dropped *is* weights, so share the array instead of copying it
-        arrays["dropped"] = arrays["weights"] if trace.dropped is trace.weights else _numpy(trace.dropped)
         result = RunResult(
-            config=config, output=_numpy(output), fully_masked_rows=_numpy(rows).copy(),
+            config=config, stages=_stage_arrays(trace), mask=_numpy(trace.mask), fully_masked_rows=_numpy(rows).copy(),
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
-            compute_time_s=compute, total_time_s=time.perf_counter() - started,
-            notes=tuple(notes), **arrays,
+            compute_time_s=compute, total_time_s=time.perf_counter() - started, notes=tuple(notes),
         )
     return result
+
+
+def require_stage(config: RunConfig, stage: str, field_name: str = "view") -> None:
+    """ConfigError unless this configuration produces `stage` (a view of it must say why not)."""
+    if stage not in run_stages(config):
+        raise ConfigError(field_name, stage, f"this configuration has no {stage} stage ({BY_NAME[stage].description})",
+                          "choose another stage, or turn on what makes it (position alibi for biased, a soft cap for "
+                          "capped, position rope for q_proj/k_proj, the differential variant for combined)")
+
+
+def recorded_stages(config: RunConfig, record: Iterable[str] | None = None) -> frozenset[str]:
+    """The stages a run keeps: those asked for (default DEFAULT_RECORD) that this config produces,
+    always with the map the views draw (`dropped`) and the output."""
+    wanted = set(DEFAULT_RECORD if record is None else record) | {"dropped", "output"}
+    unknown = wanted - BY_NAME.keys()
+    if unknown:
+        raise ConfigError("stage", sorted(unknown)[0], "no such stage", f"use one of {', '.join(STAGE_NAMES)}")
+    return frozenset(wanted & set(run_stages(config)))
+
+
+def _stage_arrays(trace) -> dict[str, np.ndarray]:
+    """Each kept stage as NumPy, in pipeline order; a stage that *is* another (dropped = weights in
+    eval mode) shares its array instead of a copy."""
+    arrays: dict[str, np.ndarray] = {}
+    seen: dict[int, np.ndarray] = {}
+    for name in STAGE_NAMES:
+        if name in trace:
+            tensor = trace[name]
+            arrays[name] = seen.setdefault(id(tensor), _numpy(tensor))
+    return arrays

@@ -14,13 +14,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .differential import DifferentialAttention
 from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
 
 # Fields every variant has; a spec lists the extra ones it uses.
 COMMON_FIELDS = frozenset(
-    {"variant", "d_model", "heads", "batch", "seq_q", "mask", "window", "kv_lengths",
-     "safe_softmax", "seed", "device", "dtype"}
+    {"variant", "d_model", "heads", "batch", "seq_q", "mask", "window", "sinks", "kv_lengths",
+     "safe_softmax", "seed", "device", "dtype", "kv_heads", "qk_scale", "softcap"}
 )
+# What self-attention adds: positions exist only when queries and keys are the same sequence.
+POSITION_FIELDS = frozenset({"position", "rope_base"})
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class VariantSpec:
     head_width: str = "d_model"  # the config field the heads must divide
     labels: dict[str, str] = field(default_factory=dict)  # variant-specific names for fields
     default_mask: str = "none"
+    head_factor: int = 1  # score maps per head (differential attention: 2)
 
     @property
     def fields(self) -> frozenset[str]:
@@ -46,6 +50,10 @@ class VariantSpec:
 
     def out_width(self, config: Any) -> int:
         return config.d_out if self.id == "cross" else config.d_model
+
+
+def _attn(c):
+    return c.attention_options()
 
 
 def _self_inputs(c) -> tuple[Tensor, ...]:
@@ -60,9 +68,10 @@ VARIANTS: dict[str, VariantSpec] = {
             label="Causal self-attention",
             seed="seed 002 CausalSelfAttention",
             description="Self-attention with separate Q, K, V projections; GPT-style causal mask.",
-            build=lambda c: CausalSelfAttention(c.d_model, c.heads, c.dropout),
+            build=lambda c: CausalSelfAttention(c.d_model, c.heads, c.dropout, kv_heads=c.kv_heads, attn=_attn(c),
+                                                sink_logit=c.sink_logit),
             inputs=_self_inputs,
-            extra_fields=frozenset({"dropout", "train"}),
+            extra_fields=frozenset({"dropout", "train", "sink_logit"}) | POSITION_FIELDS,
             labels={"d_model": "hidden_dim"},
             default_mask="causal",
         ),
@@ -71,9 +80,10 @@ VARIANTS: dict[str, VariantSpec] = {
             label="Self-attention (fused QKV)",
             seed="seed 001 SelfAttention",
             description="One fused in_proj makes Q, K and V (Stable Diffusion style); no dropout.",
-            build=lambda c: SelfAttention(c.heads, c.d_model, c.in_bias, c.out_bias),
+            build=lambda c: SelfAttention(c.heads, c.d_model, c.in_bias, c.out_bias, kv_heads=c.kv_heads,
+                                          attn=_attn(c), sink_logit=c.sink_logit),
             inputs=_self_inputs,
-            extra_fields=frozenset({"in_bias", "out_bias"}),
+            extra_fields=frozenset({"in_bias", "out_bias", "sink_logit"}) | POSITION_FIELDS,
             labels={"d_model": "d_embed", "in_bias": "in_proj_bias", "out_bias": "out_proj_bias"},
         ),
         VariantSpec(
@@ -81,7 +91,8 @@ VARIANTS: dict[str, VariantSpec] = {
             label="Cross-attention",
             seed="seed 000 CrossAttention",
             description="Queries attend to a second sequence; separate Q, K, V projections d_in -> d_out.",
-            build=lambda c: CrossAttention(c.d_model, c.d_out, c.dropout, c.heads, c.in_bias),
+            build=lambda c: CrossAttention(c.d_model, c.d_out, c.dropout, c.heads, c.in_bias, kv_heads=c.kv_heads,
+                                           attn=_attn(c)),
             inputs=lambda c: (
                 torch.randn(c.batch, c.seq_q, c.d_model),
                 torch.randn(c.batch, c.seq_kv, c.d_model),
@@ -96,13 +107,27 @@ VARIANTS: dict[str, VariantSpec] = {
             label="Cross-attention over a context",
             seed="seed 001 CrossAttention",
             description="Latent queries (d_embed) attend to a context (d_cross), as in Stable Diffusion.",
-            build=lambda c: ContextCrossAttention(c.heads, c.d_model, c.d_cross, c.in_bias, c.out_bias),
+            build=lambda c: ContextCrossAttention(c.heads, c.d_model, c.d_cross, c.in_bias, c.out_bias,
+                                                  kv_heads=c.kv_heads, attn=_attn(c)),
             inputs=lambda c: (
                 torch.randn(c.batch, c.seq_q, c.d_model),
                 torch.randn(c.batch, c.seq_kv, c.d_cross),
             ),
             extra_fields=frozenset({"d_cross", "seq_kv", "in_bias", "out_bias"}),
             labels={"d_model": "d_embed", "in_bias": "in_proj_bias", "out_bias": "out_proj_bias"},
+        ),
+        VariantSpec(
+            id="differential",
+            label="Differential attention",
+            seed="Differential Transformer (Ye et al., 2024)",
+            description="Two softmax maps per head subtracted with a learned λ: common-mode attention cancels; "
+                        "signed weights.",
+            build=lambda c: DifferentialAttention(c.d_model, c.heads, c.layer, kv_heads=c.kv_heads, attn=_attn(c)),
+            inputs=_self_inputs,
+            extra_fields=frozenset({"layer"}) | POSITION_FIELDS,
+            labels={"d_model": "embed_dim", "layer": "Layer (λ_init depth)"},
+            default_mask="causal",
+            head_factor=2,
         ),
     ]
 }

@@ -144,7 +144,8 @@ class MainWindow(QMainWindow):
         for key, text in MAP_VIEWS.items():
             self.viewCombo.addItem(key, key)
             self.viewCombo.setItemData(self.viewCombo.count() - 1, text, Qt.ToolTipRole)
-        self.viewCombo.setToolTip("Show softmax weights (Ctrl+1) or pre-softmax scores (Ctrl+2)")
+        self.viewCombo.setToolTip("Which stage the maps show: softmax weights (Ctrl+1), pre-softmax scores (Ctrl+2), "
+                                  "or an earlier stage of the scores (raw Q·Kᵀ, scaled, +bias, capped)")
         self.colormapCombo = named(QComboBox(), "colormapCombo")
         for name in colormaps.names("sequential"):
             self.colormapCombo.addItem(name, name)
@@ -223,7 +224,8 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         action("Quit", "Ctrl+Q", self.close, "Close attnviz", file_menu)
         action("Weights", "Ctrl+1", lambda: self.viewCombo.setCurrentIndex(0), "Show softmax weights", view_menu)
-        action("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(1), "Show pre-softmax scores", view_menu)
+        action("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(self.viewCombo.findData("scores")),
+               "Show pre-softmax scores", view_menu)
         action("Mean tile", "M", lambda: self.meanCheck.toggle(), "Toggle the mean-over-heads tile", view_menu)
         action("Back to grid", "Esc", lambda: self.headGrid.set_focus(None), "Leave the large single-head view",
                view_menu)

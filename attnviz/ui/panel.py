@@ -29,10 +29,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import DTYPES, MASK_KINDS, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
+from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
 from ..core.config import field_applies, field_meta
 
-GROUPS = ("Model", "Shape", "Mask", "Training", "Run")
+GROUPS = ("Model", "Attention", "Shape", "Mask", "Training", "Run")
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
 
 
@@ -131,9 +131,9 @@ class ParameterPanel(QWidget):
                 w.addItem(spec.label, spec.id)
                 w.setItemData(w.count() - 1, f"{spec.seed}: {spec.description}", Qt.ToolTipRole)
             w.currentIndexChanged.connect(self._variant_changed)
-        elif name == "mask":
+        elif meta.get("choices"):  # mask, position: the registries' kinds, described in tooltips
             w = QComboBox()
-            for kind_id, text in MASK_KINDS.items():
+            for kind_id, text in meta["choices"].items():
                 w.addItem(kind_id, kind_id)
                 w.setItemData(w.count() - 1, text, Qt.ToolTipRole)
             w.currentIndexChanged.connect(self._edited)
@@ -173,8 +173,8 @@ class ParameterPanel(QWidget):
         elif kind == "float":
             w = QDoubleSpinBox()
             w.setRange(meta["minimum"], meta["maximum"])
-            w.setSingleStep(0.05)
-            w.setDecimals(2)
+            w.setDecimals(meta["decimals"])
+            w.setSingleStep(0.05 if meta["decimals"] >= 2 else 1000 if meta["maximum"] > 1e5 else 1)
             w.valueChanged.connect(self._edited)
         else:  # tuple of ints, typed as text
             w = QLineEdit()
@@ -290,18 +290,19 @@ class ParameterPanel(QWidget):
             self.set_config(load_preset(name))
 
     def _refresh_visibility(self) -> None:
-        values = {n: self._value(n) for n in ("variant", "mask", "batch")}
+        values = {n: self._value(n) for n in ("variant", "mask", "batch", "position")}
         spec = VARIANTS[values["variant"]]
         self.variantInfo.setText(f"{spec.seed}: {spec.description}")
         for name, widget in self.widgets.items():
-            shown = field_applies(name, values["variant"], values["mask"])
+            shown = field_applies(name, values["variant"], values["mask"], values["position"])
             widget.setVisible(shown)
             self.labels[name].setVisible(shown)
             meta = field_meta(name)
             label = spec.labels.get(name, meta["label"])
             self.labels[name].setText(label)
         for group, box in self.groups.items():
-            box.setVisible(any(field_applies(n, values["variant"], values["mask"]) for n in self.widgets
+            box.setVisible(any(field_applies(n, values["variant"], values["mask"], values["position"])
+                               for n in self.widgets
                                if field_meta(n)["group"] == group))
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
         self.batchIndexSpin.setEnabled(values["batch"] > 1)

@@ -14,9 +14,12 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 
 from .. import colormaps
 from ..core import RunResult
-from ..frames import Frames, HeatImage, tensor_data
+from ..core.cells import cell_path
+from ..frames import Frames, HeatImage, head_title, tensor_data, view_stage
 from .panel import named
 
+STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
+              "weights": "softmax"}  # one cell's path, as hover spells it
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 TITLE_PX = 22
 
@@ -208,13 +211,14 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     def show_frames(self, result: RunResult, frames: Frames) -> None:
         self.result, self.frames = result, frames
         c = result.config
-        heads = self._wanted_heads(c.heads)
-        if self.focus is not None and self.focus >= c.heads:
+        maps = len(frames.heads)  # heads, or 2 maps per head before differential attention combines them
+        heads = self._wanted_heads(maps)
+        if self.focus is not None and self.focus >= maps:
             self.focus = None
-            heads = self._wanted_heads(c.heads)
+            heads = self._wanted_heads(maps)
         self._relayout(heads, c.seq_q, c.lkv)
         view = frames.options.view
-        what = "weights" if view == "weights" else "scores"
+        what = view
         if view == "weights" and c.dropout_active:
             what = "weights after dropout"
         for tile, h in zip(self.tiles, heads):
@@ -223,14 +227,14 @@ class HeadGrid(pg.GraphicsLayoutWidget):
                 continue
             lo, hi = heat.levels
             scale = "" if frames.options.shared_scale else f" ({_fmt(lo)}..{_fmt(hi)})"
-            tile.show(heat, (heat.title if h == -1 else f"head {h}") + scale, lock_aspect=self.focus is None)
+            tile.show(heat, heat.title + scale, lock_aspect=self.focus is None)
             tile.image.setOpacity(0.35 if self.stale else 1.0)
         if frames.options.shared_scale:
             self.bar.show_levels(frames.lut, frames.levels, what)
         else:
-            span = (-1.0, 1.0) if view == "scores" else (0.0, 1.0)
+            span = (-1.0, 1.0) if frames.signed else (0.0, 1.0)
             self.bar.show_levels(frames.lut, span, f"{what}, per-head scale", relative=True)
-        more = f"showing {MAX_TILES} of {c.heads} heads · " if c.heads > MAX_TILES and self.focus is None else ""
+        more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
         self.legend.setText(more + _swatch_html(frames.lut))
 
     def set_stale(self, stale: bool) -> None:
@@ -260,24 +264,30 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         c = r.config
         b = min(self.frames.options.batch_index, c.batch - 1)
         # Index single cells only: a whole-map operation here would run on every mouse move.
-        masked = ~np.broadcast_to(r.mask, r.scores.shape)[b, :, i, j]  # (H,)
-        weights, scores = r.dropped[b, :, i, j], r.scores[b, :, i, j]  # (H,)
+        mask = r.mask if r.mask.ndim == 4 else r.mask[None, None]
+        masked = not bool(mask[min(b, mask.shape[0] - 1), 0, i, j])  # masks carry no head dimension
+        view = self.frames.options.view
+        shown = getattr(r, view_stage(view))[b, :, i, j]  # (H or 2H,)
         where = f"query i={i}, key j={j}"
         if head == -1:
-            weighted = self.frames.options.view == "weights"
-            value = float(np.where(masked, 0.0, weights if weighted else scores).mean())
-            what = "mean weight" if weighted else "mean score"
-            return f"mean over heads · {where} · {what} {_fmt(value)} · masked in {int(masked.sum())} heads"
-        name = f"head {head} · {where}"
-        if r.fully_masked_rows[b, head, i]:
+            value = 0.0 if masked else float(np.nan_to_num(shown).mean())
+            return f"mean over heads · {where} · mean {view} {_fmt(value)}" + (" · masked" if masked else "")
+        name = f"{head_title(head, len(shown), c.heads)} · {where}"
+        if r.fully_masked_rows[b, 0, i]:
             return (f"{name} · no key to attend to: every key of query {i} is masked "
                     f"(softmax over all -inf gives {'0, safe softmax' if c.safe_softmax else 'NaN'})")
-        if masked[head]:
+        if masked:
             return f"{name} · masked: query {i} may not attend key {j} (score -inf, weight 0)"
-        text = f"{name} · weight {_fmt(float(r.weights[b, head, i, j]))}"
-        if c.dropout_active:
-            text += f" · after dropout {_fmt(float(weights[head]))}"
-        return text + f" · score {_fmt(float(scores[head]))} · not masked"
+        heads = r.dropped.shape[1]
+        text = f"{name} · {'weight' if view == 'weights' else view} {_fmt(float(shown[head]))}"
+        if view == "weights" and c.dropout_active:
+            text += f" (before dropout {_fmt(float(r.weights[b, head, i, j]))})"
+        maps = [head] if r.scores.shape[1] == heads or view != "weights" else [2 * head, 2 * head + 1]
+        for m in maps:
+            path = cell_path(r, b, m, i, j)
+            steps = " → ".join(f"{STEP_NAMES[k]} {_fmt(v)}" for k, v in path.items() if k in STEP_NAMES)
+            text += f" · {'map ' + str(m % 2 + 1) + ': ' if len(maps) > 1 else ''}{steps}"
+        return text
 
     def _hovered(self, pos: QPointF) -> None:
         if self.result is None or self.frames is None:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from ..core import ConfigError, RunConfig, RunResult, run
-from ..core.runner import Cancelled, MemoryBudgetError
-from ..frames import Frames, PoolCache, ViewOptions, render
+from ..core.runner import Cancelled, MemoryBudgetError, require_stage
+from ..core.stages import DEFAULT_RECORD
+from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
 
 
 @dataclass(frozen=True)
@@ -191,22 +192,28 @@ class Worker(QObject):
                 if not self._has_newer():
                     self.sigBusy.emit(False)
 
-    def _run(self, config: RunConfig) -> RunResult:
+    def _run(self, config: RunConfig, stage: str) -> RunResult:
+        # a view of a stage the default run does not keep asks for it (and only then: fakes in tests
+        # take (config, cancel))
+        extra = {} if stage in DEFAULT_RECORD else {"record": DEFAULT_RECORD | {stage}}
         try:
-            return self._compute(config, cancel=self._cancelled)
+            return self._compute(config, cancel=self._cancelled, **extra)
         except MemoryBudgetError:
             if not self.reaper.flush():
                 raise
             # a replaced result the reaper was holding made the budget look smaller than it is
-            return self._compute(config, cancel=self._cancelled)
+            return self._compute(config, cancel=self._cancelled, **extra)
 
     def _handle(self, request: Request) -> None:
         t0 = time.perf_counter()
-        recomputed = self._last is None or self._last.config != request.config
+        stage = view_stage(request.options.view)
+        require_stage(request.config, stage)
+        recomputed = (self._last is None or self._last.config != request.config
+                      or stage not in self._last.stages)
         if recomputed:
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
-            self._last = self._run(request.config)
+            self._last = self._run(request.config, stage)
         if self._stopping:
             return
         frames = render(self._last, request.options, self._pools)

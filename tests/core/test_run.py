@@ -39,7 +39,8 @@ def small(variant: str, **changes) -> RunConfig:
 
 
 def assert_identical(a: RunResult, b: RunResult):
-    for name in RunResult.ARRAYS:
+    assert list(a.arrays()) == list(b.arrays())
+    for name in a.arrays():
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and x.shape == y.shape, name
         assert np.array_equal(x, y, equal_nan=x.dtype != bool), name
@@ -158,7 +159,7 @@ def test_run_leaves_the_global_rng_alone():
 # --- every variant, every mask ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if VARIANTS[v].head_factor == 1])
 def test_each_variant_runs_with_the_documented_shapes(variant):
     config = small(variant, mask="none")
     result = run(config)
@@ -184,7 +185,9 @@ def test_each_variant_runs_with_the_documented_shapes(variant):
     assert result.compute_time_s >= 0 and result.total_time_s >= result.compute_time_s
     np.testing.assert_allclose(result.weights.sum(-1), 1, rtol=1e-5)
     assert np.array_equal(result.dropped, result.weights)  # eval mode
-    assert set(result.arrays()) == set(RunResult.ARRAYS)
+    # the default stages, in the stage list's order, then the mask and row flags
+    assert list(result.arrays()) == ["x", "q", "k", "v", "scores", "weights", "dropped", "context", "output",
+                                     "mask", "fully_masked_rows"]
 
 
 def _expected_mask(kind, lq, lkv, window, lengths):
@@ -313,7 +316,8 @@ def test_shipped_presets_load_and_run():
 
 def test_decoding_preset_is_bottom_right():
     result = run(load_preset("decoding-bottom-right"))
-    assert np.array_equal(np.broadcast_to(result.mask, (4, 16))[None], causal_mask(4, 16, "bottom-right")[None].numpy())
+    allowed = np.broadcast_to(result.mask, (1, 1, 4, 16))[0, 0]
+    assert np.array_equal(allowed, causal_mask(4, 16, "bottom-right").numpy())
     assert (result.weights[..., -1, :] > 0).all()  # the newest query sees every cached key
 
 

@@ -29,6 +29,7 @@ from attnviz.core import (
     SelfAttention,
     generate_mask,
 )
+from attnviz.core.stages import ordered
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 B, LQ, LKV = 2, 5, 7
@@ -98,7 +99,10 @@ def assert_trace_shapes(trace: AttentionTrace, b, h, lq, lkv, d):
     assert trace.context.shape == (b, lq, d)
     assert trace.mask.dtype == torch.bool
     assert torch.broadcast_shapes(trace.mask.shape, trace.scores.shape) == (b, h, lq, lkv)
-    assert trace.keys() == ["q", "k", "v", "scores", "weights", "dropped", "context", "mask"]
+    # the default stages of a plain call, in the one stage list's order
+    assert ordered(trace.keys() - {"mask"}) == ["x", "q", "k", "v", "scores", "weights", "dropped", "context",
+                                                "output"]
+    assert "mask" in trace
     assert trace["weights"] is trace.weights
 
 
@@ -140,8 +144,8 @@ def test_signatures_extend_the_seeds(seed_cls, our_cls, method):
     # whatever we add comes after and is optional, so every seed-style call works unchanged
     for name, _kind, default in our_params[len(seed_params):]:
         assert default is not inspect.Parameter.empty, name
-    if method == "__init__":
-        assert our_params == seed_params  # constructors are exactly the seeds'
+    if method == "__init__":  # constructors are the seeds' plus keyword-only variant options
+        assert all(kind is inspect.Parameter.KEYWORD_ONLY for _, kind, _ in our_params[len(seed_params):])
 
 
 @pytest.mark.parametrize("seed_cls, our_cls, args, kwargs", PAIRS)

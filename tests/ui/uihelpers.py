@@ -12,9 +12,9 @@ class CountingRun:
         self.calls = []
         self.kwargs = kwargs
 
-    def __call__(self, config, cancel=None):
+    def __call__(self, config, cancel=None, **kwargs):
         self.calls.append(config)
-        return run(config, cancel=cancel, **self.kwargs)
+        return run(config, cancel=cancel, **self.kwargs, **kwargs)
 
 
 def wait_shown(qtbot, window, timeout=15000):
