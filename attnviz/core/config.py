@@ -50,6 +50,11 @@ class RunConfig:
     """Everything one forward pass depends on. Immutable; invalid values raise ConfigError."""
 
     variant: str = param("causal", "Variant", "Which seed module to run", widget="variantCombo")
+    model: str = param("", "Model folder",
+                       "A local Hugging Face model folder (config.json, *.safetensors, tokenizer.json); nothing is "
+                       "ever downloaded", widget="modelEdit")
+    text: str = param("", "Text", "The input text: its tokens label both axes of every map",
+                      widget="textEdit", group="Input")
     d_model: int = param(64, "d_model", "Model width: features per input token",
                          widget="dModelSpin", minimum=1, maximum=MAX_SIZE, unit="features")
     d_out: int = param(64, "d_out", "Width of Q, K, V and the output (seed 000's d_out)",

@@ -38,6 +38,11 @@ class RunResult:
     compute_time_s: float  # the forward pass alone
     total_time_s: float  # build, inputs, transfer and forward
     notes: tuple[str, ...] = field(default=())
+    # Token-labelled runs (toys, pretrained models); empty for random inputs (positions instead)
+    tokens: tuple[str, ...] = ()  # query token labels, Lq of them
+    key_tokens: tuple[str, ...] = ()  # key token labels where keys differ from queries (cross-attention)
+    token_ids: np.ndarray | None = None  # (Lq,) int ids of the queries' tokens
+    layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name.startswith("__") or name == "stages":  # not yet set (copy, pickle)

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
 from ..core.config import field_applies, field_meta
 
-GROUPS = ("Model", "Attention", "Shape", "Mask", "Training", "Run")
+GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Training", "Run")
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
 
 
@@ -176,6 +176,10 @@ class ParameterPanel(QWidget):
             w.setDecimals(meta["decimals"])
             w.setSingleStep(0.05 if meta["decimals"] >= 2 else 1000 if meta["maximum"] > 1e5 else 1)
             w.valueChanged.connect(self._edited)
+        elif kind == "str":  # free text: a folder, the input text
+            w = QLineEdit()
+            w.setClearButtonEnabled(True)
+            w.textChanged.connect(self._edited)
         else:  # tuple of ints, typed as text
             w = QLineEdit()
             w.setPlaceholderText("e.g. 16, 9")
@@ -195,6 +199,8 @@ class ParameterPanel(QWidget):
             return w.isChecked()
         if isinstance(w, (QSpinBox, QDoubleSpinBox)):
             return w.value()
+        if name != "kv_lengths":
+            return w.text()
         text = w.text().replace(";", ",").replace(" ", ",")
         parts = [p for p in text.split(",") if p]
         try:
@@ -215,6 +221,8 @@ class ParameterPanel(QWidget):
             w.setChecked(bool(value))
         elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
             w.setValue(value)
+        elif name != "kv_lengths":
+            w.setText(value)
         else:
             w.setText(", ".join(str(v) for v in value))
 
