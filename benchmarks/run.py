@@ -307,6 +307,8 @@ def table(doc: dict) -> str:
         ("1 engine  traced / seed forward (x)", "engine",
          lambda e: f"{e['ratio_traced_vs_seed']:.2f}{_mark(e)}"),
         ("  seed forward ms", "engine", lambda e: _ms(e["median_s"]["seed_forward"])),
+        ("  GQA+RoPE traced / plain (x)", "engine",
+         lambda e: f"{e['ratio_variant_traced_vs_plain']:.2f}" if "ratio_variant_traced_vs_plain" in e else "-"),
         ("  traced forward ms", "engine", lambda e: _ms(e["median_s"]["traced_forward"])),
         ("  core.run() ms", "engine", lambda e: _ms(e["median_s"]["run"])),
         ("  seed script (build+fwd) ms", "engine", lambda e: _ms(e["median_s"]["seed_script"])),

@@ -38,10 +38,11 @@ class ConfigError(ValueError):
 
 def param(default: Any, label: str, tooltip: str, *, widget: str, minimum: float | None = None,
           maximum: float | None = None, unit: str = "", group: str = "Model",
-          choices: dict[str, str] | None = None, decimals: int = 2) -> Any:
-    """A config field with what the panel and the CLI are generated from (choices: id -> tooltip)."""
+          choices: dict[str, str] | None = None, decimals: int = 2, zero_text: str = "") -> Any:
+    """A config field with what the panel and the CLI are generated from (choices: id -> tooltip;
+    zero_text: what the minimum 0 means, shown in its place)."""
     meta = dict(label=label, tooltip=tooltip, widget=widget, minimum=minimum, maximum=maximum,
-                unit=unit, group=group, choices=choices, decimals=decimals)
+                unit=unit, group=group, choices=choices, decimals=decimals, zero_text=zero_text)
     return field(default=default, metadata=meta)
 
 
@@ -79,7 +80,7 @@ class RunConfig:
     sinks: int = param(0, "Sink keys",
                        "Attention sinks (StreamingLLM): the first N keys stay visible to every query that may see "
                        "them, whatever the window", widget="sinksSpin", minimum=0, maximum=MAX_SIZE, unit="keys",
-                       group="Mask")
+                       group="Mask", zero_text="none")
     kv_lengths: tuple[int, ...] = param(
         (), "Valid lengths", "Key padding: valid keys per batch item, e.g. '16, 9' (one number = all items)",
         widget="kvLengthsEdit", group="Mask")
@@ -89,7 +90,8 @@ class RunConfig:
     kv_heads: int = param(0, "KV heads",
                           "Key/value heads: 0 = one per query head (MHA), 1 = shared by all (MQA, PaLM), else "
                           "grouped-query attention (GQA: Llama 2 70B, Llama 3, Mistral); must divide Heads",
-                          widget="kvHeadsSpin", minimum=0, maximum=1024, group="Attention")
+                          widget="kvHeadsSpin", minimum=0, maximum=1024, group="Attention",
+                          zero_text="one per head (MHA)")
     position: str = param("none", "Position",
                           "Position encoding inside attention: RoPE rotates q and k (Llama, Mistral, Qwen2: halves; "
                           "GPT-J: pairs); ALiBi subtracts a per-head distance penalty (BLOOM, MPT)",
@@ -98,9 +100,10 @@ class RunConfig:
                              widget="ropeBaseSpin", minimum=1.0, maximum=1e9, group="Attention", decimals=0)
     qk_scale: float = param(0.0, "Score scale",
                             "Multiplies Q·Kᵀ; 0 = divide by sqrt(d_head) as usual; e.g. 1/d_head as in muP",
-                            widget="qkScaleSpin", minimum=0.0, maximum=1e3, group="Attention", decimals=5)
+                            widget="qkScaleSpin", minimum=0.0, maximum=1e3, group="Attention", decimals=5,
+                            zero_text="1/√d_head")
     softcap: float = param(0.0, "Soft cap", "Logit soft cap cap·tanh(s / cap) before the mask (Gemma 2: 50); 0 = off",
-                           widget="softcapSpin", minimum=0.0, maximum=1e4, group="Attention")
+                           widget="softcapSpin", minimum=0.0, maximum=1e4, group="Attention", zero_text="off")
     sink_logit: float = param(0.0, "Sink logit",
                               "A learned sink logit per head joins the softmax denominator (gpt-oss): rows then sum "
                               "to less than 1, the rest went to the sink; 0 = off",

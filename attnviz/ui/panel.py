@@ -184,6 +184,8 @@ class ParameterPanel(QWidget):
             w = QLineEdit()
             w.setPlaceholderText("e.g. 16, 9")
             w.textChanged.connect(self._edited)
+        if meta.get("zero_text") and isinstance(w, (QSpinBox, QDoubleSpinBox)):
+            w.setSpecialValueText(meta["zero_text"])  # shown at the minimum, 0
         if isinstance(w, QComboBox):  # long item texts must not widen the panel
             w.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
             w.setMinimumContentsLength(8)

@@ -1,0 +1,86 @@
+"""The modern variants in the real window: the Attention group, stage views, hover paths, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtWidgets import QWidget
+from uihelpers import wait_shown
+
+from attnviz.core import load_preset
+
+
+def shown_tiles(window):
+    return window.headGrid.tiles
+
+
+def test_attention_group_shows_what_applies(window, qtbot):
+    panel = window.panel
+    assert panel.groups["Attention"].isVisibleTo(window)
+    for name in ("kvHeadsSpin", "positionCombo", "qkScaleSpin", "softcapSpin", "sinkLogitSpin"):
+        widget = panel.findChild(QWidget, name)
+        assert widget is not None and widget.isVisibleTo(window) and widget.toolTip(), name
+    assert not panel.findChild(QWidget, "ropeBaseSpin").isVisibleTo(window)  # only with RoPE
+    panel.set_config(load_preset("stable-diffusion-context"))  # cross-attention: no positions
+    wait_shown(qtbot, window)
+    assert not panel.findChild(QWidget, "positionCombo").isVisibleTo(window)
+    assert panel.findChild(QWidget, "kvHeadsSpin").isVisibleTo(window)
+
+
+def test_hover_shows_the_stage_values_that_made_a_cell(window, qtbot):
+    window.panel.set_config(load_preset("softcap-flatten"))
+    wait_shown(qtbot, window)
+    r = window.result
+    text = window.headGrid.cell_text(2, 5, 3)
+    for label in ("Q·Kᵀ", "scaled", "capped", "score", "softmax"):
+        assert label in text, label
+    raw = float(np.dot(r.q[0, 2, 5], r.k[0, 2, 3]))
+    assert f"Q·Kᵀ {raw:.4g}"[:9] in text
+    assert f"capped {2 * np.tanh(raw / 2):.3g}"[:10] in text
+
+
+def test_a_stage_view_recomputes_with_that_stage_and_draws_it(window, qtbot, counting_run):
+    window.panel.set_config(load_preset("alibi-distance-decay"))
+    wait_shown(qtbot, window)
+    assert "biased" not in window.result.stages  # not kept unless a view needs it
+    calls = len(counting_run.calls)
+    window.viewCombo.setCurrentIndex(window.viewCombo.findData("biased"))
+    wait_shown(qtbot, window)
+    assert len(counting_run.calls) == calls + 1 and "biased" in window.result.stages
+    assert len(shown_tiles(window)) == 8 and window.frames.signed
+    window.viewCombo.setCurrentIndex(window.viewCombo.findData("weights"))
+    wait_shown(qtbot, window)
+    assert len(counting_run.calls) == calls + 1  # weights were kept too: view-only
+
+
+def test_a_stage_the_config_lacks_is_a_clear_error_and_keeps_the_view(window, qtbot):
+    before = window.shown_id
+    window.viewCombo.setCurrentIndex(window.viewCombo.findData("capped"))
+    qtbot.waitUntil(lambda: "no capped stage" in window.statusBar().currentMessage()
+                    or "no capped stage" in window.panel.errorLabel.text(), timeout=10000)
+    assert window.shown_id == before and len(shown_tiles(window)) == 4
+
+
+def test_kv_heads_not_dividing_heads_offers_divisors(window, qtbot):
+    before = window.shown_id
+    window.panel.widgets["heads"].setValue(8)
+    wait_shown(qtbot, window)
+    window.panel.widgets["kv_heads"].setValue(3)
+    qtbot.waitUntil(lambda: "kv_heads" in window.panel.errorLabel.text())
+    assert "divisor of 8" in window.panel.errorLabel.text()
+    assert window.shown_id > before and len(shown_tiles(window)) == 8  # the last good view stays
+    fix = window.panel.findChild(QWidget, "fixButton_2")
+    assert fix is not None
+    fix.click()
+    wait_shown(qtbot, window)
+    assert window.result.config.kv_heads == 2 and window.result.k.shape[1] == 2
+
+
+def test_differential_preset_draws_signed_maps(window, qtbot):
+    window.panel.set_config(load_preset("differential-cancel"))
+    wait_shown(qtbot, window)
+    assert window.frames.signed and (window.result.dropped < 0).any()
+    assert len(shown_tiles(window)) == 4
+    window.viewCombo.setCurrentIndex(window.viewCombo.findData("scores"))
+    wait_shown(qtbot, window)
+    assert len(shown_tiles(window)) == 8  # two score maps per head
+    assert window.headGrid.tiles[3].title.startswith("head 1.2")
