@@ -36,7 +36,9 @@ pytestmark = [
 FLOATS = ("output", "q", "k", "v", "scores", "weights", "dropped", "context")
 
 
-@pytest.mark.parametrize("preset", ["default", "cross-padding", "no-key-rows", "stable-diffusion-context"])
+@pytest.mark.parametrize("preset", ["default", "cross-padding", "no-key-rows", "stable-diffusion-context",
+                                    "alibi-distance-decay", "window-sinks", "gqa-shared-keys", "softcap-flatten",
+                                    "differential-cancel"])
 def test_run_on_cuda_matches_the_cpu_run(preset):
     config = load_preset(preset)
     cpu = run(config)
