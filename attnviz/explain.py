@@ -133,7 +133,9 @@ def pipeline_frames(result: RunResult, options: ViewOptions) -> PipelineFrames:
         data, m, shape = _stage_data(result, name, b, head)
         is_map = name in BY_NAME and BY_NAME[name].is_map
         image = _stage_image(result, name, data, b, options, PIPELINE_PX)
-        stages.append(PipelineStage(name, STAGE_TITLES[name], data, image, _finite_range(data), shape, is_map, m))
+        title = STAGE_TITLES[name] + (" (rotated)" if name in ("q", "k") and "q_proj" in result.stages else "")
+        image.title = title
+        stages.append(PipelineStage(name, title, data, image, _finite_range(data), shape, is_map, m))
     large = None
     chosen = next((s for s in stages if s.name == options.pipeline_stage), None)
     if chosen is not None:
@@ -219,16 +221,18 @@ def compare_frames(result: RunResult, options: ViewOptions) -> CompareFrames:
         return CompareFrames(maps)
     a, c, b = maps
     signed = view_signed(options.view, result.config)
-    both = np.isfinite(a) & np.isfinite(c)  # masked (-inf) or no-key (NaN) in either: not compared
-    diff = np.where(both, np.nan_to_num(c) - np.nan_to_num(a), 0.0).astype(np.float32)
     m = min(max(options.compare_head, 0), c.shape[0] - 1)
+    masks = [allowed_maps(r, min(b, r.config.batch - 1)) for r in (options.pinned, result)]
+    masks = [np.ones((1, *c.shape[1:]), bool) if k is None else k[:1] for k in masks]
+    both = np.isfinite(a) & np.isfinite(c) & masks[0] & masks[1]  # masked or no-key in either: not compared
+    diff = np.where(both, np.nan_to_num(c) - np.nan_to_num(a), 0.0).astype(np.float32)
     lut = colormaps.lut(options.diverging if signed else options.colormap)
     images = []
-    for values in (a[m], c[m]):
-        finite = np.isfinite(values)
-        pooled = pool_maps(np.nan_to_num(values, neginf=0.0)[None], None if finite.all() else finite[None], None,
-                           options.max_px, signed)
-        (image,), (levels,) = quantise_pooled(pooled)
+    for values, allowed in zip((a[m], c[m]), masks):
+        ok = allowed[0] & np.isfinite(values)
+        pooled = pool_maps(np.nan_to_num(values, neginf=0.0)[None], None if ok.all() else ok[None], None,
+                           options.max_px, signed, row=options.scale_mode == "row")
+        (image,), (levels,), _ = quantise_scaled(pooled, True, options.scale_mode)
         images.append(HeatImage(image, values.shape, levels, lut))
     pooled = pool_maps(diff[m][None], None if both[m].all() else both[m][None], None, options.max_px, True)
     (image,), (levels,) = quantise_pooled(pooled)

@@ -35,7 +35,8 @@ from .frames import MAP_VIEWS, TENSORS, HeatImage, ViewOptions, render
 
 __all__ = [
     "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "auto_scale", "compose_image",
-    "default_filename", "ensure_gui_app", "export", "format_of", "layout", "png_bytes", "svg_text", "write_npz",
+    "default_filename", "ensure_gui_app", "export", "export_pipeline", "format_of", "layout", "pipeline_layout",
+    "png_bytes", "svg_document", "svg_text", "write_npz",
 ]
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
@@ -646,7 +647,11 @@ def _n(v: float) -> str:
 
 def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
     """The export as an SVG 1.1 document: crisp embedded rasters for the maps, vector text."""
-    lay = layout(result, options)
+    return svg_document(layout(result, options))
+
+
+def svg_document(lay: Layout) -> str:
+    """Any composed Layout as an SVG 1.1 document."""
     out = [
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" version="1.1" '
@@ -698,6 +703,99 @@ def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
             out.append(f"<text {attrs}>{escape(it.text)}</text>")
     out += ["</g>", "</svg>", ""]
     return "\n".join(out)
+
+
+# --- the pipeline figure ---------------------------------------------------------------------
+
+PIPELINE_PER_ROW = 5
+PIPELINE_TILE_PX = 150  # each stage's longer side is scaled up to about this (whole pixels per cell)
+ARROW_W = 34
+
+
+def pipeline_layout(result: RunResult, view: ViewOptions | None = None, head: int = 0) -> Layout:
+    """One head's pipeline as one figure: every stage in order with its shape and value range, arrows
+    between them. ValueError for a head that does not exist or a result that kept too few stages."""
+    from dataclasses import replace
+
+    from .explain import pipeline_frames
+
+    c = result.config
+    if not 0 <= head < c.heads:
+        raise ValueError(f"head {head} does not exist: the run has {c.heads} head(s), use 0..{c.heads - 1}")
+    view = replace(view or ViewOptions(), pipeline_head=head, pipeline_stage=None)
+    frames = pipeline_frames(result, view)
+    if len(frames.stages) < 2:
+        raise ValueError("the result kept too few stages for a pipeline: run it with every stage recorded")
+    m = _Metrics()
+    blocks = []  # (stage, scaled rgba, caption)
+    for st in frames.stages:
+        h, w = st.image.image.shape
+        scale = max(1, PIPELINE_TILE_PX // max(h, w))
+        rgba = st.image.lut[st.image.image]
+        rgba = np.repeat(np.repeat(rgba, scale, axis=0), scale, axis=1)
+        rows, cols = st.data.shape
+        lo, hi = st.value_range
+        blocks.append((st, rgba, f"{rows}\u00d7{cols} \u00b7 {_fmt(lo)} \u2026 {_fmt(hi)}"))
+    cell_w = max(max(b[1].shape[1] for b in blocks),
+                 max(math.ceil(max(m.width(b[0].title, TILE_PX, True), m.width(b[2], TICK_PX))) for b in blocks))
+    img_h = max(b[1].shape[0] for b in blocks)
+    head_h = m.height(TILE_PX, True) + m.height(TICK_PX) + 6
+    row_h = head_h + img_h + GAP * 2
+    heading = f"Attention pipeline \u00b7 head {head} of {c.heads}"
+    _, parts = _title_parts(result, ExportOptions(what="head", head=head, batch_index=frames.batch_index),
+                            [blocks[0][0].image])
+    items: list = []
+    y = MARGIN
+    title_lines = [(heading, TITLE_PX, True, INK)] + [
+        (line, SUBTITLE_PX, False, SOFT_INK)
+        for line in _wrap(parts, PIPELINE_PER_ROW * (cell_w + ARROW_W), lambda t: m.width(t, SUBTITLE_PX))]
+    width = MARGIN * 2 + PIPELINE_PER_ROW * (cell_w + ARROW_W)
+    for text, px, bold, color in title_lines:
+        items.append(Text(MARGIN, y + m.ascent(px, bold), text, px, bold, color=color))
+        width = max(width, MARGIN * 2 + math.ceil(m.width(text, px, bold)))
+        y += m.height(px, bold) + 2
+    top = y + 8
+    rects = []
+    for n, (st, rgba, caption) in enumerate(blocks):
+        r, col = divmod(n, PIPELINE_PER_ROW)
+        bx = MARGIN + ARROW_W + col * (cell_w + ARROW_W)
+        by = top + r * row_h
+        cx = bx + cell_w / 2
+        items.append(Text(cx, by + m.ascent(TILE_PX, True), st.title, TILE_PX, True, "middle"))
+        items.append(Text(cx, by + m.height(TILE_PX, True) + 2 + m.ascent(TICK_PX), caption, TICK_PX,
+                          anchor="middle", color=SOFT_INK))
+        ix, iy = int(bx + (cell_w - rgba.shape[1]) // 2), int(by + head_h)
+        items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
+        items.append(Box(ix, iy, rgba.shape[1], rgba.shape[0], stroke=FRAME))
+        rects.append((ix, iy, rgba.shape[1], rgba.shape[0]))
+        if n:
+            items.append(Text(bx - ARROW_W / 2, iy + rgba.shape[0] / 2 + 6, "\u2192", 20, anchor="middle",
+                              color=TICK_INK))
+    rows = -(-len(blocks) // PIPELINE_PER_ROW)
+    height = top + rows * row_h + MARGIN
+    _check_size(width, height)
+    summary = heading + " \u2014 " + " \u00b7 ".join(s.name for s in frames.stages)
+    return Layout(int(width), int(height), items, rects, 1, summary)
+
+
+def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOptions | None = None,
+                    head: int = 0) -> Path:
+    """Write one head's pipeline as a PNG or SVG figure, or its stages (that head's slices) as NPZ."""
+    ext = format_of(path)
+    if ext == ".npz":
+        from dataclasses import replace
+
+        from .explain import pipeline_frames
+
+        frames = pipeline_frames(result, replace(view or ViewOptions(), pipeline_head=head))
+        with atomic_writer(path) as f:
+            np.savez_compressed(f, config=np.array(result.config.to_json()), head=np.array(head),
+                                **{s.name: np.asarray(s.data) for s in frames.stages})
+        return Path(path)
+    lay = pipeline_layout(result, view, head)
+    data = _encode_png(_paint(lay)) if ext == ".png" else svg_document(lay).encode("utf-8")
+    write_bytes(path, data)
+    return Path(path)
 
 
 # --- NPZ -------------------------------------------------------------------------------------
