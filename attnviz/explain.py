@@ -171,6 +171,21 @@ def stats_frames(result: RunResult, b: int, options: ViewOptions) -> StatsFrames
     return frames
 
 
+def stats_csv_for(result: RunResult, b: int = 0) -> str:
+    """The statistics as CSV: one row per head of the result's weights, then (multi-layer results)
+    one row per layer and head."""
+    from .core.stats import stats_csv
+
+    frames = stats_frames(result, b, ViewOptions())
+    text = stats_csv(frames.columns, frames.labels)
+    if frames.layers is not None:
+        layers, heads = frames.layers[STAT_NAMES[0]].shape
+        flat = {name: values.reshape(-1) for name, values in frames.layers.items()}
+        labels = [f"layer {n} head {h}" for n in range(layers) for h in range(heads)]
+        text += stats_csv(flat, labels).split("\n", 1)[1]
+    return text
+
+
 @dataclass
 class FocusFrames:
     row: int

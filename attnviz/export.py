@@ -31,7 +31,7 @@ from .atomic import ExportError, atomic_writer, write_bytes
 from .core.config import RunConfig
 from .core.runner import RunResult
 from .core.stages import BY_NAME
-from .frames import MAP_VIEWS, TENSORS, HeatImage, ViewOptions, render
+from .frames import MAP_VIEWS, SCALE_MODES, TENSORS, ColourScale, HeatImage, ViewOptions, render
 
 __all__ = [
     "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "auto_scale", "compose_image",
@@ -47,6 +47,7 @@ WHATS = {
     "mean": "the mean over heads",
     "output": "the output tensor (or another tensor: see `tensor`)",
     "scores": "every head's pre-softmax scores (the grid with view='scores')",
+    "rollout": "attention rollout over the layers (multi-layer models)",
 }
 
 MIN_TILE_PX = 240  # auto scale: the longer side of a tile reaches at least this ...
@@ -88,13 +89,14 @@ class ExportOptions:
     shared_scale: bool = True  # one colour scale for all heads (else each head its own)
     tensor: str = "output"  # for what="output": a key of frames.TENSORS
     tensor_head: int = 0  # which head's q, k or v
+    scale_mode: str = "linear"  # colour scale of the maps: a key of frames.SCALE_MODES
 
     @classmethod
     def from_view(cls, view: ViewOptions, **changes) -> ExportOptions:
         """The options that export what a view with these ViewOptions shows (plus changes)."""
         base = dict(view=view.view, colormap=view.colormap, diverging=view.diverging,
                     batch_index=view.batch_index, shared_scale=view.shared_scale, tensor=view.tensor,
-                    tensor_head=view.tensor_head)
+                    tensor_head=view.tensor_head, scale_mode=view.scale_mode)
         return cls(**{**base, **changes})
 
     @property
@@ -107,6 +109,8 @@ class ExportOptions:
             raise ValueError(f"what = {self.what!r}: unknown; use one of {', '.join(WHATS)}")
         if self.view not in MAP_VIEWS:
             raise ValueError(f"view = {self.view!r}: unknown; use one of {', '.join(MAP_VIEWS)}")
+        if self.scale_mode not in SCALE_MODES:
+            raise ValueError(f"scale mode = {self.scale_mode!r}: unknown; use one of {', '.join(SCALE_MODES)}")
         if self.tensor not in TENSORS:
             raise ValueError(f"tensor = {self.tensor!r}: unknown; use one of {', '.join(TENSORS)}")
         for name in (self.colormap, self.diverging):
@@ -341,7 +345,9 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
             heading = "Pre-softmax scores QK\u1d40/\u221ad_head"
         else:
             heading = f"Stage {view}: {BY_NAME[view].description}"
-        if options.what == "head":
+        if options.what == "rollout":
+            heading = f"Attention rollout \u00b7 {tiles[0].title}"
+        elif options.what == "head":
             heading += f" \u00b7 head {options.head} of {c.heads}"
         elif options.what == "mean":
             heading += f" \u00b7 mean over {c.heads} heads"
@@ -364,21 +370,39 @@ def _axis_names(options: ExportOptions) -> tuple[str, str]:
     return "feature", rows
 
 
-def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage], str, bool]:
-    """The tiles to draw (full resolution), the colour bar caption, and whether levels are shared."""
+def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage], str, bool, ColourScale]:
+    """The tiles to draw (full resolution), the colour bar caption, whether levels are shared, and
+    the colour scale (non-linear scales label the bar with their own ticks)."""
     view = ViewOptions(view=options.map_view, batch_index=options.batch_index, colormap=options.colormap,
                        diverging=options.diverging, shared_scale=options.shared_scale, tensor=options.tensor,
                        tensor_head=options.tensor_head, max_px=None, tensor_px=None,
-                       mean=options.what == "mean")
+                       mean=options.what == "mean", scale_mode=options.scale_mode,
+                       rollout=options.what == "rollout")
     frames = render(result, view)
     if options.what == "output":
-        return [frames.tensor], "value", True
+        return [frames.tensor], "value", True, ColourScale()
+    if options.what == "rollout":
+        rollout = frames.extras["rollout"]
+        if rollout.message:
+            raise ValueError(rollout.message)
+        scale = rollout_scale(rollout, options.scale_mode)
+        return [rollout.image], "rollout share" + (f" {scale.unit}" if scale.unit else ""), True, scale
+    scale = frames.scale
     caption = {"weights": "attention weight", "scores": "score"}.get(options.map_view, options.map_view)
+    if scale.unit:
+        caption += f" {scale.unit}"
     if options.what == "mean":
-        return [frames.mean], caption, True
+        return [frames.mean], caption, True, scale
     if options.what == "head":
-        return [frames.heads[options.head]], caption, True
-    return list(frames.heads), caption, options.shared_scale
+        return [frames.heads[options.head]], caption, True, scale
+    return list(frames.heads), caption, options.shared_scale, scale
+
+
+def rollout_scale(rollout, mode: str) -> ColourScale:
+    """The colour scale of a rollout map (it is quantised alone, so its ticks are recomputed here)."""
+    from .frames import pool_maps, quantise_scaled
+
+    return quantise_scaled(pool_maps(rollout.data[None], None, None, None, False, row=mode == "row"), True, mode)[2]
 
 
 def auto_scale(rows: int, cols: int) -> int:
@@ -395,7 +419,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     options = options or ExportOptions()
     options.check(result.config)
     m = _Metrics()
-    tiles, caption, shared = _select(result, options)
+    tiles, caption, shared, colour_scale = _select(result, options)
     rows, cols = tiles[0].image.shape
     s = options.scale or auto_scale(rows, cols)
     img_w, img_h = cols * s, rows * s
@@ -509,7 +533,10 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
         items.append(Bar(bx, bar_top, BAR_WIDTH, bar_h, lut))
         items.append(Box(bx, bar_top, BAR_WIDTH, bar_h, stroke=FRAME))
         lo, hi = tiles[0].levels if shared else (0.0, 1.0)
-        if shared:
+        if shared and colour_scale.ticks:  # a non-linear scale: its ticks sit at fractions of the bar
+            lo, hi = 0.0, 1.0
+            values, labels = [t[0] for t in colour_scale.ticks], [t[1] for t in colour_scale.ticks]
+        elif shared:
             values, labels = _value_ticks(lo, hi, bar_h)
         else:
             values, labels = [0.0, 1.0], ["low", "high"]
@@ -800,10 +827,10 @@ def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOption
 
 # --- NPZ -------------------------------------------------------------------------------------
 
-def write_npz(result: RunResult, path: str | os.PathLike) -> Path:
+def write_npz(result: RunResult, path: str | os.PathLike, **extra: np.ndarray) -> Path:
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
-    (the saved-configuration JSON string), atomically."""
-    arrays = {name: np.asarray(a) for name, a in result.arrays().items()}
+    (the saved-configuration JSON string) and any `extra` arrays, atomically."""
+    arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | extra
     with atomic_writer(path) as f:
         np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
     return Path(path)
