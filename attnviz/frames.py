@@ -261,11 +261,11 @@ def _row_normalised(x: torch.Tensor, signed: bool) -> torch.Tensor:
     return torch.where(top > 0, x / torch.where(top > 0, top, 1.0), torch.zeros((), dtype=x.dtype))
 
 
-def _group_values(p: PooledMaps, shared: bool) -> list[tuple[list[int], torch.Tensor]]:
-    """(map indices, their data values flattened) per colour group: all maps, or each its own."""
+def _group_values(p: PooledMaps, shared: bool) -> list[tuple[slice, torch.Tensor]]:
+    """(maps of the group, their data values flattened) per colour group: all maps, or each its own."""
     n = p.values.shape[0]
     data = p.data.expand_as(p.values)
-    groups = [list(range(n))] if shared else [[i] for i in range(n)]
+    groups = [slice(0, n)] if shared else [slice(i, i + 1) for i in range(n)]
     return [(g, p.values[g][data[g]]) for g in groups]
 
 
@@ -350,9 +350,9 @@ def quantise_scaled(p: PooledMaps, shared: bool = True, mode: str = "linear"):
             frac, lv, ticks = _log_fraction(p.values[g], values, p.signed)
         else:
             frac, lv, ticks = _rank_fraction(p.values[g], values)
-        for k, i in enumerate(g):
+        for k, i in enumerate(range(n)[g]):
             images[i], levels[i] = _indices(frac[k], data[i], hidden[i], (0.0, 1.0)), lv
-        if g[0] == 0:
+        if g.start == 0:
             scale = ColourScale(mode, ticks, "(log scale)" if mode == "log" else "(rank scale)")
     return images, levels, scale
 

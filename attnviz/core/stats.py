@@ -45,7 +45,7 @@ def _band(weights: np.ndarray, offset: int, valid: np.ndarray) -> np.ndarray:
     j = i + offset
     ok = (j >= 0) & (j < lkv)
     values = np.zeros(weights.shape[:-1], np.float64)
-    values[:, ok] = weights[:, i[ok], j[ok]]
+    values[:, ok] = np.nan_to_num(weights[:, i[ok], j[ok]])
     return _row_mean(values, valid & ok[None])
 
 
@@ -58,16 +58,22 @@ def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None) -> dic
     if w.ndim != 3:
         raise ValueError(f"weights must be (heads, Lq, Lkv), got shape {w.shape}")
     valid = _rows_with_keys(w, empty_rows)
-    w = np.where(valid[..., None], w, 0.0).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0)
     lq, lkv = w.shape[-2:]
     distance = np.abs(np.arange(lq)[:, None] - np.arange(lkv)[None, :]).astype(np.float64)
+    entropy, dist, top = (np.zeros(w.shape[:2]) for _ in range(3))
+    for h in range(w.shape[0]):  # one head at a time: a few maps' worth of temporaries, not 3 x H
+        wh = np.where(valid[h][:, None], w[h], 0).astype(np.float64)  # float64: the logs of tiny weights
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(np.where(wh > 0, wh, 1))
+        entropy[h] = -np.einsum("ij,ij->i", wh, logs, dtype=np.float64)
+        dist[h] = np.einsum("ij,ij->i", wh, distance, dtype=np.float64)
+        top[h] = wh.max(-1)
+    clean = np.where(valid[..., None][..., :1], w[..., :1], 0).astype(np.float64)
     return {
-        "entropy": _row_mean(-plogp.sum(-1), valid),
-        "max_weight": np.where(valid.any(-1), w.max(axis=(-2, -1)), np.nan),
-        "distance": _row_mean((w * distance).sum(-1), valid),
-        "sink": _row_mean(w[..., 0], valid),
+        "entropy": _row_mean(entropy, valid),
+        "max_weight": np.where(valid.any(-1), np.where(valid, top, -np.inf).max(-1), np.nan),
+        "distance": _row_mean(dist, valid),
+        "sink": _row_mean(clean[..., 0], valid),
         "previous": _band(w, -1, valid),
         "diagonal": _band(w, 0, valid),
     }
