@@ -164,10 +164,14 @@ def stats_frames(result: RunResult, b: int, options: ViewOptions) -> StatsFrames
     if lw is not None and lw.ndim == 5:
         frames.layers = layer_stats(lw, min(b, lw.shape[1] - 1))
         lut = colormaps.lut(options.colormap)
-        for name in STAT_NAMES:
-            grid = np.nan_to_num(frames.layers[name]).astype(np.float32)
-            (image,), (levels,) = quantise_pooled(pool_maps(grid[None], None, None, None, False))
-            frames.overview[name] = HeatImage(image, grid.shape, levels, lut, name)
+        for name in STAT_NAMES:  # min .. max: heads differ by little next to the values themselves
+            grid = frames.layers[name]
+            finite = grid[np.isfinite(grid)]
+            lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+            frac = np.nan_to_num((grid - lo) / ((hi - lo) or 1.0))
+            image = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
+            image[~np.isfinite(grid)] = colormaps.NAN_INDEX
+            frames.overview[name] = HeatImage(image, grid.shape, (lo, hi), lut, name)
     return frames
 
 

@@ -109,6 +109,6 @@ class RolloutView(QWidget):
             self.infoLabel.setText(frames.message)
             return
         lo, hi = frames.image.levels
-        self.tile.show(frames.image, f"{frames.image.title} ({_fmt(lo)} … {_fmt(hi)})", lock_aspect=False)
+        self.tile.show(frames.image, f"{frames.image.title} ({_fmt(lo)} … {_fmt(hi)})")
         self.infoLabel.setText("Rollout: row i = how much of token i's last-layer representation comes from "
                                "each input token (residual-adjusted, head-averaged maps multiplied over layers)")

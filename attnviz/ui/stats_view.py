@@ -93,12 +93,14 @@ class StatsView(QWidget):
         split.addWidget(self.table)
         split.addWidget(right)
         split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
+        split.setStretchFactor(1, 1)
+        split.setSizes([750, 350])
         buttons = QHBoxLayout()
         self.infoLabel = QLabel()
         self.infoLabel.setStyleSheet("color: palette(mid);")
         buttons.addWidget(self.infoLabel)
-        buttons.addWidget(self.overviewNote, 1)
+        buttons.addWidget(self.overviewNote)
+        buttons.addStretch(1)
         buttons.addWidget(self.copyButton)
         buttons.addWidget(self.exportButton)
         layout = QVBoxLayout(self)
@@ -143,6 +145,9 @@ class StatsView(QWidget):
         set_heat_image(self.overviewImage, heat)
         rows, cols = heat.shape
         lo, hi = heat.levels
+        plot = self.overview.getPlotItem()
+        plot.getAxis("left").setTicks([[(n, str(n)) for n in range(rows)]] if rows <= 48 else None)
+        plot.getAxis("bottom").setTicks([[(n, str(n)) for n in range(cols)]] if cols <= 48 else None)
         self.overview.getPlotItem().setTitle(f"{self.columnCombo.currentText()} · {lo:.3g} … {hi:.3g}", size="9pt")
         self.overview.getPlotItem().setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
