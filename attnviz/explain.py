@@ -214,50 +214,67 @@ class CompareFrames:
     pinned: HeatImage | None = None
     current: HeatImage | None = None
     difference: HeatImage | None = None  # current − pinned of the shown head, diverging
-    diff: np.ndarray | None = None  # (maps, Lq, Lkv) current − pinned, every head, full resolution
-    max_abs: float = 0.0
+    diff: np.ndarray | None = None  # (Lq, Lkv) current − pinned of the shown head, full resolution
+    head: int = 0
+    max_abs: float = 0.0  # max |current − pinned| over every head
 
 
-def _compare_maps(result: RunResult, options: ViewOptions):
-    """(pinned maps, current maps, b) of the shown view, or a message saying why they do not compare."""
-    pinned = options.pinned
-    stage = view_stage(options.view)
+def _compare_maps(result: RunResult, pinned: RunResult, view: str, batch_index: int):
+    """(pinned maps, current maps, masks, b) of the view, or a message saying why they do not compare."""
+    stage = view_stage(view)
     if stage not in pinned.stages:
         return f"the pinned result has no {stage} stage"
-    b = min(max(options.batch_index, 0), result.config.batch - 1)
+    b = min(max(batch_index, 0), result.config.batch - 1)
     if b >= pinned.config.batch:
         return f"the pinned result has no batch item {b}"
     a, c = pinned.stages[stage][b], result.stages[stage][b]
     if a.shape != c.shape:
         return f"shapes differ: pinned {a.shape} vs current {c.shape} (same heads and lengths needed)"
-    return a, c, b
+    masks = [allowed_maps(r, b) for r in (pinned, result)]
+    masks = [np.ones((1, *c.shape[1:]), bool) if k is None else k[:1] for k in masks]
+    return a, c, masks, b
 
 
-def compare_frames(result: RunResult, options: ViewOptions) -> CompareFrames:
-    """The current result beside the pinned one, and their difference on a diverging scale."""
-    maps = _compare_maps(result, options)
+def _head_difference(a: np.ndarray, c: np.ndarray, masks, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """current − pinned of map m where both have a value (masked or no-key in either: 0), and where."""
+    both = np.isfinite(a[m]) & np.isfinite(c[m]) & masks[0][0] & masks[1][0]
+    return np.where(both, np.nan_to_num(c[m]) - np.nan_to_num(a[m]), 0.0).astype(np.float32), both
+
+
+def compare_difference(result: RunResult, pinned: RunResult, view: str = "weights", batch_index: int = 0):
+    """current − pinned of every map of the view, (maps, Lq, Lkv) (the numbers a comparison exports)."""
+    maps = _compare_maps(result, pinned, view, batch_index)
+    if isinstance(maps, str):
+        raise ValueError(maps)
+    a, c, masks, _ = maps
+    return np.stack([_head_difference(a, c, masks, m)[0] for m in range(c.shape[0])])
+
+
+def compare_frames(result: RunResult, options: ViewOptions, cache: PoolCache) -> CompareFrames:
+    """The current result beside the pinned one, and their difference on a diverging scale. Works one
+    head at a time: no full-size copy of every head's difference is kept."""
+    maps = _compare_maps(result, options.pinned, options.view, options.batch_index)
     if isinstance(maps, str):
         return CompareFrames(maps)
-    a, c, b = maps
+    a, c, masks, b = maps
+    key = ("compare-max", id(options.pinned), options.view, b)
+    max_abs = cache.get(result, key, lambda: max(float(np.abs(_head_difference(a, c, masks, m)[0]).max(initial=0))
+                                                 for m in range(c.shape[0])))
     signed = view_signed(options.view, result.config)
     m = min(max(options.compare_head, 0), c.shape[0] - 1)
-    masks = [allowed_maps(r, min(b, r.config.batch - 1)) for r in (options.pinned, result)]
-    masks = [np.ones((1, *c.shape[1:]), bool) if k is None else k[:1] for k in masks]
-    both = np.isfinite(a) & np.isfinite(c) & masks[0] & masks[1]  # masked or no-key in either: not compared
-    diff = np.where(both, np.nan_to_num(c) - np.nan_to_num(a), 0.0).astype(np.float32)
     lut = colormaps.lut(options.diverging if signed else options.colormap)
     images = []
-    for values, allowed in zip((a[m], c[m]), masks):
+    for values, allowed, title in zip((a[m], c[m]), masks, ("pinned", "current")):
         ok = allowed[0] & np.isfinite(values)
         pooled = pool_maps(np.nan_to_num(values, neginf=0.0)[None], None if ok.all() else ok[None], None,
                            options.max_px, signed, row=options.scale_mode == "row")
         (image,), (levels,), _ = quantise_scaled(pooled, True, options.scale_mode)
-        images.append(HeatImage(image, values.shape, levels, lut))
-    pooled = pool_maps(diff[m][None], None if both[m].all() else both[m][None], None, options.max_px, True)
-    (image,), (levels,) = quantise_pooled(pooled)
-    difference = HeatImage(image, diff[m].shape, levels, colormaps.lut(options.diverging), "current − pinned")
-    images[0].title, images[1].title = "pinned", "current"
-    return CompareFrames("", images[0], images[1], difference, diff, float(np.abs(diff).max(initial=0.0)))
+        images.append(HeatImage(image, values.shape, levels, lut, title))
+    diff, both = _head_difference(a, c, masks, m)
+    (image,), (levels,) = quantise_pooled(pool_maps(diff[None], None if both.all() else both[None], None,
+                                                    options.max_px, True))
+    difference = HeatImage(image, diff.shape, levels, colormaps.lut(options.diverging), "current − pinned")
+    return CompareFrames("", images[0], images[1], difference, diff, m, max_abs)
 
 
 @dataclass
@@ -294,7 +311,7 @@ def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> 
         if options.focus_row is not None:
             out["focus"] = focus_frames(result, b, options.focus_row)
         if options.pinned is not None:
-            out["compare"] = compare_frames(result, options)
+            out["compare"] = compare_frames(result, options, cache)
         if options.rollout:
             out["rollout"] = rollout_frames(result, b, options)
     return out

@@ -157,7 +157,7 @@ class ExplainViews(QObject):
             return
         if Path(path).suffix.lstrip(".").lower() not in formats:
             path += "." + formats[0]
-        if kind == "pipeline":  # composing the figure pools every stage: off the GUI thread
+        if kind == "pipeline" or (kind == "compare" and path.lower().endswith(".npz")):  # heavy: off the GUI thread
             from .export_dialog import BackgroundJob
 
             self._job = BackgroundJob(self)
@@ -194,9 +194,12 @@ class ExplainViews(QObject):
         elif kind == "rollout":
             lines = [",".join(f"{v:.6g}" for v in row) for row in self.rollout.frames.data]
             write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
-        else:
+        else:  # every head's difference (computed here: export() runs off the GUI thread for NPZ)
             from ..atomic import atomic_writer
+            from ..explain import compare_difference
 
+            options = self.window.frames.options
+            diff = compare_difference(self.window.result, self.compare.pinned, options.view, options.batch_index)
             with atomic_writer(path) as f:
-                np.savez_compressed(f, difference=self.compare.frames.diff)
+                np.savez_compressed(f, difference=diff, view=np.array(options.view))
         return Path(path)

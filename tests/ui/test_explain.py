@@ -139,14 +139,21 @@ def test_difference_with_itself_is_zero_then_follows_the_change(window, qtbot):
     compare.pinButton.click()
     wait_shown(qtbot, window)
     frames = window.frames.extras["compare"]
-    assert frames.message == "" and frames.max_abs == 0.0
+    assert frames.message == "" and frames.max_abs == 0.0  # every head
     assert (frames.diff == 0).all()
+    centre = round((colormaps.DATA_LEVELS - 1) / 2)
+    image = compare.tiles[2].image.image.astype(int)
+    data = image < colormaps.DATA_LEVELS
+    assert data.sum() == 16 * 17 // 2 and (np.abs(image[data] - centre) <= 1).all()  # the middle of the scale
     pinned = window.result
     window.panel.widgets["seed"].setValue(5)
+    compare.headSpin.setValue(2)
     wait_shown(qtbot, window)
     frames = window.frames.extras["compare"]
-    np.testing.assert_allclose(frames.diff, window.result.weights[0] - pinned.weights[0], atol=1e-7)
-    assert frames.max_abs > 0 and compare.tiles[2].image.image is not None
+    expected = window.result.weights[0] - pinned.weights[0]
+    np.testing.assert_allclose(frames.diff, expected[2], atol=1e-7)
+    assert frames.max_abs == pytest.approx(float(np.abs(expected).max()), rel=1e-6)
+    np.testing.assert_array_equal(compare.tiles[1].image.image, frames.current.image)
     window.panel.widgets["seq_q"].setValue(12)
     wait_shown(qtbot, window)
     assert "shapes differ" in window.frames.extras["compare"].message
@@ -202,6 +209,7 @@ def test_every_panel_exports_image_and_numbers(window, qtbot, tmp_path):
                 wait_shown(qtbot, window)
             path = ex.export(kind, str(tmp_path / f"{kind}{ext}"))
             assert path.stat().st_size > 100, (kind, ext)
+    assert (np.load(tmp_path / "compare.npz")["difference"] == 0).all()  # pinned = current: all heads zero
     svg = (tmp_path / "pipeline.svg").read_text()
     assert "softmax" in svg and "data:image/png;base64" in svg
     arrays = np.load(tmp_path / "pipeline.npz")
