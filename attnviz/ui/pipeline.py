@@ -139,6 +139,7 @@ class PipelineView(QWidget):
         self.largePlot.getViewBox().setDefaultPadding(0)
         self.largeImage = _image_item()
         self.largePlot.addItem(self.largeImage)
+        self.large.scene().sigMouseMoved.connect(self._hovered_large)
         split = QSplitter(Qt.Horizontal)
         split.addWidget(self.flow)
         split.addWidget(self.large)
@@ -241,6 +242,19 @@ class PipelineView(QWidget):
         else:
             value = _fmt(float(tile.stage.data[i, j]))
             self.pathLabel.setText(f"{tile.stage.title} · row {i}, column {j} · value {value}")
+
+    def _hovered_large(self, pos: QPointF) -> None:
+        if self.frames is None or self.frames.large is None:
+            return
+        stage = self.stage(self.frames.large[0])
+        vb = self.largePlot.getViewBox()
+        if stage is None or not stage.is_map or not vb.sceneBoundingRect().contains(pos):
+            return
+        p = vb.mapSceneToView(pos)
+        i, j = int(math.floor(p.y() + 0.5)), int(math.floor(p.x() + 0.5))
+        rows, cols = stage.data.shape
+        if 0 <= i < rows and 0 <= j < cols:
+            self.show_path(i, j, stage.map_index)
 
     def show_path(self, i: int, j: int, m: int | None = None) -> str:
         """Show (and return) the path of map cell (i, j) and mark it in every stage it passes through."""
