@@ -31,7 +31,9 @@ def _view_text() -> dict[str, str]:
     """--view choices: every map view (from the one stage list) and the output tensor."""
     from .frames import MAP_VIEWS
 
-    return {**MAP_VIEWS, "output": "the output tensor (rows = query positions, columns = features)"}
+    return {**MAP_VIEWS, "output": "the output tensor (rows = query positions, columns = features)",
+            "pipeline": "every stage of one head's attention call as one figure (--head N, default 0); "
+                        ".npz keeps that head's stages"}
 
 
 class UsageError(Exception):
@@ -159,6 +161,16 @@ def _render_parser() -> argparse.ArgumentParser:
     view.add_argument("--no-title", action="store_true", help="no title lines and no tile titles")
     view.add_argument("--no-colorbar", action="store_true", help="no colour bar")
     view.add_argument("--no-labels", action="store_true", help="no position ticks and axis labels")
+    from .frames import SCALE_MODES
+
+    view.add_argument("--scale-mode", choices=list(SCALE_MODES), default="linear",
+                      help="colour scale of the maps: " + "; ".join(SCALE_MODES.values()) + " (default: linear)")
+    view.add_argument("--rollout", action="store_true",
+                      help="draw attention rollout over the layers instead of the maps (multi-layer models only); "
+                           "with .npz, add the rollout array")
+    p.add_argument("--stats", metavar="FILE.csv",
+                   help="also write per-head statistics (entropy, max weight, mean distance, first key, previous "
+                        "token, diagonal) as CSV; -o may then be left out")
     return p
 
 
@@ -182,22 +194,31 @@ def _export_options(args: argparse.Namespace):
 
     if args.head is not None and args.mean:
         raise UsageError("--head and --mean exclude each other: give one")
+    if args.view == "pipeline" and args.mean:
+        raise UsageError("--view pipeline shows one head: use --head N, not --mean")
+    if args.rollout and (args.view in ("pipeline", "output") or args.head is not None or args.mean):
+        raise UsageError("--rollout draws one map over all layers and heads: drop --view pipeline/output, "
+                         "--head and --mean")
     if args.view == "output" and (args.head is not None or args.mean):
         raise UsageError("--view output draws the whole output tensor; drop --head / --mean")
     if args.scale is not None and args.scale < 1:
         raise UsageError(f"--scale {args.scale}: give 1 or more pixels per cell")
     if args.view == "output":
         what, view = "output", "weights"
+    elif args.view == "pipeline":
+        what, view = "head", "weights"
+    elif args.rollout:
+        what, view = "rollout", "weights"
     else:
         what, view = ("head" if args.head is not None else "mean" if args.mean else "grid"), args.view
     kw = {}
     if args.colormap:
-        kw["colormap" if args.view == "weights" else "diverging"] = args.colormap
+        kw["colormap" if args.view in ("weights", "pipeline") else "diverging"] = args.colormap
     return ExportOptions(
         what=what, view=view, head=args.head or 0, scale=args.scale, title=not args.no_title,
         colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
         shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
-        diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING),
+        diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING), scale_mode=args.scale_mode,
     )
 
 
@@ -213,15 +234,21 @@ def render_main(argv: list[str]) -> int:
             for name, text in list_presets().items():
                 print(f"{name:28} {text}")
             return EXIT_OK
-        if not args.output:
+        if not args.output and not args.stats:
             raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
-        from .export import ExportError, ImageTooLarge, export, format_of
+        from .export import ExportError, ImageTooLarge, format_of
 
-        ext = format_of(args.output)
+        ext = format_of(args.output) if args.output else None
+        if args.stats and not args.stats.lower().endswith(".csv"):
+            raise UsageError(f"--stats {args.stats}: give a .csv file")
         config = _build_config(args)
         options = _export_options(args)
         options.check(config)
         record = _record(config, options, args.stages)
+        if args.view == "pipeline":
+            from .core.stages import ALL_STAGES
+
+            record = ALL_STAGES
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except (UsageError, ConfigError, ValueError) as exc:
@@ -231,11 +258,19 @@ def render_main(argv: list[str]) -> int:
         from .core import run
 
         result = run(config, record=record)
+        if args.rollout and (result.layer_weights is None or result.layer_weights.shape[0] < 2):
+            return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: --rollout needs a multi-layer model; this run "
+                                     f"({config.variant}) has one attention layer")
+        if args.stats:
+            _write_stats(result, args.stats, options.batch_index)
+            print(f"wrote {args.stats}")
+        if not args.output:
+            return EXIT_OK
         if ext != ".npz":
             from .export import ensure_gui_app
 
             ensure_gui_app()  # picks the offscreen platform when there is no display
-        path = export(result, args.output, options)
+        path = _write(result, args, options, ext)
     except ConfigError as exc:  # found only when running: no CUDA, over the memory budget
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
     except ExportError as exc:  # a --scale too large for one image is a bad argument, the rest failures
@@ -247,6 +282,32 @@ def render_main(argv: list[str]) -> int:
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {type(exc).__name__}: {exc}")
     print(f"wrote {path}")
     return EXIT_OK
+
+
+def _write(result, args: argparse.Namespace, options, ext: str):
+    """The -o file: the pipeline figure, the rollout, or the maps (export.export)."""
+    from .export import export, export_pipeline
+    from .frames import ViewOptions
+
+    if args.view == "pipeline":
+        view = ViewOptions(batch_index=options.batch_index, colormap=options.colormap, diverging=options.diverging,
+                           scale_mode=options.scale_mode)
+        return export_pipeline(result, args.output, view, options.head)
+    if args.rollout and ext == ".npz":
+        import numpy as np
+
+        from .core.stats import rollout
+        from .export import write_npz
+
+        return write_npz(result, args.output, rollout=rollout(result.layer_weights).astype(np.float32))
+    return export(result, args.output, options)
+
+
+def _write_stats(result, path: str, b: int) -> None:
+    from .atomic import write_bytes
+    from .explain import stats_csv_for
+
+    write_bytes(path, stats_csv_for(result, b).encode("utf-8"))
 
 
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:

@@ -31,11 +31,12 @@ from .atomic import ExportError, atomic_writer, write_bytes
 from .core.config import RunConfig
 from .core.runner import RunResult
 from .core.stages import BY_NAME
-from .frames import MAP_VIEWS, TENSORS, HeatImage, ViewOptions, render
+from .frames import MAP_VIEWS, SCALE_MODES, TENSORS, ColourScale, HeatImage, ViewOptions, render
 
 __all__ = [
     "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "auto_scale", "compose_image",
-    "default_filename", "ensure_gui_app", "export", "format_of", "layout", "png_bytes", "svg_text", "write_npz",
+    "default_filename", "ensure_gui_app", "export", "export_pipeline", "format_of", "layout", "pipeline_layout",
+    "png_bytes", "svg_document", "svg_text", "write_npz",
 ]
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
@@ -46,6 +47,7 @@ WHATS = {
     "mean": "the mean over heads",
     "output": "the output tensor (or another tensor: see `tensor`)",
     "scores": "every head's pre-softmax scores (the grid with view='scores')",
+    "rollout": "attention rollout over the layers (multi-layer models)",
 }
 
 MIN_TILE_PX = 240  # auto scale: the longer side of a tile reaches at least this ...
@@ -87,13 +89,14 @@ class ExportOptions:
     shared_scale: bool = True  # one colour scale for all heads (else each head its own)
     tensor: str = "output"  # for what="output": a key of frames.TENSORS
     tensor_head: int = 0  # which head's q, k or v
+    scale_mode: str = "linear"  # colour scale of the maps: a key of frames.SCALE_MODES
 
     @classmethod
     def from_view(cls, view: ViewOptions, **changes) -> ExportOptions:
         """The options that export what a view with these ViewOptions shows (plus changes)."""
         base = dict(view=view.view, colormap=view.colormap, diverging=view.diverging,
                     batch_index=view.batch_index, shared_scale=view.shared_scale, tensor=view.tensor,
-                    tensor_head=view.tensor_head)
+                    tensor_head=view.tensor_head, scale_mode=view.scale_mode)
         return cls(**{**base, **changes})
 
     @property
@@ -106,6 +109,8 @@ class ExportOptions:
             raise ValueError(f"what = {self.what!r}: unknown; use one of {', '.join(WHATS)}")
         if self.view not in MAP_VIEWS:
             raise ValueError(f"view = {self.view!r}: unknown; use one of {', '.join(MAP_VIEWS)}")
+        if self.scale_mode not in SCALE_MODES:
+            raise ValueError(f"scale mode = {self.scale_mode!r}: unknown; use one of {', '.join(SCALE_MODES)}")
         if self.tensor not in TENSORS:
             raise ValueError(f"tensor = {self.tensor!r}: unknown; use one of {', '.join(TENSORS)}")
         for name in (self.colormap, self.diverging):
@@ -340,7 +345,9 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
             heading = "Pre-softmax scores QK\u1d40/\u221ad_head"
         else:
             heading = f"Stage {view}: {BY_NAME[view].description}"
-        if options.what == "head":
+        if options.what == "rollout":
+            heading = f"Attention rollout \u00b7 {tiles[0].title}"
+        elif options.what == "head":
             heading += f" \u00b7 head {options.head} of {c.heads}"
         elif options.what == "mean":
             heading += f" \u00b7 mean over {c.heads} heads"
@@ -363,21 +370,39 @@ def _axis_names(options: ExportOptions) -> tuple[str, str]:
     return "feature", rows
 
 
-def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage], str, bool]:
-    """The tiles to draw (full resolution), the colour bar caption, and whether levels are shared."""
+def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage], str, bool, ColourScale]:
+    """The tiles to draw (full resolution), the colour bar caption, whether levels are shared, and
+    the colour scale (non-linear scales label the bar with their own ticks)."""
     view = ViewOptions(view=options.map_view, batch_index=options.batch_index, colormap=options.colormap,
                        diverging=options.diverging, shared_scale=options.shared_scale, tensor=options.tensor,
                        tensor_head=options.tensor_head, max_px=None, tensor_px=None,
-                       mean=options.what == "mean")
+                       mean=options.what == "mean", scale_mode=options.scale_mode,
+                       rollout=options.what == "rollout")
     frames = render(result, view)
     if options.what == "output":
-        return [frames.tensor], "value", True
+        return [frames.tensor], "value", True, ColourScale()
+    if options.what == "rollout":
+        rollout = frames.extras["rollout"]
+        if rollout.message:
+            raise ValueError(rollout.message)
+        scale = rollout_scale(rollout, options.scale_mode)
+        return [rollout.image], "rollout share" + (f" {scale.unit}" if scale.unit else ""), True, scale
+    scale = frames.scale
     caption = {"weights": "attention weight", "scores": "score"}.get(options.map_view, options.map_view)
+    if scale.unit:
+        caption += f" {scale.unit}"
     if options.what == "mean":
-        return [frames.mean], caption, True
+        return [frames.mean], caption, True, scale
     if options.what == "head":
-        return [frames.heads[options.head]], caption, True
-    return list(frames.heads), caption, options.shared_scale
+        return [frames.heads[options.head]], caption, True, scale
+    return list(frames.heads), caption, options.shared_scale, scale
+
+
+def rollout_scale(rollout, mode: str) -> ColourScale:
+    """The colour scale of a rollout map (it is quantised alone, so its ticks are recomputed here)."""
+    from .frames import pool_maps, quantise_scaled
+
+    return quantise_scaled(pool_maps(rollout.data[None], None, None, None, False, row=mode == "row"), True, mode)[2]
 
 
 def auto_scale(rows: int, cols: int) -> int:
@@ -394,7 +419,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     options = options or ExportOptions()
     options.check(result.config)
     m = _Metrics()
-    tiles, caption, shared = _select(result, options)
+    tiles, caption, shared, colour_scale = _select(result, options)
     rows, cols = tiles[0].image.shape
     s = options.scale or auto_scale(rows, cols)
     img_w, img_h = cols * s, rows * s
@@ -508,7 +533,10 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
         items.append(Bar(bx, bar_top, BAR_WIDTH, bar_h, lut))
         items.append(Box(bx, bar_top, BAR_WIDTH, bar_h, stroke=FRAME))
         lo, hi = tiles[0].levels if shared else (0.0, 1.0)
-        if shared:
+        if shared and colour_scale.ticks:  # a non-linear scale: its ticks sit at fractions of the bar
+            lo, hi = 0.0, 1.0
+            values, labels = [t[0] for t in colour_scale.ticks], [t[1] for t in colour_scale.ticks]
+        elif shared:
             values, labels = _value_ticks(lo, hi, bar_h)
         else:
             values, labels = [0.0, 1.0], ["low", "high"]
@@ -646,7 +674,11 @@ def _n(v: float) -> str:
 
 def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
     """The export as an SVG 1.1 document: crisp embedded rasters for the maps, vector text."""
-    lay = layout(result, options)
+    return svg_document(layout(result, options))
+
+
+def svg_document(lay: Layout) -> str:
+    """Any composed Layout as an SVG 1.1 document."""
     out = [
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" version="1.1" '
@@ -700,12 +732,105 @@ def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
     return "\n".join(out)
 
 
+# --- the pipeline figure ---------------------------------------------------------------------
+
+PIPELINE_PER_ROW = 5
+PIPELINE_TILE_PX = 150  # each stage's longer side is scaled up to about this (whole pixels per cell)
+ARROW_W = 34
+
+
+def pipeline_layout(result: RunResult, view: ViewOptions | None = None, head: int = 0) -> Layout:
+    """One head's pipeline as one figure: every stage in order with its shape and value range, arrows
+    between them. ValueError for a head that does not exist or a result that kept too few stages."""
+    from dataclasses import replace
+
+    from .explain import pipeline_frames
+
+    c = result.config
+    if not 0 <= head < c.heads:
+        raise ValueError(f"head {head} does not exist: the run has {c.heads} head(s), use 0..{c.heads - 1}")
+    view = replace(view or ViewOptions(), pipeline_head=head, pipeline_stage=None)
+    frames = pipeline_frames(result, view)
+    if len(frames.stages) < 2:
+        raise ValueError("the result kept too few stages for a pipeline: run it with every stage recorded")
+    m = _Metrics()
+    blocks = []  # (stage, scaled rgba, caption)
+    for st in frames.stages:
+        h, w = st.image.image.shape
+        scale = max(1, PIPELINE_TILE_PX // max(h, w))
+        rgba = st.image.lut[st.image.image]
+        rgba = np.repeat(np.repeat(rgba, scale, axis=0), scale, axis=1)
+        rows, cols = st.data.shape
+        lo, hi = st.value_range
+        blocks.append((st, rgba, f"{rows}\u00d7{cols} \u00b7 {_fmt(lo)} \u2026 {_fmt(hi)}"))
+    cell_w = max(max(b[1].shape[1] for b in blocks),
+                 max(math.ceil(max(m.width(b[0].title, TILE_PX, True), m.width(b[2], TICK_PX))) for b in blocks))
+    img_h = max(b[1].shape[0] for b in blocks)
+    head_h = m.height(TILE_PX, True) + m.height(TICK_PX) + 6
+    row_h = head_h + img_h + GAP * 2
+    heading = f"Attention pipeline \u00b7 head {head} of {c.heads}"
+    _, parts = _title_parts(result, ExportOptions(what="head", head=head, batch_index=frames.batch_index),
+                            [blocks[0][0].image])
+    items: list = []
+    y = MARGIN
+    title_lines = [(heading, TITLE_PX, True, INK)] + [
+        (line, SUBTITLE_PX, False, SOFT_INK)
+        for line in _wrap(parts, PIPELINE_PER_ROW * (cell_w + ARROW_W), lambda t: m.width(t, SUBTITLE_PX))]
+    width = MARGIN * 2 + PIPELINE_PER_ROW * (cell_w + ARROW_W)
+    for text, px, bold, color in title_lines:
+        items.append(Text(MARGIN, y + m.ascent(px, bold), text, px, bold, color=color))
+        width = max(width, MARGIN * 2 + math.ceil(m.width(text, px, bold)))
+        y += m.height(px, bold) + 2
+    top = y + 8
+    rects = []
+    for n, (st, rgba, caption) in enumerate(blocks):
+        r, col = divmod(n, PIPELINE_PER_ROW)
+        bx = MARGIN + ARROW_W + col * (cell_w + ARROW_W)
+        by = top + r * row_h
+        cx = bx + cell_w / 2
+        items.append(Text(cx, by + m.ascent(TILE_PX, True), st.title, TILE_PX, True, "middle"))
+        items.append(Text(cx, by + m.height(TILE_PX, True) + 2 + m.ascent(TICK_PX), caption, TICK_PX,
+                          anchor="middle", color=SOFT_INK))
+        ix, iy = int(bx + (cell_w - rgba.shape[1]) // 2), int(by + head_h)
+        items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
+        items.append(Box(ix, iy, rgba.shape[1], rgba.shape[0], stroke=FRAME))
+        rects.append((ix, iy, rgba.shape[1], rgba.shape[0]))
+        if n:
+            items.append(Text(bx - ARROW_W / 2, iy + rgba.shape[0] / 2 + 6, "\u2192", 20, anchor="middle",
+                              color=TICK_INK))
+    rows = -(-len(blocks) // PIPELINE_PER_ROW)
+    height = top + rows * row_h + MARGIN
+    _check_size(width, height)
+    summary = heading + " \u2014 " + " \u00b7 ".join(s.name for s in frames.stages)
+    return Layout(int(width), int(height), items, rects, 1, summary)
+
+
+def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOptions | None = None,
+                    head: int = 0) -> Path:
+    """Write one head's pipeline as a PNG or SVG figure, or its stages (that head's slices) as NPZ."""
+    ext = format_of(path)
+    if ext == ".npz":
+        from dataclasses import replace
+
+        from .explain import pipeline_frames
+
+        frames = pipeline_frames(result, replace(view or ViewOptions(), pipeline_head=head))
+        with atomic_writer(path) as f:
+            np.savez_compressed(f, config=np.array(result.config.to_json()), head=np.array(head),
+                                **{s.name: np.asarray(s.data) for s in frames.stages})
+        return Path(path)
+    lay = pipeline_layout(result, view, head)
+    data = _encode_png(_paint(lay)) if ext == ".png" else svg_document(lay).encode("utf-8")
+    write_bytes(path, data)
+    return Path(path)
+
+
 # --- NPZ -------------------------------------------------------------------------------------
 
-def write_npz(result: RunResult, path: str | os.PathLike) -> Path:
+def write_npz(result: RunResult, path: str | os.PathLike, **extra: np.ndarray) -> Path:
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
-    (the saved-configuration JSON string), atomically."""
-    arrays = {name: np.asarray(a) for name, a in result.arrays().items()}
+    (the saved-configuration JSON string) and any `extra` arrays, atomically."""
+    arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | extra
     with atomic_writer(path) as f:
         np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
     return Path(path)

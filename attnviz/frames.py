@@ -7,8 +7,9 @@ only swaps these images in; hover reads exact values from the full-resolution re
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -36,6 +37,26 @@ def view_stage(view: str) -> str:
 def view_signed(view: str, config) -> bool:
     """Whether a view's values have a sign (diverging colours): all but softmax weights."""
     return view != "weights" or config.spec.head_factor > 1
+
+# Colour scales: how a map's values become colours (view only: never a re-run).
+SCALE_MODES = {
+    "linear": "linear: colour proportional to the value",
+    "log": "logarithmic: equal colour steps per factor of ten (signed maps: symmetric log around 0)",
+    "row": "row: each query row divided by its own maximum (largest magnitude for signed maps)",
+    "rank": "rank: colour by quantile among the shown values (every colour used equally often)",
+}
+DEFAULT_SCALES = {"weights": "log"}  # what shows structure: long causal maps are flat under linear
+LOG_DECADES = 6  # log scale: at most this many factors of ten below the maximum
+SYMLOG_DECADES = 2  # signed maps: linear within max / 10^this of zero, logarithmic beyond
+
+
+def default_scale(view: str, config=None) -> str:
+    """The colour scale a view starts with: log for (unsigned) weights, linear for signed maps."""
+    if config is not None and view_signed(view, config):
+        return "linear"
+    return DEFAULT_SCALES.get(view, "linear")
+
+
 TENSOR_NAMES = {"output": "Output", "context": "Context", "q": "Q", "k": "K", "v": "V"}
 TENSORS = {
     "output": "Output (after the output projection)",
@@ -60,6 +81,15 @@ class ViewOptions:
     max_px: tuple[int, int] | None = (512, 512)  # pool maps down to at most (rows, cols); None = full
     mean: bool = False  # also render the mean-over-heads tile (one more pass over the maps)
     tensor_px: tuple[int, int] | None = (512, 1024)  # the tensor view's pooling target; None = full
+    scale_mode: str = "linear"  # a key of SCALE_MODES, for the maps (the tensor view stays linear)
+    # the explaining views (explain.py); each costs nothing unless asked for
+    pipeline_head: int | None = None  # the head the pipeline view walks through (None: not shown)
+    pipeline_stage: str | None = None  # the pipeline stage shown large
+    stats: bool = False  # per-head statistics (and the layer x head overview for models)
+    focus_row: int | None = None  # token focus: every head's attention of this query row
+    rollout: bool = False  # attention rollout over the layers (models)
+    pinned: RunResult | None = field(default=None, compare=False, repr=False)  # compare: the pinned result
+    compare_head: int = 0  # compare: which head is shown beside the pinned one
 
 
 @dataclass
@@ -73,6 +103,16 @@ class HeatImage:
     title: str = ""
 
 
+@dataclass(frozen=True)
+class ColourScale:
+    """How the colour bar reads: its ticks as (fraction of the bar from the bottom, label in the map's
+    own units); no ticks = a plain linear axis over the levels."""
+
+    mode: str = "linear"
+    ticks: tuple[tuple[float, str], ...] = ()
+    unit: str = ""  # appended to the bar's caption, e.g. "/ row max"
+
+
 @dataclass
 class Frames:
     heads: list[HeatImage]
@@ -83,6 +123,8 @@ class Frames:
     lut: np.ndarray
     render_time_s: float = 0.0
     signed: bool = False  # diverging colours centred on 0
+    scale: ColourScale = ColourScale()
+    extras: dict = field(default_factory=dict)  # what the explaining views asked for (see explain.py)
 
 
 def tensor_data(result: RunResult, name: str, b: int, head: int) -> np.ndarray:
@@ -181,6 +223,7 @@ def pool_maps(
     empty_rows: np.ndarray | None,
     max_px: tuple[int, int] | None,
     signed: bool,
+    row: bool = False,
 ) -> PooledMaps:
     """Pool (N, h, w) maps to at most max_px, keeping which blocks hold data, masked or no-key cells.
 
@@ -188,6 +231,9 @@ def pool_maps(
     A pooled block shows data if any of its cells is data (the max, or for signed data the value of
     largest magnitude, so single peaks survive), else masked if any cell is masked, else no-key.
     The full maps are read once (twice for signed data); everything after runs on pooled arrays.
+    row: divide each query row by its maximum (largest magnitude if signed) before the rows are
+    pooled: columns are pooled first (a row's maximum is the maximum of its pooled row), then each
+    row is normalised, then rows are pooled, so a block shows max over its rows of w_ij / max_j w_ij.
     """
     x = values if isinstance(values, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(values, np.float32))
     _, h, w = x.shape
@@ -198,6 +244,8 @@ def pool_maps(
     if signed and allowed is not None and not bool(data.all()):
         x = x.masked_fill(~data, 0.0)  # -inf scores must not win the magnitude pooling
     # weights are 0 at masked cells already, so they never win the max over a block with data
+    if row:
+        x = _row_normalised(_pool(x, None if max_px is None else (h, max_px[1]), signed), signed)
     pooled = _pool(x, max_px, signed)
     data_p = _pool_any(data, max_px)
     if allowed is None:
@@ -205,6 +253,108 @@ def pool_maps(
     else:  # masked cells of rows that have keys (no-key rows get their own colour)
         hidden_p = _pool_any(~torch.from_numpy(allowed.copy()) & data.any(-1, keepdim=True), max_px)
     return PooledMaps(pooled, data_p, hidden_p, signed)
+
+
+def _row_normalised(x: torch.Tensor, signed: bool) -> torch.Tensor:
+    """Each row of (N, h, w) over its maximum (largest magnitude when signed); all-zero rows stay 0."""
+    top = (x.abs() if signed else x).amax(-1, keepdim=True)
+    return torch.where(top > 0, x / torch.where(top > 0, top, 1.0), torch.zeros((), dtype=x.dtype))
+
+
+def _group_values(p: PooledMaps, shared: bool) -> list[tuple[slice, torch.Tensor]]:
+    """(maps of the group, their data values flattened) per colour group: all maps, or each its own."""
+    n = p.values.shape[0]
+    data = p.data.expand_as(p.values)
+    groups = [slice(0, n)] if shared else [slice(i, i + 1) for i in range(n)]
+    return [(g, p.values[g][data[g]]) for g in groups]
+
+
+def _tick(value: float) -> str:
+    return f"{value:.3g}".replace("-", "\u2212")  # a real minus sign
+
+
+def _log_fraction(x: torch.Tensor, values: torch.Tensor, signed: bool):
+    """Fractions 0..1 of the LUT on a log scale, the levels (data units) and the bar's ticks."""
+    finite = values[torch.isfinite(values)]
+    if signed:  # symmetric log: linear within m / 10^SYMLOG_DECADES of zero, log beyond
+        m = float(finite.abs().max()) if finite.numel() else 0.0
+        m = m if m > 0 else 1.0
+        c = m * 10.0 ** -SYMLOG_DECADES
+
+        def f(t):
+            return torch.sign(t) * torch.log1p(t.abs() / c) / math.log1p(m / c)
+
+        frac = (f(x.clamp(-m, m)) + 1) / 2
+        marks = [m * 10.0 ** -k for k in range(SYMLOG_DECADES + 1)]
+        ticks = [(0.5, "0")] + [(float((f(torch.tensor(s * v)) + 1) / 2), _tick(s * v)) for v in marks for s in (-1, 1)]
+        return frac, (-m, m), tuple(sorted(ticks))
+    hi = float(finite.max()) if finite.numel() else 0.0
+    hi = hi if hi > 0 else 1.0
+    positive = finite[finite > 0]
+    lo = max(float(positive.min()) if positive.numel() else hi, hi * 10.0 ** -LOG_DECADES)
+    lo = lo if lo < hi else hi / 10
+    span = math.log(hi / lo)
+    frac = (torch.log(x.clamp(lo, hi)) - math.log(lo)) / span
+    decades = range(math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9) + 1)
+    ticks = [((k * math.log(10) - math.log(lo)) / span, _tick(10.0**k)) for k in decades]
+    ends = [(0.0, _tick(lo)), (1.0, _tick(hi))]
+    ticks = ends + [t for t in ticks if all(abs(t[0] - e[0]) > 0.08 for e in ends)]
+    return frac, (lo, hi), tuple(sorted(ticks))
+
+
+RANK_KNOTS = 1025  # quantile knots a rank scale interpolates between
+RANK_SAMPLE = 1 << 18  # at most this many values are sorted to find them
+
+
+def _rank_fraction(x: torch.Tensor, values: torch.Tensor):
+    """Fractions 0..1 = the empirical quantile of each value among `values` (the shown data)."""
+    values = torch.nan_to_num(values, nan=0.0, neginf=0.0)
+    if values.numel() == 0:
+        return torch.zeros_like(x), (0.0, 1.0), ()
+    if values.numel() > RANK_SAMPLE:
+        values = values[:: values.numel() // RANK_SAMPLE + 1]
+    ordered = torch.sort(values).values
+    knots = ordered[torch.linspace(0, ordered.numel() - 1, RANK_KNOTS).round().long()].contiguous()
+    below = torch.searchsorted(knots, x.contiguous(), right=False).float()
+    upto = torch.searchsorted(knots, x.contiguous(), right=True).float()
+    frac = ((below + upto) / 2 - 0.5).clamp_(0, RANK_KNOTS - 1) / (RANK_KNOTS - 1)  # ties: their middle
+    ticks = tuple((q, _tick(float(knots[round(q * (RANK_KNOTS - 1))]))) for q in (0.0, 0.25, 0.5, 0.75, 1.0))
+    return frac, (float(knots[0]), float(knots[-1])), ticks
+
+
+def quantise_scaled(p: PooledMaps, shared: bool = True, mode: str = "linear"):
+    """Pooled maps -> uint8 LUT-index images, their levels (data units) and the colour scale.
+
+    linear: as quantise_pooled. row: the maps were row-normalised when pooled (pool_maps(row=True)),
+    so the levels are 0..1 (-1..1 signed). log and rank map each group's values to fractions of the LUT.
+    """
+    if mode not in SCALE_MODES:
+        raise ValueError(f"scale mode {mode!r}: unknown; use one of {', '.join(SCALE_MODES)}")
+    if mode == "linear":
+        images, levels = quantise_pooled(p, shared)
+        return images, levels, ColourScale()
+    n = p.values.shape[0]
+    data, hidden = p.data.expand_as(p.values), p.hidden.expand_as(p.values)
+    if mode == "row":
+        lv = (-1.0, 1.0) if p.signed else (0.0, 1.0)
+        fracs = [(-1.0, "−1"), (-0.5, "−0.5")] if p.signed else []
+        ticks = tuple(((v - lv[0]) / (lv[1] - lv[0]), label) for v, label in
+                      fracs + [(0.0, "0"), (0.25, "0.25"), (0.5, "0.5"), (0.75, "0.75"), (1.0, "1")])
+        images = [_indices(p.values[i], data[i], hidden[i], lv) for i in range(n)]
+        return images, [lv] * n, ColourScale("row", ticks, "/ row max")
+    images: list = [None] * n
+    levels: list = [None] * n
+    scale = ColourScale(mode)
+    for g, values in _group_values(p, shared):
+        if mode == "log":
+            frac, lv, ticks = _log_fraction(p.values[g], values, p.signed)
+        else:
+            frac, lv, ticks = _rank_fraction(p.values[g], values)
+        for k, i in enumerate(range(n)[g]):
+            images[i], levels[i] = _indices(frac[k], data[i], hidden[i], (0.0, 1.0)), lv
+        if g.start == 0:
+            scale = ColourScale(mode, ticks, "(log scale)" if mode == "log" else "(rank scale)")
+    return images, levels, scale
 
 
 def quantise_pooled(p: PooledMaps, shared: bool = True) -> tuple[list[np.ndarray], list[tuple[float, float]]]:
@@ -241,6 +391,14 @@ class PoolCache:
         return self.entries[key]
 
 
+def allowed_maps(result: RunResult, b: int) -> np.ndarray | None:
+    """Batch item b's mask as (1 or H, Lq, Lkv) bool (a view), or None when every cell may attend."""
+    c = result.config
+    allowed = result.mask[min(b, result.mask.shape[0] - 1)] if result.mask.ndim == 4 else result.mask[None]
+    allowed = np.broadcast_to(allowed, (allowed.shape[0], c.seq_q, c.lkv))
+    return None if allowed.all() else allowed
+
+
 def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = None) -> Frames:
     """Everything the views show for one result: one tile per head, the mean tile, the tensor."""
     t0 = time.perf_counter()
@@ -250,14 +408,14 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     signed = view_signed(options.view, c)
     map_lut = colormaps.lut(options.diverging if signed else options.colormap)
     values = getattr(result, view_stage(options.view))[b]  # (H, Lq, Lkv); 2H for differential pre-softmax
-    allowed = result.mask[min(b, result.mask.shape[0] - 1)] if result.mask.ndim == 4 else result.mask[None]
-    allowed = np.broadcast_to(allowed, (allowed.shape[0], c.seq_q, c.lkv))  # (1 or H, Lq, Lkv), a view
-    if allowed.all():
-        allowed = None
+    allowed = allowed_maps(result, b)
     empty = result.fully_masked_rows[b][:1]  # (1, Lq): masks carry no head dimension
-    key = (options.view, b, options.max_px)
-    pooled = cache.get(result, ("heads", *key), lambda: pool_maps(values, allowed, empty, options.max_px, signed))
-    images, levels = quantise_pooled(pooled, options.shared_scale)
+    mode = options.scale_mode
+    row = mode == "row"
+    key = (options.view, b, options.max_px, row)
+    pooled = cache.get(result, ("heads", *key),
+                       lambda: pool_maps(values, allowed, empty, options.max_px, signed, row=row))
+    images, levels, scale = quantise_scaled(pooled, options.shared_scale, mode)
     shape = (c.seq_q, c.lkv)
     heads = [HeatImage(im, shape, lv, map_lut, head_title(h, len(images), c.heads))
              for h, (im, lv) in enumerate(zip(images, levels))]
@@ -267,9 +425,10 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
         def mean_maps() -> PooledMaps:
             # NaN (no-key rows) and -inf (masked scores) are the same in every head: flagged, then 0
             m = torch.from_numpy(values).mean(0, keepdim=True)
-            return pool_maps(torch.nan_to_num(m, nan=0.0, neginf=0.0), allowed, empty, options.max_px, signed)
+            return pool_maps(torch.nan_to_num(m, nan=0.0, neginf=0.0), allowed, empty, options.max_px, signed,
+                             row=row)
 
-        (image,), (mean_levels,) = quantise_pooled(cache.get(result, ("mean", *key), mean_maps))
+        (image,), (mean_levels,), _ = quantise_scaled(cache.get(result, ("mean", *key), mean_maps), True, mode)
         mean = HeatImage(image, shape, mean_levels, map_lut, "mean over heads")
 
     head = min(max(options.tensor_head, 0), c.heads - 1)
@@ -282,4 +441,9 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     tensor = HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
     shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
                                                             torch.tensor(True), signed)[0]
-    return Frames(heads, mean, tensor, options, shared, map_lut, time.perf_counter() - t0, signed)
+    frames = Frames(heads, mean, tensor, options, shared, map_lut, 0.0, signed, scale)
+    from .explain import render_extras  # the explaining views build on this module
+
+    frames.extras = render_extras(result, options, cache)
+    frames.render_time_s = time.perf_counter() - t0
+    return frames

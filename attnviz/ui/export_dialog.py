@@ -68,6 +68,8 @@ class ExportDialog(QDialog):
         self.whatCombo = named(QComboBox(), "exportWhatCombo")
         for key, text in WHATS.items():
             self.whatCombo.addItem(text[0].upper() + text[1:], key)
+            if key == "rollout" and (result.layer_weights is None or len(result.layer_weights) < 2):
+                self.whatCombo.model().item(self.whatCombo.count() - 1).setEnabled(False)  # one layer
         self.whatCombo.setToolTip("The head grid as shown, one head, the mean over heads, the output tensor "
                                   "(or the tensor the lower view shows), or the pre-softmax scores grid")
         focus = window.headGrid.focus

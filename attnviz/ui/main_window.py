@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import json
 import time
 from pathlib import Path
 
@@ -35,7 +36,8 @@ from PySide6.QtWidgets import (
 
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, run
-from ..frames import MAP_VIEWS, TENSORS, ViewOptions
+from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
+from .explain_views import ExplainViews
 from .panel import ParameterPanel, named
 from .views import HeadGrid, TensorView
 from .worker import Failure, Outcome, Request, Worker
@@ -152,11 +154,18 @@ class MainWindow(QMainWindow):
             self.colormapCombo.setItemData(self.colormapCombo.count() - 1, colormaps.description(name),
                                            Qt.ToolTipRole)
         self.colormapCombo.setToolTip("Colormap for the weights (scores and tensors use blue-white-red)")
+        self.scaleCombo = named(QComboBox(), "scaleCombo")
+        for key, text in SCALE_MODES.items():
+            self.scaleCombo.addItem(key, key)
+            self.scaleCombo.setItemData(self.scaleCombo.count() - 1, text, Qt.ToolTipRole)
+        self.scaleCombo.setToolTip("Colour scale of the maps: linear, log, row (each query row over its maximum) "
+                                   "or rank (quantiles); each view starts with the one that shows its structure")
+        self._scales: dict[str, str] = {}  # the scale chosen per view (else default_scale)
         self.perHeadCheck = named(QCheckBox("Per-head scale"), "perHeadScaleCheck")
         self.perHeadCheck.setToolTip("Scale each head's colours to its own range (default: one scale for all)")
         self.meanCheck = named(QCheckBox("Mean tile"), "meanTileCheck")
         self.meanCheck.setToolTip("Add a tile with the mean over heads (M)")
-        for label, w in (("View", self.viewCombo), ("Colormap", self.colormapCombo)):
+        for label, w in (("View", self.viewCombo), ("Colormap", self.colormapCombo), ("Scale", self.scaleCombo)):
             lab = QLabel(label)
             lab.setBuddy(w)
             row.addWidget(lab)
@@ -164,8 +173,11 @@ class MainWindow(QMainWindow):
         row.addWidget(self.perHeadCheck)
         row.addWidget(self.meanCheck)
         row.addStretch(1)
-        self.viewCombo.currentIndexChanged.connect(self.schedule)
+        self.viewCombo.currentIndexChanged.connect(self._view_changed)
         self.colormapCombo.currentIndexChanged.connect(self.schedule)
+        self.scaleCombo.activated.connect(self._scale_chosen)
+        self.scaleCombo.currentIndexChanged.connect(self.schedule)
+        self._view_changed()
         self.perHeadCheck.toggled.connect(self.schedule)
         self.meanCheck.toggled.connect(self._mean_toggled)
         return row
@@ -231,6 +243,19 @@ class MainWindow(QMainWindow):
                view_menu)
         self.resetAction = action("Reset parameters", "Ctrl+R", self.panel.resetButton.click,
                                   "Reset every parameter to the defaults", view_menu)
+        self.explain = ExplainViews(self)  # the explaining panels (docks): pipeline, statistics, focus ...
+        self.explain.add_actions(view_menu)
+
+    def _view_changed(self, *_) -> None:
+        """Each view shows its own scale: the one chosen for it, else its default."""
+        view = self.viewCombo.currentData()
+        config = self.result.config if getattr(self, "result", None) is not None else None
+        mode = self._scales.get(view) or default_scale(view, config)
+        self.scaleCombo.setCurrentIndex(self.scaleCombo.findData(mode))
+        self.schedule()
+
+    def _scale_chosen(self, *_) -> None:
+        self._scales[self.viewCombo.currentData()] = self.scaleCombo.currentData()
 
     def _mean_toggled(self, on: bool) -> None:
         if not on and self.headGrid.focus == -1:
@@ -265,6 +290,8 @@ class MainWindow(QMainWindow):
             max_px=self.headGrid.tile_pixels(config.seq_q, config.lkv, config.heads),
             tensor_px=self.outputView.pixels(),
             mean=self.meanCheck.isChecked(),
+            scale_mode=self.scaleCombo.currentData(),
+            **self.explain.options(config),
         )
 
     def request(self) -> int | None:
@@ -292,6 +319,7 @@ class MainWindow(QMainWindow):
         self.result, self.frames = outcome.result, outcome.frames
         self.headGrid.show_frames(outcome.result, outcome.frames)
         self.outputView.show_frames(outcome.result, outcome.frames)
+        self.explain.show(outcome.result, outcome.frames)
         self.worker.release(previous)  # the last references to the old maps: freed off this thread
         del previous
         self.shown_id = rid
@@ -426,6 +454,10 @@ class MainWindow(QMainWindow):
             index = combo.findData(s.value(key))
             if index >= 0:
                 combo.setCurrentIndex(index)
+        with contextlib.suppress(TypeError, ValueError):  # the scale chosen per view
+            scales = json.loads(str(s.value("scales", "{}")))
+            self._scales = {v: m for v, m in scales.items() if v in MAP_VIEWS and m in SCALE_MODES}
+            self._view_changed()
         self.perHeadCheck.setChecked(s.value("perHead", False, bool))
         self.meanCheck.setChecked(s.value("mean", False, bool))
 
@@ -442,6 +474,7 @@ class MainWindow(QMainWindow):
         s.setValue("view", self.viewCombo.currentData())
         s.setValue("colormap", self.colormapCombo.currentData())
         s.setValue("tensor", self.tensorCombo.currentData())
+        s.setValue("scales", json.dumps(self._scales))
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())
         s.sync()

@@ -98,10 +98,17 @@ class ColourBar(pg.PlotItem):
         self._ramp = ramp
         self.getViewBox().setDefaultPadding(0)
 
-    def show_levels(self, lut: np.ndarray, levels: tuple[float, float], label: str, relative: bool = False) -> None:
-        """relative: each head has its own range, so the bar shows low..high, not numbers."""
+    def show_levels(self, lut: np.ndarray, levels: tuple[float, float], label: str, relative: bool = False,
+                    ticks: tuple = ()) -> None:
+        """relative: each head has its own range, so the bar shows low..high, not numbers.
+        ticks: (fraction of the bar, label) for a non-linear colour scale; the bar then spans 0..1."""
+        if ticks and not relative:
+            levels = (0.0, 1.0)
         lo, hi = levels
-        self.getAxis("right").setTicks([[(lo, "low"), (hi, "high")]] if relative else None)
+        if relative:
+            self.getAxis("right").setTicks([[(lo, "low"), (hi, "high")]])
+        else:
+            self.getAxis("right").setTicks([list(ticks)] if ticks else None)
         self.gradient.setImage(self._ramp, lut=lut, levels=(0, 255), autoLevels=False)
         self.gradient.setRect(QRectF(0, lo, 1, (hi - lo) or 1.0))
         self.setRange(xRange=(0, 1), yRange=(lo, hi), padding=0)
@@ -121,6 +128,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     sigHover = Signal(str)
     sigFocusChanged = Signal()
     sigResized = Signal()
+    sigRowClicked = Signal(int)  # a query row clicked while row_picking (token focus)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -137,6 +145,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.legend = pg.LabelItem(justify="right", size="8pt")
         self.ci.addItem(self.legend, row=1, col=0, colspan=2)
         self.focus: int | None = None  # a head index, -1 for the mean, None for the grid
+        self.row_picking = False  # a click picks a query row (token focus) instead of focusing a head
         self.show_mean = False
         self.result: RunResult | None = None
         self.frames: Frames | None = None
@@ -229,8 +238,10 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             scale = "" if frames.options.shared_scale else f" ({_fmt(lo)}..{_fmt(hi)})"
             tile.show(heat, heat.title + scale, lock_aspect=self.focus is None)
             tile.image.setOpacity(0.35 if self.stale else 1.0)
+        if frames.scale.unit:
+            what = f"{what} {frames.scale.unit}"
         if frames.options.shared_scale:
-            self.bar.show_levels(frames.lut, frames.levels, what)
+            self.bar.show_levels(frames.lut, frames.levels, what, ticks=frames.scale.ticks)
         else:
             span = (-1.0, 1.0) if frames.signed else (0.0, 1.0)
             self.bar.show_levels(frames.lut, span, f"{what}, per-head scale", relative=True)
@@ -305,7 +316,11 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         if event.button() != Qt.LeftButton or self.result is None:
             return
         hit = self._tile_at(event.scenePos())
-        if hit is not None:
+        if hit is not None and self.row_picking:
+            i = int(math.floor(hit[2] + 0.5))
+            if 0 <= i < self.result.config.seq_q:
+                self.sigRowClicked.emit(i)
+        elif hit is not None:
             self.set_focus(None if self.focus is not None else hit[0])
 
 

@@ -20,9 +20,18 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from ..core import ConfigError, RunConfig, RunResult, run
-from ..core.runner import Cancelled, MemoryBudgetError, require_stage
-from ..core.stages import DEFAULT_RECORD
+from ..core.runner import Cancelled, MemoryBudgetError, require_stage, run_stages
+from ..core.stages import ALL_STAGES, DEFAULT_RECORD
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
+
+
+def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
+    """The stages a request's views read: the map view's stage, and every stage this configuration
+    has while the pipeline view is shown (only then: a full trace costs memory)."""
+    stage = view_stage(options.view)
+    if options.pipeline_head is None:
+        return frozenset({stage})
+    return frozenset({stage}) | (ALL_STAGES & frozenset(run_stages(config)))
 
 
 @dataclass(frozen=True)
@@ -192,10 +201,10 @@ class Worker(QObject):
                 if not self._has_newer():
                     self.sigBusy.emit(False)
 
-    def _run(self, config: RunConfig, stage: str) -> RunResult:
+    def _run(self, config: RunConfig, needed: frozenset[str]) -> RunResult:
         # a view of a stage the default run does not keep asks for it (and only then: fakes in tests
-        # take (config, cancel))
-        extra = {} if stage in DEFAULT_RECORD else {"record": DEFAULT_RECORD | {stage}}
+        # take (config, cancel)); the pipeline view asks for every stage
+        extra = {} if needed <= DEFAULT_RECORD else {"record": DEFAULT_RECORD | needed}
         try:
             return self._compute(config, cancel=self._cancelled, **extra)
         except MemoryBudgetError:
@@ -208,12 +217,13 @@ class Worker(QObject):
         t0 = time.perf_counter()
         stage = view_stage(request.options.view)
         require_stage(request.config, stage)
+        needed = needed_stages(request.config, request.options)
         recomputed = (self._last is None or self._last.config != request.config
-                      or stage not in self._last.stages)
+                      or not needed <= self._last.stages.keys())
         if recomputed:
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
-            self._last = self._run(request.config, stage)
+            self._last = self._run(request.config, needed)
         if self._stopping:
             return
         frames = render(self._last, request.options, self._pools)

@@ -1,0 +1,317 @@
+"""What the explaining views show, computed on the worker (NumPy/torch, no Qt): the pipeline of one
+head stage by stage, per-head statistics, token focus, the comparison with a pinned result, and
+attention rollout. frames.render calls `render_extras`; each part is built only when its view asks
+(see the ViewOptions fields) and cached with the pooled maps of the same result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import colormaps
+from .core.runner import RunResult, run_stages
+from .core.stages import BY_NAME
+from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout
+from .frames import (
+    HeatImage,
+    PoolCache,
+    ViewOptions,
+    allowed_maps,
+    head_title,
+    pool_maps,
+    quantise_pooled,
+    quantise_scaled,
+    view_signed,
+    view_stage,
+)
+
+PIPELINE_PX = (128, 128)  # each small stage of the pipeline is pooled to at most this
+LARGE_PX = (640, 640)  # the stage shown large
+# how the pipeline spells each stage (the stage list's own descriptions are the tooltips)
+STAGE_TITLES = {
+    "x": "x (input)", "q_proj": "q (projected)", "k_proj": "k (projected)", "q": "q", "k": "k", "v": "v",
+    "qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+ bias", "capped": "capped", "scores": "masked",
+    "weights": "softmax", "combined": "combined", "dropped": "dropout", "head_context": "@V",
+    "context": "concat heads", "output": "output projection",
+}
+WEIGHT_STAGES = ("weights", "dropped")  # probabilities: the weights' colormap and scale
+
+
+def token_labels(result: RunResult, keys: bool = False) -> list[str]:
+    """Display labels of the queries (or keys): the run's tokens where it has them, else positions."""
+    c = result.config
+    n = c.lkv if keys else c.seq_q
+    tokens = (result.key_tokens or result.tokens) if keys else result.tokens
+    if len(tokens) == n:
+        return [f"{i} {t}" for i, t in enumerate(tokens)]
+    return [str(i) for i in range(n)]
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+
+@dataclass
+class PipelineStage:
+    name: str  # a stage of core.stages, or "head_context" (the head's slice of the context)
+    title: str
+    data: np.ndarray  # the 2-D array shown (a view into the result), full resolution
+    image: HeatImage  # pooled to PIPELINE_PX
+    value_range: tuple[float, float]  # finite min and max
+    array_shape: tuple[int, ...]  # the whole stage's shape (all heads, the batch)
+    is_map: bool  # an (Lq, Lkv) attention map (hover shows the cell's path)
+    map_index: int = 0  # which map of the stage (differential: 2 per head)
+
+
+@dataclass
+class PipelineFrames:
+    head: int
+    batch_index: int
+    stages: list[PipelineStage]
+    large: tuple[str, HeatImage] | None = None  # the stage shown large, pooled to LARGE_PX
+    missing: tuple[str, ...] = ()  # stages this configuration has that the result did not keep
+
+
+def pipeline_stage_names(result: RunResult) -> list[str]:
+    """The stages the pipeline shows for this configuration, in order (dropout only when active)."""
+    names = [n for n in run_stages(result.config) if n != "dropped" or result.config.dropout_active]
+    i = names.index("context")
+    return names[:i] + ["head_context"] + names[i:]
+
+
+def _stage_data(result: RunResult, name: str, b: int, head: int) -> tuple[np.ndarray, int, tuple]:
+    """(2-D data, map index, whole-stage shape) of one stage for one head of batch item b."""
+    c = result.config
+    if name == "head_context":
+        context = result.context[b]
+        width = context.shape[-1] // c.heads
+        return context[:, head * width:(head + 1) * width], head, result.context.shape
+    array = result.stages[name]
+    if array.ndim == 3:  # x, context, output: (B, L, d)
+        return array[b], 0, array.shape
+    m = head * array.shape[1] // c.heads  # GQA: the kv head this query head reads; differential: map 2h
+    return array[b, m], m, array.shape
+
+
+def _finite_range(data: np.ndarray) -> tuple[float, float]:
+    finite = data[np.isfinite(data)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+
+
+def _stage_image(result: RunResult, name: str, data: np.ndarray, b: int, options: ViewOptions,
+                 max_px) -> HeatImage:
+    """One stage quantised: weights in the maps' colormap and scale, everything else diverging, linear."""
+    c = result.config
+    is_map = name in BY_NAME and BY_NAME[name].is_map
+    probability = name in WEIGHT_STAGES and not view_signed("weights", c)
+    signed = not probability
+    allowed = empty = None
+    if is_map and BY_NAME[name].name not in ("qk", "scaled", "biased", "capped"):
+        full = allowed_maps(result, b)
+        allowed = None if full is None else full[:1]
+        empty = result.fully_masked_rows[b][:1]
+    pooled = pool_maps(data[None], allowed, empty if is_map else ~np.isfinite(data).all(-1)[None], max_px, signed,
+                       row=probability and options.scale_mode == "row")
+    mode = options.scale_mode if probability else "linear"
+    (image,), (levels,), _ = quantise_scaled(pooled, True, mode)
+    lut = colormaps.lut(options.colormap if probability else options.diverging)
+    return HeatImage(image, data.shape, levels, lut, STAGE_TITLES[name])
+
+
+def pipeline_frames(result: RunResult, options: ViewOptions) -> PipelineFrames:
+    """Every stage of the attention call for one head, in order, each as a small image."""
+    c = result.config
+    b = min(max(options.batch_index, 0), c.batch - 1)
+    head = min(max(options.pipeline_head or 0, 0), c.heads - 1)
+    stages, missing = [], []
+    for name in pipeline_stage_names(result):
+        if (name if name != "head_context" else "context") not in result.stages:
+            missing.append(name)
+            continue
+        data, m, shape = _stage_data(result, name, b, head)
+        is_map = name in BY_NAME and BY_NAME[name].is_map
+        image = _stage_image(result, name, data, b, options, PIPELINE_PX)
+        title = STAGE_TITLES[name] + (" (rotated)" if name in ("q", "k") and "q_proj" in result.stages else "")
+        image.title = title
+        stages.append(PipelineStage(name, title, data, image, _finite_range(data), shape, is_map, m))
+    large = None
+    chosen = next((s for s in stages if s.name == options.pipeline_stage), None)
+    if chosen is not None:
+        large = (chosen.name, _stage_image(result, chosen.name, chosen.data, b, options, LARGE_PX))
+    return PipelineFrames(head, b, stages, large, tuple(missing))
+
+
+# --- statistics, focus, compare, rollout -------------------------------------------------------
+
+
+@dataclass
+class StatsFrames:
+    columns: dict[str, np.ndarray]  # STAT_NAMES -> (maps,) one value per head (differential: per map)
+    labels: list[str]  # one per row of the table
+    layers: dict[str, np.ndarray] | None = None  # STAT_NAMES -> (layers, H) for multi-layer results
+    overview: dict[str, HeatImage] = field(default_factory=dict)  # the layer x head heatmap per column
+
+
+def stats_frames(result: RunResult, b: int, options: ViewOptions) -> StatsFrames:
+    weights = result.weights[b]
+    empty = result.fully_masked_rows[b, 0]
+    columns = head_stats(weights, empty)
+    labels = [head_title(m, weights.shape[0], result.config.heads) for m in range(weights.shape[0])]
+    frames = StatsFrames(columns, labels)
+    lw = result.layer_weights
+    if lw is not None and lw.ndim == 5:
+        frames.layers = layer_stats(lw, min(b, lw.shape[1] - 1))
+        lut = colormaps.lut(options.colormap)
+        for name in STAT_NAMES:  # min .. max: heads differ by little next to the values themselves
+            grid = frames.layers[name]
+            finite = grid[np.isfinite(grid)]
+            lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+            frac = np.nan_to_num((grid - lo) / ((hi - lo) or 1.0))
+            image = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
+            image[~np.isfinite(grid)] = colormaps.NAN_INDEX
+            frames.overview[name] = HeatImage(image, grid.shape, (lo, hi), lut, name)
+    return frames
+
+
+def stats_csv_for(result: RunResult, b: int = 0) -> str:
+    """The statistics as CSV: one row per head of the result's weights, then (multi-layer results)
+    one row per layer and head."""
+    from .core.stats import stats_csv
+
+    frames = stats_frames(result, b, ViewOptions())
+    text = stats_csv(frames.columns, frames.labels)
+    if frames.layers is not None:
+        layers, heads = frames.layers[STAT_NAMES[0]].shape
+        flat = {name: values.reshape(-1) for name, values in frames.layers.items()}
+        labels = [f"layer {n} head {h}" for n in range(layers) for h in range(heads)]
+        text += stats_csv(flat, labels).split("\n", 1)[1]
+    return text
+
+
+@dataclass
+class FocusFrames:
+    row: int
+    values: np.ndarray  # (maps, Lkv): each head's attention of the focused query over the keys
+    label: str  # the focused query token
+    key_labels: list[str]
+    titles: list[str]  # one per map
+
+
+def focus_frames(result: RunResult, b: int, row: int) -> FocusFrames:
+    """The focused query's row of the weights view (what multiplied V) in every head."""
+    row = min(max(row, 0), result.config.seq_q - 1)
+    values = np.nan_to_num(result.stages[view_stage("weights")][b, :, row, :])
+    n = values.shape[0]
+    return FocusFrames(row, values, token_labels(result)[row], token_labels(result, keys=True),
+                       [head_title(m, n, result.config.heads) for m in range(n)])
+
+
+@dataclass
+class CompareFrames:
+    message: str = ""  # why there is no difference to show, if there is none
+    pinned: HeatImage | None = None
+    current: HeatImage | None = None
+    difference: HeatImage | None = None  # current − pinned of the shown head, diverging
+    diff: np.ndarray | None = None  # (Lq, Lkv) current − pinned of the shown head, full resolution
+    head: int = 0
+    max_abs: float = 0.0  # max |current − pinned| over every head
+
+
+def _compare_maps(result: RunResult, pinned: RunResult, view: str, batch_index: int):
+    """(pinned maps, current maps, masks, b) of the view, or a message saying why they do not compare."""
+    stage = view_stage(view)
+    if stage not in pinned.stages:
+        return f"the pinned result has no {stage} stage"
+    b = min(max(batch_index, 0), result.config.batch - 1)
+    if b >= pinned.config.batch:
+        return f"the pinned result has no batch item {b}"
+    a, c = pinned.stages[stage][b], result.stages[stage][b]
+    if a.shape != c.shape:
+        return f"shapes differ: pinned {a.shape} vs current {c.shape} (same heads and lengths needed)"
+    masks = [allowed_maps(r, b) for r in (pinned, result)]
+    masks = [np.ones((1, *c.shape[1:]), bool) if k is None else k[:1] for k in masks]
+    return a, c, masks, b
+
+
+def _head_difference(a: np.ndarray, c: np.ndarray, masks, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """current − pinned of map m where both have a value (masked or no-key in either: 0), and where."""
+    both = np.isfinite(a[m]) & np.isfinite(c[m]) & masks[0][0] & masks[1][0]
+    return np.where(both, np.nan_to_num(c[m]) - np.nan_to_num(a[m]), 0.0).astype(np.float32), both
+
+
+def compare_difference(result: RunResult, pinned: RunResult, view: str = "weights", batch_index: int = 0):
+    """current − pinned of every map of the view, (maps, Lq, Lkv) (the numbers a comparison exports)."""
+    maps = _compare_maps(result, pinned, view, batch_index)
+    if isinstance(maps, str):
+        raise ValueError(maps)
+    a, c, masks, _ = maps
+    return np.stack([_head_difference(a, c, masks, m)[0] for m in range(c.shape[0])])
+
+
+def compare_frames(result: RunResult, options: ViewOptions, cache: PoolCache) -> CompareFrames:
+    """The current result beside the pinned one, and their difference on a diverging scale. Works one
+    head at a time: no full-size copy of every head's difference is kept."""
+    maps = _compare_maps(result, options.pinned, options.view, options.batch_index)
+    if isinstance(maps, str):
+        return CompareFrames(maps)
+    a, c, masks, b = maps
+    key = ("compare-max", id(options.pinned), options.view, b)
+    max_abs = cache.get(result, key, lambda: max(float(np.abs(_head_difference(a, c, masks, m)[0]).max(initial=0))
+                                                 for m in range(c.shape[0])))
+    signed = view_signed(options.view, result.config)
+    m = min(max(options.compare_head, 0), c.shape[0] - 1)
+    lut = colormaps.lut(options.diverging if signed else options.colormap)
+    images = []
+    for values, allowed, title in zip((a[m], c[m]), masks, ("pinned", "current")):
+        ok = allowed[0] & np.isfinite(values)
+        pooled = pool_maps(np.nan_to_num(values, neginf=0.0)[None], None if ok.all() else ok[None], None,
+                           options.max_px, signed, row=options.scale_mode == "row")
+        (image,), (levels,), _ = quantise_scaled(pooled, True, options.scale_mode)
+        images.append(HeatImage(image, values.shape, levels, lut, title))
+    diff, both = _head_difference(a, c, masks, m)
+    (image,), (levels,) = quantise_pooled(pool_maps(diff[None], None if both.all() else both[None], None,
+                                                    options.max_px, True))
+    difference = HeatImage(image, diff.shape, levels, colormaps.lut(options.diverging), "current − pinned")
+    return CompareFrames("", images[0], images[1], difference, diff, m, max_abs)
+
+
+@dataclass
+class RolloutFrames:
+    message: str = ""  # why there is no rollout, if there is none
+    data: np.ndarray | None = None  # (L, L) rollout of batch item b
+    image: HeatImage | None = None
+
+
+def rollout_frames(result: RunResult, b: int, options: ViewOptions) -> RolloutFrames:
+    lw = result.layer_weights
+    if lw is None or lw.ndim != 5 or lw.shape[0] < 2:
+        return RolloutFrames("attention rollout needs a multi-layer model (this run has one attention layer)")
+    if lw.shape[-1] != lw.shape[-2]:
+        return RolloutFrames("attention rollout needs self-attention (square maps)")
+    data = rollout(lw[:, min(b, lw.shape[1] - 1)][:, None])[0].astype(np.float32)
+    pooled = pool_maps(data[None], None, None, options.max_px, False, row=options.scale_mode == "row")
+    (image,), (levels,), _ = quantise_scaled(pooled, True, options.scale_mode)
+    return RolloutFrames("", data, HeatImage(image, data.shape, levels, colormaps.lut(options.colormap),
+                                             f"rollout over {lw.shape[0]} layers"))
+
+
+def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> dict:
+    """What the explaining views asked for in `options` (an empty dict when none is shown)."""
+    out: dict = {}
+    b = min(max(options.batch_index, 0), result.config.batch - 1)
+    with torch.inference_mode():
+        if options.pipeline_head is not None:
+            key = ("pipeline", b, options.pipeline_head, options.pipeline_stage, options.scale_mode,
+                   options.colormap, options.diverging)
+            out["pipeline"] = cache.get(result, key, lambda: pipeline_frames(result, options))
+        if options.stats:
+            out["stats"] = cache.get(result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
+        if options.focus_row is not None:
+            out["focus"] = focus_frames(result, b, options.focus_row)
+        if options.pinned is not None:
+            out["compare"] = compare_frames(result, options, cache)
+        if options.rollout:
+            out["rollout"] = rollout_frames(result, b, options)
+    return out

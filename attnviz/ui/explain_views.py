@@ -1,0 +1,205 @@
+"""The explaining views as dock panels of the main window: pipeline, statistics, token focus,
+compare and rollout. The window only wires them: `options()` adds what the visible panels need to
+each request's ViewOptions; `show()` hands them the worker's frames. A hidden panel costs nothing
+(the pipeline's full trace is recorded only while it is shown).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QMainWindow
+
+from ..atomic import write_bytes
+from ..explain import token_labels
+from .compare import CompareView, RolloutView
+from .focus import FocusView
+from .panel import named
+from .pipeline import PipelineView
+from .stats_view import StatsView
+
+# dock objectName -> (title, shortcut, tip)
+DOCKS = {
+    "pipelineDock": ("Pipeline", "Ctrl+Shift+P", "One head's attention call stage by stage"),
+    "statsDock": ("Statistics", "Ctrl+Shift+T", "Per-head statistics: entropy, distance, sink, previous token"),
+    "focusDock": ("Token focus", "Ctrl+Shift+F", "Where every head sends one query token"),
+    "compareDock": ("Compare", "Ctrl+Shift+D", "A pinned result beside the current one, and their difference"),
+    "rolloutDock": ("Rollout", "Ctrl+Shift+R", "Attention rollout over the layers of a model"),
+}
+FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "NumPy arrays (*.npz)",
+           "csv": "CSV table (*.csv)"}
+
+
+class ExplainViews(QObject):
+    """Builds the docks into `window` (a MainWindow) and keeps their state."""
+
+    def __init__(self, window: QMainWindow):
+        super().__init__(window)
+        self.window = window
+        self.pipeline = PipelineView()
+        self.stats = StatsView()
+        self.focus = FocusView()
+        self.compare = CompareView()
+        self.rollout = RolloutView()
+        self.docks: dict[str, QDockWidget] = {}
+        self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
+        self._sized = False
+        self._row_marks: dict[int, pg.InfiniteLine] = {}  # tile id -> its focused-row line
+        widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout)
+        first = None
+        for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
+            dock = named(QDockWidget(title, window), name)
+            dock.setWidget(widget)
+            window.addDockWidget(Qt.BottomDockWidgetArea, dock)
+            if first is None:
+                first = dock
+            else:
+                window.tabifyDockWidget(first, dock)
+            dock.hide()
+            dock.visibilityChanged.connect(partial(self._visibility_changed, name))
+            self.docks[name] = dock
+        for view in (self.pipeline, self.focus, self.compare):
+            view.sigChanged.connect(window.schedule)
+        self.compare.pinButton.toggled.connect(self._pin_toggled)
+        self.pipeline.sigExport.connect(lambda: self.export_dialog("pipeline"))
+        self.stats.sigExport.connect(lambda: self.export_dialog("stats"))
+        self.focus.sigExport.connect(lambda: self.export_dialog("focus"))
+        self.compare.sigExport.connect(lambda: self.export_dialog("compare"))
+        self.rollout.sigExport.connect(lambda: self.export_dialog("rollout"))
+        window.headGrid.sigRowClicked.connect(self.focus.toggle)
+
+    def add_actions(self, menu) -> None:
+        """One checkable View-menu entry with a shortcut per panel."""
+        menu.addSeparator()
+        for name, (_, shortcut, tip) in DOCKS.items():
+            action = self.docks[name].toggleViewAction()
+            action.setShortcut(QKeySequence(shortcut))
+            action.setToolTip(f"{tip} ({shortcut})")
+            action.setStatusTip(tip)
+            menu.addAction(action)
+
+    def shown(self, name: str) -> bool:
+        """Whether a panel is on screen (open, and its tab the current one)."""
+        return self._visible[name] and self.docks[name].isVisible()
+
+    def _visibility_changed(self, name: str, visible: bool) -> None:
+        self._visible[name] = visible
+        if visible and not self._sized:  # the first panel opened takes ~40% of the height, not half
+            self._sized = True
+            self.window.resizeDocks([self.docks[name]], [int(self.window.height() * 0.4)], Qt.Vertical)
+        self.window.headGrid.row_picking = self.shown("focusDock")
+        self.window.schedule()
+
+    def _pin_toggled(self, on: bool) -> None:
+        self.compare.pinned = self.window.result if on else None
+        self.compare.pinButton.setText("Unpin" if on else "Pin current")
+        if not on:
+            self.compare.show_frames(None)
+        self.window.schedule()
+
+    def options(self, config) -> dict:
+        """The ViewOptions fields of the visible panels."""
+        self.pipeline.set_heads(config.heads)
+        self.compare.set_heads(config.heads)
+        focus_row = self.focus.row if self.shown("focusDock") else None
+        return dict(
+            pipeline_head=self.pipeline.headSpin.value() if self.shown("pipelineDock") else None,
+            pipeline_stage=self.pipeline.stage_name,
+            stats=self.shown("statsDock"),
+            focus_row=None if focus_row is None or focus_row >= config.seq_q else focus_row,
+            rollout=self.shown("rolloutDock"),
+            pinned=self.compare.pinned if self.shown("compareDock") else None,
+            compare_head=self.compare.headSpin.value(),
+        )
+
+    def show(self, result, frames) -> None:
+        extras = frames.extras
+        if "pipeline" in extras:
+            self.pipeline.show_frames(result, extras["pipeline"])
+        if "stats" in extras:
+            self.stats.show_frames(extras["stats"], frames.options.batch_index)
+        self.focus.set_tokens(token_labels(result))
+        if "focus" in extras:
+            self.focus.show_frames(extras["focus"])
+        self._mark_row(extras["focus"].row if "focus" in extras else None)
+        if "compare" in extras:
+            self.compare.show_frames(extras["compare"])
+        if "rollout" in extras:
+            self.rollout.show_frames(extras["rollout"])
+
+    def _mark_row(self, row: int | None) -> None:
+        """Outline the focused query row in every tile of the grid."""
+        for tile in self.window.headGrid.tiles:
+            line = self._row_marks.get(id(tile))
+            if line is None and row is None:
+                continue
+            if line is None:
+                line = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen("#ff2020", width=1.5))
+                tile.plot.addItem(line, ignoreBounds=True)
+                self._row_marks[id(tile)] = line
+            line.setVisible(row is not None)
+            if row is not None:
+                line.setPos(row)
+
+    # --- export ------------------------------------------------------------------------------
+
+    def export_dialog(self, kind: str) -> None:
+        formats = {"pipeline": ("png", "svg", "npz"), "stats": ("csv", "png"), "focus": ("csv", "png"),
+                   "compare": ("npz", "png"), "rollout": ("csv", "png")}[kind]
+        path, _ = QFileDialog.getSaveFileName(self.window, f"Export {kind}", str(Path.home() / f"attnviz-{kind}"),
+                                              ";;".join(FILTERS[f] for f in formats))
+        if not path:
+            return
+        if Path(path).suffix.lstrip(".").lower() not in formats:
+            path += "." + formats[0]
+        if kind == "pipeline" or (kind == "compare" and path.lower().endswith(".npz")):  # heavy: off the GUI thread
+            from .export_dialog import BackgroundJob
+
+            self._job = BackgroundJob(self)
+            self._job.sigDone.connect(self._exported)
+            self._job.sigFailed.connect(self._export_failed)
+            self._job.start(lambda: self.export(kind, path))
+            return
+        try:
+            self._exported(self.export(kind, path))
+        except Exception as exc:  # never take the app down for a file
+            self._export_failed(str(exc))
+
+    def _exported(self, path) -> None:
+        self.window.statusBar().showMessage(f"Wrote {path}", 4000)
+
+    def _export_failed(self, message: str) -> None:
+        self.window.statusBar().showMessage(f"Not exported: {message}", 8000)
+
+    def export(self, kind: str, path: str) -> Path:
+        """Write one panel's image (.png/.svg) or numbers (.csv/.npz) to `path`."""
+        ext = Path(path).suffix.lower()
+        widget = {"pipeline": self.pipeline, "stats": self.stats, "focus": self.focus, "compare": self.compare,
+                  "rollout": self.rollout}[kind]
+        if kind == "pipeline":
+            from ..export import export_pipeline
+
+            return export_pipeline(self.window.result, path, self.window.frames.options, self.pipeline.frames.head)
+        if ext == ".png":
+            if not widget.grab().save(path):
+                raise OSError(f"cannot write {path}")
+            return Path(path)
+        if kind == "stats" or kind == "focus":
+            write_bytes(path, widget.csv().encode("utf-8"))
+        elif kind == "rollout":
+            lines = [",".join(f"{v:.6g}" for v in row) for row in self.rollout.frames.data]
+            write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
+        else:  # every head's difference (computed here: export() runs off the GUI thread for NPZ)
+            from ..atomic import atomic_writer
+            from ..explain import compare_difference
+
+            options = self.window.frames.options
+            diff = compare_difference(self.window.result, self.compare.pinned, options.view, options.batch_index)
+            with atomic_writer(path) as f:
+                np.savez_compressed(f, difference=diff, view=np.array(options.view))
+        return Path(path)

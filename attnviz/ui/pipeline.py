@@ -1,0 +1,278 @@
+"""pipelineView: one head's attention call, stage by stage, as small heatmaps joined by arrows.
+
+The stages come from the one stage list (core.stages) through explain.pipeline_frames, rendered on
+the worker; this widget only swaps images in. Click a stage to see it large; hover a cell of a map
+stage to see that cell's path (core.cells.cell_path): q_i · k_j, the scale, the bias, the cap, the
+mask, the softmax, marked in every tile it passes through.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QPen
+from PySide6.QtWidgets import (
+    QGraphicsRectItem,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..core.cells import cell_path
+from ..core.stages import BY_NAME
+from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
+from .panel import named
+from .views import _fmt, _image_item, set_heat_image
+
+TILE_W = 170  # the least width of a stage tile in the flow, arrow included
+ARROW_W = 22
+ROWS_OF = {"x": "i", "q_proj": "i", "q": "i", "k_proj": "j", "k": "j", "v": "j", "head_context": "i",
+           "context": "i", "output": "i"}  # which position a vector stage's rows are
+
+
+def stage_caption(stage: PipelineStage) -> str:
+    rows, cols = stage.data.shape
+    lo, hi = stage.value_range
+    return f"<b>{stage.title}</b><br><span style='font-size:8pt'>{rows}×{cols} · {_fmt(lo)} … {_fmt(hi)}</span>"
+
+
+def path_text(result, b: int, m: int, i: int, j: int) -> str:
+    """One cell's way through the pipeline, in words and numbers."""
+    path = cell_path(result, b, m, i, j)
+    parts = [f"query i={i}, key j={j}"]
+    if "qk" in path:
+        dh = result.q.shape[-1]
+        scale = result.config.qk_scale or 1 / math.sqrt(dh)
+        parts.append(f"q_i·k_j = {_fmt(path['qk'])}")
+        parts.append(f"× {_fmt(scale)} = {_fmt(path['scaled'])}")
+    for name in ("biased", "capped"):
+        if name in path:
+            parts.append(f"{STAGE_TITLES[name]} → {_fmt(path[name])}")
+    if "scores" in path:
+        parts.append(f"masked → {_fmt(path['scores'])}")
+    if "weights" in path:
+        parts.append(f"softmax → {_fmt(path['weights'])}")
+    return " · ".join(parts)
+
+
+class StageTile:
+    def __init__(self) -> None:
+        self.plot = pg.PlotItem()
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(False, False)
+        self.plot.hideButtons()
+        self.plot.hideAxis("left")
+        self.plot.hideAxis("bottom")
+        self.plot.invertY(True)
+        self.plot.getViewBox().setDefaultPadding(0)
+        self.image = _image_item()
+        self.plot.addItem(self.image)
+        self.marker = QGraphicsRectItem()
+        pen = QPen(Qt.red)
+        pen.setCosmetic(True)
+        pen.setWidth(2)
+        self.marker.setPen(pen)
+        self.marker.setZValue(10)
+        self.marker.hide()
+        self.plot.addItem(self.marker)
+        self.stage: PipelineStage | None = None
+
+    def show(self, stage: PipelineStage) -> None:
+        self.stage = stage
+        set_heat_image(self.image, stage.image)
+        self.plot.setTitle(stage_caption(stage), size="9pt")
+        rows, cols = stage.data.shape
+        self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+        self.plot.setToolTip(f"{stage.name}: {BY_NAME[stage.name].description if stage.name in BY_NAME else ''} "
+                             f"· stage shape {stage.array_shape} · click to see it large")
+
+
+class PipelineView(QWidget):
+    """The pipeline panel: head chooser, the flow of stages, the chosen stage large, the hovered path."""
+
+    sigChanged = Signal()  # head or large stage changed: ask the worker to re-render
+    sigExport = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        named(self, "pipelineView")
+        self.setToolTip("Every stage of one head's attention call, in order. Click a stage to see it large; "
+                        "hover a map cell to follow it through the pipeline.")
+        self.result = None
+        self.frames: PipelineFrames | None = None
+        self.stage_name: str | None = "weights"
+        self.tiles: list[StageTile] = []
+        self._layout_key = None
+
+        top = QHBoxLayout()
+        self.headSpin = named(QSpinBox(), "pipelineHeadSpin")
+        self.headSpin.setPrefix("head ")
+        self.headSpin.setToolTip("The head whose pipeline is shown")
+        self.headSpin.valueChanged.connect(self.sigChanged)
+        self.exportButton = named(QPushButton("Export figure…"), "pipelineExportButton")
+        self.exportButton.setToolTip("Save the pipeline as one PNG or SVG figure, or its stages as NPZ")
+        self.exportButton.clicked.connect(self.sigExport)
+        self.infoLabel = QLabel()
+        self.infoLabel.setStyleSheet("color: palette(mid);")
+        top.addWidget(self.headSpin)
+        top.addWidget(self.infoLabel, 1)
+        top.addWidget(self.exportButton)
+
+        self.flow = pg.GraphicsLayoutWidget()
+        self.flow.setBackground("w")
+        self.flow.scene().sigMouseMoved.connect(self._hovered)
+        self.flow.scene().sigMouseClicked.connect(self._clicked)
+        self.large = pg.PlotWidget()
+        named(self.large, "pipelineLarge")
+        self.large.setBackground("w")
+        self.largePlot = self.large.getPlotItem()
+        self.largePlot.setMenuEnabled(False)
+        self.largePlot.hideButtons()
+        self.largePlot.invertY(True)
+        self.largePlot.getViewBox().setDefaultPadding(0)
+        self.largeImage = _image_item()
+        self.largePlot.addItem(self.largeImage)
+        self.large.scene().sigMouseMoved.connect(self._hovered_large)
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.flow)
+        split.addWidget(self.large)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        self.pathLabel = named(QLabel("Hover a map cell to follow it through the pipeline"), "pipelinePathLabel")
+        self.pathLabel.setWordWrap(True)
+        self.pathLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(split, 1)
+        layout.addWidget(self.pathLabel)
+
+    def set_heads(self, heads: int) -> None:
+        self.headSpin.setMaximum(max(heads - 1, 0))
+
+    # --- content -----------------------------------------------------------------------------
+
+    def _relayout(self, names: tuple[str, ...]) -> None:
+        avail = max(self.flow.width() - 12, 2 * TILE_W)
+        per_row = max(2, avail // TILE_W)
+        key = (names, per_row, avail)
+        if key == self._layout_key:
+            return
+        self._layout_key = key
+        self.flow.clear()
+        while len(self.tiles) < len(names):
+            self.tiles.append(StageTile())
+        del self.tiles[len(names):]
+        for n, tile in enumerate(self.tiles):
+            row, col = divmod(n, per_row)
+            if col or row:  # an arrow before every stage but the first; at a row start it points on
+                self.flow.addLabel("→", row=row, col=2 * col, size="14pt", color="#404040")
+            self.flow.addItem(tile.plot, row=row, col=2 * col + 1)
+        grid = self.flow.ci.layout  # equal tile columns that fit the width (titles must not widen them)
+        grid.setHorizontalSpacing(2)
+        self.flow.ci.setContentsMargins(2, 2, 2, 2)
+        column = (avail - per_row * (ARROW_W + 4) - 8) / per_row
+        for col in range(per_row):
+            grid.setColumnFixedWidth(2 * col, ARROW_W)
+            grid.setColumnPreferredWidth(2 * col + 1, column)
+            grid.setColumnMaximumWidth(2 * col + 1, column)
+
+    def show_frames(self, result, frames: PipelineFrames | None) -> None:
+        self.result, self.frames = result, frames
+        if frames is None:
+            return
+        self._relayout(tuple(s.name for s in frames.stages))
+        for tile, stage in zip(self.tiles, frames.stages):
+            tile.show(stage)
+            tile.marker.hide()
+        c = result.config
+        missing = f" · not kept: {', '.join(frames.missing)}" if frames.missing else ""
+        self.infoLabel.setText(f"{len(frames.stages)} stages · {c.spec.label} · batch item {frames.batch_index}"
+                               + missing)
+        if frames.large is not None:
+            name, heat = frames.large
+            set_heat_image(self.largeImage, heat)
+            rows, cols = heat.shape
+            lo, hi = heat.levels
+            self.largePlot.setTitle(f"{STAGE_TITLES[name]} · head {frames.head} · {rows}×{cols} · "
+                                    f"colours {_fmt(lo)} … {_fmt(hi)}", size="9pt")
+            self.largePlot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+
+    def stage(self, name: str) -> PipelineStage | None:
+        return next((s for s in self.frames.stages if s.name == name), None) if self.frames else None
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if self.frames is not None:
+            self.show_frames(self.result, self.frames)
+
+    # --- interaction -------------------------------------------------------------------------
+
+    def _tile_at(self, pos: QPointF):
+        for tile in self.tiles:
+            vb = tile.plot.getViewBox()
+            if tile.stage is not None and vb.sceneBoundingRect().contains(pos):
+                p = vb.mapSceneToView(pos)
+                return tile, int(math.floor(p.y() + 0.5)), int(math.floor(p.x() + 0.5))
+        return None
+
+    def _clicked(self, event) -> None:
+        hit = self._tile_at(event.scenePos())
+        if hit is not None and event.button() == Qt.LeftButton:
+            self.stage_name = hit[0].stage.name
+            self.sigChanged.emit()
+
+    def _hovered(self, pos: QPointF) -> None:
+        hit = self._tile_at(pos)
+        if hit is None or self.frames is None:
+            return
+        tile, i, j = hit
+        rows, cols = tile.stage.data.shape
+        if not (0 <= i < rows and 0 <= j < cols):
+            return
+        if tile.stage.is_map:
+            self.show_path(i, j, tile.stage.map_index)
+        else:
+            value = _fmt(float(tile.stage.data[i, j]))
+            self.pathLabel.setText(f"{tile.stage.title} · row {i}, column {j} · value {value}")
+
+    def _hovered_large(self, pos: QPointF) -> None:
+        if self.frames is None or self.frames.large is None:
+            return
+        stage = self.stage(self.frames.large[0])
+        vb = self.largePlot.getViewBox()
+        if stage is None or not stage.is_map or not vb.sceneBoundingRect().contains(pos):
+            return
+        p = vb.mapSceneToView(pos)
+        i, j = int(math.floor(p.y() + 0.5)), int(math.floor(p.x() + 0.5))
+        rows, cols = stage.data.shape
+        if 0 <= i < rows and 0 <= j < cols:
+            self.show_path(i, j, stage.map_index)
+
+    def show_path(self, i: int, j: int, m: int | None = None) -> str:
+        """Show (and return) the path of map cell (i, j) and mark it in every stage it passes through."""
+        b = self.frames.batch_index
+        m = self.frames.head if m is None else m
+        text = path_text(self.result, b, m, i, j)
+        self.pathLabel.setText(text)
+        for tile in self.tiles:
+            s = tile.stage
+            rows, cols = s.data.shape
+            if s.is_map:
+                tile.marker.setRect(QRectF(j - 0.5, i - 0.5, 1, 1))
+            else:
+                r = i if ROWS_OF.get(s.name, "i") == "i" else j
+                tile.marker.setRect(QRectF(-0.5, r - 0.5, cols, 1))
+            tile.marker.show()
+        return text
+
+    def data_of(self, name: str) -> np.ndarray | None:
+        s = self.stage(name)
+        return None if s is None else s.data

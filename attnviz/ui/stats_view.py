@@ -1,0 +1,163 @@
+"""statsTable: per-head statistics of the shown layer (computed on the worker by core.stats), sortable;
+for multi-layer results a layer x head overview of one column as a small heatmap. Copy and CSV export.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..core.stats import STATS, stats_csv
+from ..explain import StatsFrames
+from .panel import named
+from .views import _image_item, set_heat_image
+
+SORT_ROLE = Qt.UserRole + 1
+
+
+class StatsView(QWidget):
+    """The statistics panel: the table, the column shown in the overview, copy and export."""
+
+    sigExport = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        named(self, "statsView")
+        self.frames: StatsFrames | None = None
+        self.model = QStandardItemModel(self)
+        self.model.setSortRole(SORT_ROLE)
+        self.table = named(QTableView(), "statsTable")
+        self.table.setToolTip("One row per head of the shown layer and batch item; click a header to sort. "
+                              "Means are over the query rows that have a key.")
+        self.table.setModel(self.model)
+        self.table.setSortingEnabled(True)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.verticalHeader().hide()
+        self.table.sortByColumn(0, Qt.AscendingOrder)
+
+        self.columnCombo = named(QComboBox(), "statsColumnCombo")
+        for name, (header, tip) in STATS.items():
+            self.columnCombo.addItem(header, name)
+            self.columnCombo.setItemData(self.columnCombo.count() - 1, tip, Qt.ToolTipRole)
+        self.columnCombo.setToolTip("The statistic the layer x head overview shows")
+        self.columnCombo.currentIndexChanged.connect(self._show_overview)
+        self.copyButton = named(QPushButton("Copy"), "statsCopyButton")
+        self.copyButton.setToolTip("Copy the table as CSV text")
+        self.copyButton.clicked.connect(self.copy)
+        self.exportButton = named(QPushButton("Export…"), "statsExportButton")
+        self.exportButton.setToolTip("Save the table as CSV, or the panel as a PNG image")
+        self.exportButton.clicked.connect(self.sigExport)
+
+        self.overview = pg.PlotWidget()
+        named(self.overview, "statsOverview")
+        self.overview.setBackground("w")
+        plot = self.overview.getPlotItem()
+        plot.setMenuEnabled(False)
+        plot.hideButtons()
+        plot.invertY(True)
+        plot.setLabel("left", "layer")
+        plot.setLabel("bottom", "head")
+        plot.getViewBox().setDefaultPadding(0)
+        self.overviewImage = _image_item()
+        plot.addItem(self.overviewImage)
+        self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")
+        self.overviewNote.setWordWrap(True)
+        self.overviewNote.setStyleSheet("color: palette(mid);")
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Overview of"))
+        row.addWidget(self.columnCombo, 1)
+        rl.addLayout(row)
+        rl.addWidget(self.overview, 1)
+        self.overviewPanel = right
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(right)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        split.setSizes([750, 350])
+        buttons = QHBoxLayout()
+        self.infoLabel = QLabel()
+        self.infoLabel.setStyleSheet("color: palette(mid);")
+        buttons.addWidget(self.infoLabel)
+        buttons.addWidget(self.overviewNote)
+        buttons.addStretch(1)
+        buttons.addWidget(self.copyButton)
+        buttons.addWidget(self.exportButton)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(split, 1)
+        layout.addLayout(buttons)
+
+    def show_frames(self, frames: StatsFrames | None, batch_index: int = 0) -> None:
+        if frames is None or frames is self.frames:
+            return
+        self.frames = frames
+        sort_column = self.table.horizontalHeader().sortIndicatorSection()
+        order = self.table.horizontalHeader().sortIndicatorOrder()
+        self.model.clear()
+        self.model.setHorizontalHeaderLabels(["head"] + [STATS[name][0] for name in frames.columns])
+        for col, name in enumerate(frames.columns, start=1):
+            self.model.horizontalHeaderItem(col).setToolTip(STATS[name][1])
+        for h, label in enumerate(frames.labels):
+            first = QStandardItem(label)
+            first.setData(h, SORT_ROLE)
+            items = [first]
+            for values in frames.columns.values():
+                v = float(values[h])
+                item = QStandardItem("—" if np.isnan(v) else f"{v:.4g}")
+                item.setData(-np.inf if np.isnan(v) else v, SORT_ROLE)
+                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                items.append(item)
+            self.model.appendRow(items)
+        if 0 <= sort_column < self.model.columnCount():
+            self.table.sortByColumn(sort_column, order)
+        self.infoLabel.setText(f"{len(frames.labels)} heads · batch item {batch_index} · weights before dropout")
+        self._show_overview()
+
+    def _show_overview(self) -> None:
+        f = self.frames
+        has = f is not None and f.layers is not None
+        self.overviewPanel.setVisible(has)
+        self.overviewNote.setVisible(not has)
+        if not has:
+            return
+        heat = f.overview[self.columnCombo.currentData()]
+        set_heat_image(self.overviewImage, heat)
+        rows, cols = heat.shape
+        lo, hi = heat.levels
+        plot = self.overview.getPlotItem()
+        plot.getAxis("left").setTicks([[(n, str(n)) for n in range(rows)]] if rows <= 48 else None)
+        plot.getAxis("bottom").setTicks([[(n, str(n)) for n in range(cols)]] if cols <= 48 else None)
+        self.overview.getPlotItem().setTitle(f"{self.columnCombo.currentText()} · {lo:.3g} … {hi:.3g}", size="9pt")
+        self.overview.getPlotItem().setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+
+    def csv(self) -> str:
+        return stats_csv(self.frames.columns, self.frames.labels) if self.frames else ""
+
+    def column(self, name: str) -> np.ndarray:
+        """The values of one statistic in table order as shown (after sorting)."""
+        col = list(self.frames.columns).index(name) + 1
+        return np.array([self.model.item(r, col).data(SORT_ROLE) for r in range(self.model.rowCount())])
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.csv())
