@@ -3,6 +3,7 @@
     attnviz                      open the app (arguments go to Qt)
     attnviz --version
     attnviz render -o maps.png [--preset NAME | --config FILE.json] [config flags] [view flags]
+    attnviz render --model DIR --text "..." --layer N [--head H] [--view ...] -o out.png|svg|npz [--all-layers]
 
 The config flags are generated from the RunConfig fields and their metadata (one flag per field,
 help text from the tooltip, range from minimum/maximum). Precedence: defaults < --preset or
@@ -159,6 +160,11 @@ def _render_parser() -> argparse.ArgumentParser:
     view.add_argument("--no-title", action="store_true", help="no title lines and no tile titles")
     view.add_argument("--no-colorbar", action="store_true", help="no colour bar")
     view.add_argument("--no-labels", action="store_true", help="no position ticks and axis labels")
+    model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
+    model.add_argument("--all-layers", action="store_true",
+                       help="NPZ: also every layer's weights as layer_weights (layers, H, L, L)")
+    model.add_argument("--truncate", action="store_true",
+                       help="cut a text longer than the model's positions to what fits (else exit 2)")
     return p
 
 
@@ -171,6 +177,8 @@ def _build_config(args: argparse.Namespace):
         return load_preset(args.preset).replace(**flags) if flags else load_preset(args.preset)
     if args.config:
         return load_config(args.config).replace(**flags) if flags else load_config(args.config)
+    if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
+        flags["variant"] = "pretrained"
     if "variant" in flags:  # the variant's own defaults (its seed's mask and biases), then the flags
         return RunConfig.for_variant(flags.pop("variant"), **flags)
     return RunConfig(**flags)
@@ -197,7 +205,7 @@ def _export_options(args: argparse.Namespace):
         what=what, view=view, head=args.head or 0, scale=args.scale, title=not args.no_title,
         colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
         shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
-        diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING),
+        diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING), all_layers=args.all_layers,
     )
 
 
@@ -220,7 +228,10 @@ def render_main(argv: list[str]) -> int:
         ext = format_of(args.output)
         config = _build_config(args)
         options = _export_options(args)
-        options.check(config)
+        if args.all_layers and not config.spec.backed:
+            raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
+        if not config.spec.backed:  # a model's heads and tokens are known only once it has run
+            options.check(config)
         record = _record(config, options, args.stages)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -230,7 +241,7 @@ def render_main(argv: list[str]) -> int:
     try:
         from .core import run
 
-        result = run(config, record=record)
+        result = _run(run, config, record, args.truncate)
         if ext != ".npz":
             from .export import ensure_gui_app
 
@@ -247,6 +258,19 @@ def render_main(argv: list[str]) -> int:
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {type(exc).__name__}: {exc}")
     print(f"wrote {path}")
     return EXIT_OK
+
+
+def _run(run, config, record, truncate: bool):
+    """run(config); with --truncate, a text too long for the model is cut to the fix the error offers."""
+    from .core import ConfigError
+
+    try:
+        return run(config, record=record)
+    except ConfigError as exc:
+        if not (truncate and exc.field == "text" and exc.suggestions):
+            raise
+        print(f"{RENDER_PROG}: note: {exc.problem}; truncated", file=sys.stderr)
+        return run(config.replace(text=exc.suggestions[0]), record=record)
 
 
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
