@@ -242,13 +242,15 @@ def render_main(argv: list[str]) -> int:
         from .core import run
 
         result = _run(run, config, record, args.truncate)
+        if config.spec.backed:
+            options.check(result.config)  # --head against the model's heads
         if ext != ".npz":
             from .export import ensure_gui_app
 
             ensure_gui_app()  # picks the offscreen platform when there is no display
         path = export(result, args.output, options)
-    except ConfigError as exc:  # found only when running: no CUDA, over the memory budget
-        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
+    except (ConfigError, ValueError) as exc:  # found only when running: no CUDA, over the memory budget, a bad
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")  # model or text, a head the model lacks
     except ExportError as exc:  # a --scale too large for one image is a bad argument, the rest failures
         code = EXIT_USAGE if isinstance(exc.__cause__, ImageTooLarge) else EXIT_FAILURE
         return _fail(code, f"{RENDER_PROG}: error: {exc}")
