@@ -22,6 +22,7 @@ from .model import ModelShape, Transformer
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
+GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}
 MEMORY_FRACTION = 0.5  # as the runner: this share of the free memory, unless a budget is given
 
 
@@ -85,6 +86,8 @@ def model_name(path: Path) -> str:
     parts = path.resolve().parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
         return parts[-3][len("models--"):].replace("--", "/")
+    if path.name.lower() in GENERIC_NAMES and len(parts) >= 2:  # e.g. a package's .../all_minilm/model
+        return f"{parts[-2]}/{parts[-1]}"
     return path.name
 
 
