@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny import SENTENCE
 
 from attnviz.cli import main
 from attnviz.core import RunConfig, run
 from attnviz.core.config import field_applies
 from attnviz.models import load_model
-from tests.models.conftest import SENTENCE
 
 
 def test_result_is_the_chosen_layer_with_tokens(tiny_models):

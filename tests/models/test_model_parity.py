@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from tiny import SENTENCE
 
 from attnviz.models import load_model
-from tests.models.conftest import SENTENCE
 
 FAMILIES = ["bert", "gpt2", "llama", "qwen2", "mistral"]
 
