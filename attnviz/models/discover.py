@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .adapters import ADAPTERS
+from .loader import model_name
 
 
 def hub_cache(env: Mapping[str, str] = os.environ) -> Path:
@@ -39,9 +40,9 @@ def _listed(env: Mapping[str, str]) -> list[tuple[str, Path]]:
             continue
         root = Path(entry).expanduser()
         if (root / "config.json").is_file():
-            found.append((root.name, root))
+            found.append((model_name(root), root))
         elif root.is_dir():
-            found += [(p.name, p) for p in sorted(root.iterdir()) if (p / "config.json").is_file()]
+            found += [(model_name(p), p) for p in sorted(root.iterdir()) if (p / "config.json").is_file()]
     return found
 
 
