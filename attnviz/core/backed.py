@@ -181,8 +181,8 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     if cancel is not None and cancel():
         raise Cancelled
     module = getattr(model, "module", None)
-    if module is not None and device.type == "cuda":
-        module.to(device)  # the cached model follows the device asked for
+    if module is not None and next(module.parameters()).device != device:
+        module.to(device)  # the cached model follows the device asked for (and back to the CPU)
     ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
     t0 = time.perf_counter()
     with torch.inference_mode(), threads(forward_threads() if device.type == "cpu" else torch.get_num_threads()):

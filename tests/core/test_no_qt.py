@@ -1,4 +1,4 @@
-"""attnviz.core, attnviz.models (and the worker-side attnviz.frames) must never import Qt: checked in a fresh interpreter."""
+"""attnviz.core, attnviz.models and the worker-side attnviz.frames never import Qt (a fresh interpreter)."""
 
 from __future__ import annotations
 
