@@ -7,6 +7,7 @@ thread only swaps the finished picture in.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -15,6 +16,7 @@ from PySide6.QtCore import QRectF, Qt, Signal
 
 from ..frames import model_mosaic, mosaic_columns
 from .panel import named
+from .worker import lower_priority
 
 GAP = 2
 MIN_TILE, MAX_TILE = 12, 72
@@ -72,7 +74,10 @@ class ModelView(pg.GraphicsLayoutWidget):
         allowed = source.masks[layer][0] if not source.masks[layer].all() else None
 
         def compose() -> None:
-            self._sigMosaic.emit(source, model_mosaic(lw, allowed, tile, colormap, GAP), tile)
+            lower_priority()  # like the worker: the GUI thread wins the CPU
+            mosaic = model_mosaic(lw, allowed, tile, colormap, GAP)
+            with contextlib.suppress(RuntimeError):  # the window closed meanwhile
+                self._sigMosaic.emit(source, mosaic, tile)
         threading.Thread(target=compose, name="attnviz-model-view", daemon=True).start()
 
     def _mosaic_ready(self, source, mosaic: np.ndarray, tile: int) -> None:
