@@ -3,14 +3,17 @@
 The protocol. A VariantSpec with `load` set is model-backed (spec.backed). `load(config, memory_budget)`
 returns a model object with:
 
-    info      .layers, .heads, .kv_heads, .d_model, .max_positions (ints), .causal (bool), .name (str)
+    info      .layers, .heads, .kv_heads, .d_model, .max_positions (ints); .name (str) if it has one
     encode(text: str) -> obj with .ids (sequence of int) and .tokens (sequence of str, one label per id);
               raises ConfigError (field "text") for text it cannot take (empty, too long: the fix in
               `suggestions`, e.g. the truncated text)
     forward(ids: LongTensor (1, L), record: frozenset[str]) -> (hidden (1, L, d), [Trace] * info.layers)
               each Trace from attention(...) (kernel.py) holding the `record` stages and "mask"
 
-It is loaded and cached by the variant itself (load_model keeps the last two). `run_forward(config)`
+Every layer's map has the same shape (1, info.heads, L, L): self-attention over the text's L tokens
+(a model whose layers differ in shape, e.g. an encoder plus a cross-attending decoder, does not fit
+yet). The model is loaded and cached by the variant itself (load_model keeps the last two); a
+model object may hold a torch module as `.module`, which then follows config.device. `run_forward(config)`
 encodes config.text, runs the forward once and keeps every layer's recorded stages as NumPy
 (a ModelForward); `ModelForward.result(layer)` is the RunResult of one layer, so a change of layer,
 head or view never runs the model again (the worker keeps the forward: result.source).
@@ -78,17 +81,19 @@ def backed_stages() -> list[str]:
 
 def check_layer(config: RunConfig, info) -> None:
     if not 0 <= config.layer < info.layers:
-        raise ConfigError("layer", config.layer, f"{info.name} has {info.layers} layers (0..{info.layers - 1})",
+        name = getattr(info, "name", None) or config.model or "the model"
+        raise ConfigError("layer", config.layer, f"{name} has {info.layers} layers (0..{info.layers - 1})",
                           f"choose a layer from 0 to {info.layers - 1}", suggestions=(info.layers - 1,))
 
 
 def resolved(config: RunConfig, info, length: int, mask: np.ndarray) -> RunConfig:
     """The config with the shapes the model and the text gave it (what views and exports read)."""
     d_model = info.d_model - info.d_model % info.heads  # a width the heads divide, for validation
-    kind = "causal" if info.causal else "none"
-    window = 0
-    if info.causal and not mask[0, 0, -1, 0]:  # a sliding window: the keys it sees before the query
-        kind, window = "window", int(mask[0, 0, -1].sum()) - 1
+    m = mask[0, 0]  # named from the mask itself: the protocol needs no flag for it
+    causal = bool((m == np.tril(np.ones_like(m))).all())
+    kind, window = ("none" if m.all() else "causal" if causal else "window"), 0
+    if kind == "window":  # a sliding window: the keys the last query sees before itself
+        window = int(m[-1].sum()) - 1
     return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=length,
                           seq_kv=length, mask=kind, window=max(window, 0))
 

@@ -115,3 +115,51 @@ def test_forward_threads_follow_the_override_and_are_restored(tiny_models, monke
     assert seen == [1] and torch.get_num_threads() == before
     monkeypatch.delenv("ATTNVIZ_THREADS")
     assert 1 <= forward_threads() <= before
+
+
+class ToyLike:
+    """The smallest model-backed object (backed.py's protocol): info, encode, a traced forward."""
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.info = SimpleNamespace(layers=3, heads=2, kv_heads=2, d_model=8, max_positions=16, name="toy")
+        self.calls = 0
+
+    def encode(self, text):
+        from types import SimpleNamespace
+
+        words = text.split()
+        return SimpleNamespace(ids=[len(w) for w in words], tokens=words)
+
+    def forward(self, ids, record):
+        from attnviz.core.kernel import attention
+        from attnviz.core.masks import causal_mask
+
+        self.calls += 1
+        g = torch.Generator().manual_seed(0)
+        n = ids.shape[1]
+        traces = []
+        for _ in range(self.info.layers):
+            q, k, v = (torch.randn(1, 2, n, 4, generator=g) for _ in range(3))
+            out, trace = attention(q, k, v, mask=causal_mask(n), record=record)
+            trace.keep("output", out)
+            traces.append(trace)
+        return None, traces
+
+
+def test_any_object_with_the_protocol_is_a_model_backed_variant(monkeypatch):
+    from attnviz.core.variants import BACKED_FIELDS, VARIANTS, VariantSpec
+
+    toy = ToyLike()
+    spec = VariantSpec(id="toy-like", label="Toy", seed="test", description="", build=None, inputs=None,
+                       load=lambda config, budget: toy, own_fields=BACKED_FIELDS)
+    monkeypatch.setitem(VARIANTS, "toy-like", spec)
+    result = run(RunConfig(variant="toy-like", model="toy", text="a bb ccc dddd", layer=2))
+    assert result.weights.shape == (1, 2, 4, 4) and result.layer_weights.shape == (3, 1, 2, 4, 4)
+    assert result.tokens == ("a", "bb", "ccc", "dddd") and list(result.token_ids) == [1, 2, 3, 4]
+    assert result.config.mask == "causal" and result.config.heads == 2
+    assert np.all(np.triu(result.weights[0, 0], 1) == 0)
+    assert result.source.result(0).config.layer == 0 and toy.calls == 1
+    with pytest.raises(Exception, match="toy has 3 layers"):
+        run(RunConfig(variant="toy-like", model="toy", text="a b", layer=3))
