@@ -115,9 +115,10 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
     if need <= allowed:
         return
     fits = max((n for n in range(1, length) if forward_bytes(info, n, keep) <= allowed), default=0)
+    fix = f"use a shorter text (at most about {fits} tokens)" if fits else "free memory, or choose a smaller model"
     raise MemoryBudgetError("text", f"{length} tokens",
                             f"every layer's maps at {length} tokens need about {_gib(need)}, over the budget of "
-                            f"{_gib(allowed)}", f"use a shorter text (at most about {fits} tokens)")
+                            f"{_gib(allowed)}", fix)
 
 
 def forward_threads() -> int:

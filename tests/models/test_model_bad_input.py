@@ -103,3 +103,19 @@ def test_too_large_is_refused_before_loading(tiny_models, tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"weights need about \d+ KiB as float32, over 1 KiB"):
         load_model(tiny_models("gpt2"), memory_budget=1024)
     _fails(tiny_models("gpt2"), match="over 1 KiB", memory_budget=1024)
+
+
+def test_maps_over_the_budget_name_the_text_length(tiny_models):
+    from attnviz.core.backed import FORWARD_OVERHEAD
+
+    folder = tiny_models("gpt2")  # its weights fit 1 MiB; every layer's maps and the forward do not
+    err = _fails(folder, text="the cat sat on the mat", match="every layer's maps at", field="text",
+                 memory_budget=FORWARD_OVERHEAD // 2)
+    assert "free memory" in str(err)  # not even one token would fit
+    from attnviz.core.backed import forward_bytes
+
+    info = load_model(folder).info
+    budget = forward_bytes(info, 3, frozenset({"weights", "scores", "output"}))
+    err = _fails(folder, text="the cat sat on the mat", match="every layer's maps at", field="text",
+                 memory_budget=budget)
+    assert "shorter text (at most about" in str(err)
