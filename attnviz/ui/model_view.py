@@ -43,7 +43,6 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.plot.showAxis("top")
         self.plot.hideAxis("bottom")
         self.plot.getViewBox().setDefaultPadding(0)
-        self.plot.setAspectLocked(True)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         self.marker = pg.QtWidgets.QGraphicsRectItem()
@@ -92,8 +91,23 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.plot.getAxis("left").setTicks([[(r * step + self.tile / 2, f"L{r}") for r in range(layers)]])
         top = [(x + self.tile / 2, f"H{c}") for c, x in enumerate(self.columns[:-1])]
         self.plot.getAxis("top").setTicks([top + [(self.columns[-1] + self.tile / 2, "mean")]])
-        self.plot.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.01)
+        self._size = mosaic.shape[:2]
+        self._fit()
         self._mark()
+
+    def _fit(self) -> None:
+        """Square pixels, the mosaic at the top left (not centred far from its layer labels)."""
+        if not getattr(self, "_size", None):
+            return
+        vb = self.plot.getViewBox()
+        rows, cols = self._size
+        w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
+        scale = min(w / (cols + 4), h / (rows + 4))
+        self.plot.setRange(xRange=(-2, w / scale - 2), yRange=(-2, h / scale - 2), padding=0)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
 
     def _mark(self) -> None:
         if not self.tile:
