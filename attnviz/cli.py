@@ -3,6 +3,7 @@
     attnviz                      open the app (arguments go to Qt)
     attnviz --version
     attnviz render -o maps.png [--preset NAME | --config FILE.json] [config flags] [view flags]
+    attnviz render --model DIR --text "..." --layer N [--head H] [--view ...] -o out.png|svg|npz [--all-layers]
 
 The config flags are generated from the RunConfig fields and their metadata (one flag per field,
 help text from the tooltip, range from minimum/maximum). Precedence: defaults < --preset or
@@ -171,6 +172,11 @@ def _render_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", metavar="FILE.csv",
                    help="also write per-head statistics (entropy, max weight, mean distance, first key, previous "
                         "token, diagonal) as CSV; -o may then be left out")
+    model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
+    model.add_argument("--all-layers", action="store_true",
+                       help="NPZ: also every layer's weights as layer_weights (layers, H, L, L)")
+    model.add_argument("--truncate", action="store_true",
+                       help="cut a text longer than the model's positions to what fits (else exit 2)")
     return p
 
 
@@ -183,6 +189,8 @@ def _build_config(args: argparse.Namespace):
         return load_preset(args.preset).replace(**flags) if flags else load_preset(args.preset)
     if args.config:
         return load_config(args.config).replace(**flags) if flags else load_config(args.config)
+    if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
+        flags["variant"] = "pretrained"
     if "variant" in flags:  # the variant's own defaults (its seed's mask and biases), then the flags
         return RunConfig.for_variant(flags.pop("variant"), **flags)
     return RunConfig(**flags)
@@ -219,6 +227,7 @@ def _export_options(args: argparse.Namespace):
         colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
         shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
         diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING), scale_mode=args.scale_mode,
+        all_layers=args.all_layers,
     )
 
 
@@ -243,7 +252,10 @@ def render_main(argv: list[str]) -> int:
             raise UsageError(f"--stats {args.stats}: give a .csv file")
         config = _build_config(args)
         options = _export_options(args)
-        options.check(config)
+        if args.all_layers and not config.spec.backed:
+            raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
+        if not config.spec.backed:  # a model's heads and tokens are known only once it has run
+            options.check(config)
         record = _record(config, options, args.stages)
         if args.view == "pipeline":
             from .core.stages import ALL_STAGES
@@ -257,7 +269,9 @@ def render_main(argv: list[str]) -> int:
     try:
         from .core import run
 
-        result = run(config, record=record)
+        result = _run(run, config, record, args.truncate)
+        if config.spec.backed:
+            options.check(result.config)  # --head against the model's heads
         if args.rollout and (result.layer_weights is None or result.layer_weights.shape[0] < 2):
             return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: --rollout needs a multi-layer model; this run "
                                      f"({config.variant}) has one attention layer")
@@ -271,8 +285,8 @@ def render_main(argv: list[str]) -> int:
 
             ensure_gui_app()  # picks the offscreen platform when there is no display
         path = _write(result, args, options, ext)
-    except ConfigError as exc:  # found only when running: no CUDA, over the memory budget
-        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
+    except (ConfigError, ValueError) as exc:  # found only when running: no CUDA, over the memory budget, a bad
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")  # model or text, a head the model lacks
     except ExportError as exc:  # a --scale too large for one image is a bad argument, the rest failures
         code = EXIT_USAGE if isinstance(exc.__cause__, ImageTooLarge) else EXIT_FAILURE
         return _fail(code, f"{RENDER_PROG}: error: {exc}")
@@ -308,6 +322,17 @@ def _write_stats(result, path: str, b: int) -> None:
     from .explain import stats_csv_for
 
     write_bytes(path, stats_csv_for(result, b).encode("utf-8"))
+def _run(run, config, record, truncate: bool):
+    """run(config); with --truncate, a text too long for the model is cut to the fix the error offers."""
+    from .core import ConfigError
+
+    try:
+        return run(config, record=record)
+    except ConfigError as exc:
+        if not (truncate and exc.field == "text" and exc.suggestions):
+            raise
+        print(f"{RENDER_PROG}: note: {exc.problem}; truncated", file=sys.stderr)
+        return run(config.replace(text=exc.suggestions[0]), record=record)
 
 
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:

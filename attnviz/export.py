@@ -90,6 +90,7 @@ class ExportOptions:
     tensor: str = "output"  # for what="output": a key of frames.TENSORS
     tensor_head: int = 0  # which head's q, k or v
     scale_mode: str = "linear"  # colour scale of the maps: a key of frames.SCALE_MODES
+    all_layers: bool = False  # NPZ of a multi-layer model: also every layer's weights (layer_weights)
 
     @classmethod
     def from_view(cls, view: ViewOptions, **changes) -> ExportOptions:
@@ -353,6 +354,11 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
             heading += f" \u00b7 mean over {c.heads} heads"
         else:
             heading += f" \u00b7 {c.heads} head{'s' if c.heads != 1 else ''}"
+    if c.spec.backed:  # a trained model on a text: its name, the layer, the tokens
+        info = getattr(result.source, "info", None)
+        name = f"{info.name} ({info.model_type}, {info.layers} layers)" if info else c.model
+        return heading, [name, f"layer {c.layer}", f"{c.seq_q} tokens", c.shapes_text(), _mask_text(c),
+                         f"float32 on {result.device}"]
     parts = [f"{c.spec.label} ({c.variant})", c.shapes_text(), _mask_text(c)]
     if c.safe_softmax and c.applies("safe_softmax"):
         parts.append("safe softmax")
@@ -362,10 +368,25 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
     return heading, parts
 
 
-def _axis_names(options: ExportOptions) -> tuple[str, str]:
+def _token_labels(result: RunResult, options: ExportOptions, rows: int, cols: int) -> list[str] | None:
+    """The display labels of a token-labelled map (pretrained models, toys); None for positions."""
+    if not result.tokens or options.what == "output" or rows != cols or len(result.tokens) != rows:
+        return None
+    from .models.tokens import display
+
+    return [display(t) for t in result.tokens]
+
+
+def _token_ticks(n: int, scale: int) -> list[int]:
+    """Every token whose label fits its cell; every k-th one when the cells are smaller than the text."""
+    step = max(1, math.ceil((TICK_PX + 2) / max(scale, 1)))
+    return list(range(0, n, step))
+
+
+def _axis_names(options: ExportOptions, tokens: bool = False) -> tuple[str, str]:
     """(x label, y label)."""
     if options.what != "output":
-        return "key position j", "query position i"
+        return ("key token", "query token") if tokens else ("key position j", "query position i")
     rows = "key position j" if options.tensor in ("k", "v") else "query position i"
     return "feature", rows
 
@@ -439,9 +460,15 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     tt_h = m.height(TILE_PX, True) + 4 if show_tile_titles else 0
     x_ticks = _position_ticks(cols, img_w) if options.axis_labels else []
     y_ticks = _position_ticks(rows, img_h) if options.axis_labels else []
+    names = _token_labels(result, options, rows, cols)
+    if names is not None:  # token labels instead of positions, thinned to what fits
+        x_ticks = y_ticks = _token_ticks(rows, s)
+    ytext = {j: names[j] if names else str(j) for j in y_ticks}
     tick_len = 4
-    ytick_w = (math.ceil(max(m.width(str(v), TICK_PX) for v in y_ticks)) + tick_len + 4) if y_ticks else 0
+    ytick_w = (math.ceil(max(m.width(t, TICK_PX) for t in ytext.values())) + tick_len + 4) if y_ticks else 0
     xtick_h = (m.height(TICK_PX) + tick_len + 2) if x_ticks else 0
+    if names:  # x labels stand rotated, reading bottom to top
+        xtick_h = (math.ceil(max(m.width(ytext[j], TICK_PX) for j in x_ticks)) + tick_len + 4) if x_ticks else 0
     title_w = max((math.ceil(m.width(t, TILE_PX, True)) for t in tile_titles), default=0) if show_tile_titles else 0
     inner_w = max(img_w, title_w)
     block_w, block_h = ytick_w + inner_w, tt_h + img_h + xtick_h
@@ -451,7 +478,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     _check_size(grid_w, grid_h)  # before allocating any upscaled tile
 
     label_h = m.height(LABEL_PX) + 4 if options.axis_labels else 0  # x label below, y label left
-    xname, yname = _axis_names(options)
+    xname, yname = _axis_names(options, bool(names))
     # a grid shorter than the rotated y label gets room above and below so the label never overhangs
     pad = max(0, math.ceil(m.width(yname, LABEL_PX)) + 8 - grid_h) if options.axis_labels else 0
     content_w_left = label_h + grid_w  # y label column + grid
@@ -501,12 +528,16 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
             for j in x_ticks:
                 x = ix + (j + 0.5) * s
                 items.append(Line(x, iy + img_h, x, iy + img_h + tick_len, FRAME))
-                items.append(Text(x, iy + img_h + tick_len + 1 + ta, str(j), TICK_PX, anchor="middle",
-                                  color=TICK_INK))
+                if names:
+                    items.append(Text(x + ta * 0.36, iy + img_h + tick_len + 3, ytext[j], TICK_PX, anchor="end",
+                                      color=TICK_INK, rotated=True))
+                else:
+                    items.append(Text(x, iy + img_h + tick_len + 1 + ta, str(j), TICK_PX, anchor="middle",
+                                      color=TICK_INK))
             for j in y_ticks:
                 y = iy + (j + 0.5) * s
                 items.append(Line(ix - tick_len, y, ix, y, FRAME))
-                items.append(Text(ix - tick_len - 3, y + ta * 0.36, str(j), TICK_PX, anchor="end",
+                items.append(Text(ix - tick_len - 3, y + ta * 0.36, ytext[j], TICK_PX, anchor="end",
                                   color=TICK_INK))
 
     content_bottom = grid_y + grid_h
@@ -827,10 +858,18 @@ def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOption
 
 # --- NPZ -------------------------------------------------------------------------------------
 
-def write_npz(result: RunResult, path: str | os.PathLike, **extra: np.ndarray) -> Path:
+def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = False, **extra: np.ndarray) -> Path:
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
-    (the saved-configuration JSON string) and any `extra` arrays, atomically."""
+    (the saved-configuration JSON string) and any `extra` arrays, atomically. Token-labelled runs add
+    `tokens` (str) and `token_ids`; all_layers adds `layer_weights`, every layer's weights (layers, H, L, L)."""
     arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | extra
+    if result.tokens:  # token-labelled runs: the labels, the ids and, if asked, every layer's weights
+        arrays["tokens"] = np.array(result.tokens, dtype=str)
+    if result.token_ids is not None:
+        arrays["token_ids"] = np.asarray(result.token_ids)
+    if all_layers and result.layer_weights is not None:
+        lw = result.layer_weights  # (layers, B, H, L, L); one text: (layers, H, L, L)
+        arrays["layer_weights"] = lw[:, 0] if lw.shape[1] == 1 else lw
     with atomic_writer(path) as f:
         np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
     return Path(path)
@@ -858,7 +897,7 @@ def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | 
     options = options or ExportOptions()
     if ext == ".npz":
         options.check(result.config)
-        return write_npz(result, path)
+        return write_npz(result, path, options.all_layers)
     try:
         data = png_bytes(result, options) if ext == ".png" else svg_text(result, options).encode("utf-8")
     except ImageTooLarge as exc:

@@ -447,3 +447,30 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     frames.extras = render_extras(result, options, cache)
     frames.render_time_s = time.perf_counter() - t0
     return frames
+
+
+def model_mosaic(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px: int, colormap: str,
+                 gap: int = 2) -> np.ndarray:
+    """Every layer x head of a model as one RGBA picture (bertviz's model view): row = layer, column =
+    head, then the mean over the layer's heads. Each tile is max-pooled to tile_px and scaled to its
+    own maximum (so a layer's pattern shows even where one token takes most of the weight).
+
+    layer_weights: (layers, 1, H, L, L); allowed: bool (1, L, L) or None. Returns (rows, cols, 4) uint8.
+    """
+    layers, _, heads, lq, lkv = layer_weights.shape
+    w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, L, L)
+    maps = torch.cat([w, torch.nan_to_num(w, nan=0.0).mean(1, keepdim=True)], 1).reshape(-1, lq, lkv)
+    images, _ = quantise_maps(maps, allowed, None, (tile_px, tile_px), False, shared=False)
+    lut = colormaps.lut(colormap)
+    th, tw = images[0].shape
+    x0 = mosaic_columns(heads, tw, gap)
+    out = np.full((layers * (th + gap) - gap, x0[-1] + tw, 4), 255, np.uint8)
+    for n, image in enumerate(images):
+        r, c = divmod(n, heads + 1)
+        out[r * (th + gap): r * (th + gap) + th, x0[c]: x0[c] + tw] = lut[image]
+    return out
+
+
+def mosaic_columns(heads: int, tile_w: int, gap: int = 2) -> list[int]:
+    """Left edge of each mosaic column: the heads, then the mean a little apart."""
+    return [c * (tile_w + gap) for c in range(heads)] + [heads * (tile_w + gap) + 3 * gap]

@@ -65,7 +65,8 @@ class RunConfig:
     heads: int = param(4, "Heads", "Number of attention heads; must divide the projected width",
                        widget="headsSpin", minimum=1, maximum=1024)
     layer: int = param(0, "Layer",
-                       "Which layer: its depth sets differential attention's λ_init = 0.8 - 0.6·exp(-0.3·layer)",
+                       "Which layer (0 = the first): the layer of a model shown; for differential attention its depth "
+                       "sets λ_init = 0.8 - 0.6·exp(-0.3·layer)",
                        widget="layerSpin", minimum=0, maximum=1023)
     batch: int = param(1, "Batch", "Number of independent sequences (batch size B)",
                        widget="batchSpin", minimum=1, maximum=4096, group="Shape")

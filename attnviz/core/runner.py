@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ class RunResult:
     key_tokens: tuple[str, ...] = ()  # key token labels where keys differ from queries (cross-attention)
     token_ids: np.ndarray | None = None  # (Lq,) int ids of the queries' tokens
     layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
+    source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name.startswith("__") or name == "stages":  # not yet set (copy, pickle)
@@ -83,6 +85,10 @@ def build_mask(config: RunConfig, device: torch.device | None = None) -> Tensor 
 
 def run_stages(config: RunConfig) -> list[str]:
     """The stages this configuration produces, in pipeline order (what a full trace would hold)."""
+    if config.spec.backed:
+        from .backed import backed_stages
+
+        return backed_stages()
     options = config.attention_options()
     absent = set()
     if options.rotate() is None:
@@ -216,7 +222,14 @@ def run(
     `record`: the stages to keep (default: what the views read, DEFAULT_RECORD); stages this
     configuration does not produce are skipped. `cancel` is polled between stages (a single torch
     op cannot be interrupted); when it returns True the run stops with Cancelled.
+    A model-backed variant (spec.load set, see backed.py) runs its model on config.text instead and
+    returns config.layer's result; result.source then holds every layer.
     """
+
+    if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
+        from .backed import run_forward
+
+        return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record).result(config.layer)
 
     def checkpoint() -> None:
         if cancel is not None and cancel():

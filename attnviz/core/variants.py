@@ -39,10 +39,21 @@ class VariantSpec:
     labels: dict[str, str] = field(default_factory=dict)  # variant-specific names for fields
     default_mask: str = "none"
     head_factor: int = 1  # score maps per head (differential attention: 2)
+    # A model-backed variant (see backed.py): (config, memory_budget) -> a loaded model with
+    # info, encode(text) and a traced multi-layer forward. Shapes then come from the model and the text.
+    load: Callable[[Any, int | None], Any] | None = None
+    own_fields: frozenset[str] | None = None  # when set: exactly the fields this variant uses
 
     @property
     def fields(self) -> frozenset[str]:
+        if self.own_fields is not None:
+            return self.own_fields
         return COMMON_FIELDS | self.extra_fields
+
+    @property
+    def backed(self) -> bool:
+        """Whether a trained model computes this variant (one forward, every layer)."""
+        return self.load is not None
 
     @property
     def cross(self) -> bool:
@@ -54,6 +65,24 @@ class VariantSpec:
 
 def _attn(c):
     return c.attention_options()
+
+
+def _load_pretrained(c, memory_budget: int | None):
+    from ..models import load_model  # lazily: attnviz.models builds on the kernel
+
+    return load_model(c.model, memory_budget=memory_budget)
+
+
+def _no_inputs(c) -> tuple[Tensor, ...]:
+    return ()
+
+
+def _not_a_module(c) -> nn.Module:
+    raise TypeError(f"variant {c.variant!r} is model-backed: run it through attnviz.core.backed")
+
+
+# What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.
+BACKED_FIELDS = frozenset({"variant", "model", "text", "layer", "device"})
 
 
 def _self_inputs(c) -> tuple[Tensor, ...]:
@@ -128,6 +157,18 @@ VARIANTS: dict[str, VariantSpec] = {
             labels={"d_model": "embed_dim", "layer": "Layer (λ_init depth)"},
             default_mask="causal",
             head_factor=2,
+        ),
+        VariantSpec(
+            id="pretrained",
+            label="Pretrained model (local folder)",
+            seed="a Hugging Face model folder: BERT, GPT-2, Llama, Mistral, Qwen2",
+            description="A trained transformer on your own text: every layer and head, with the tokens on the axes.",
+            build=_not_a_module,
+            inputs=_no_inputs,
+            labels={"layer": "Layer", "model": "Model folder"},
+            default_mask="none",
+            load=_load_pretrained,
+            own_fields=BACKED_FIELDS,
         ),
     ]
 }

@@ -20,6 +20,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDockWidget,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -36,8 +37,10 @@ from PySide6.QtWidgets import (
 
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, run
+from ..core.config import field_meta
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
 from .explain_views import ExplainViews
+from .model_view import ModelView
 from .panel import ParameterPanel, named
 from .views import HeadGrid, TensorView
 from .worker import Failure, Outcome, Request, Worker
@@ -63,6 +66,7 @@ class MainWindow(QMainWindow):
         self.result = None
         self.frames = None
         self.last_error: str | None = None
+        self._model_dock_shown = False
 
         self.panel = ParameterPanel()
         scroll = QScrollArea()
@@ -112,6 +116,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.busyIndicator)
         maps_layout.insertWidget(2, self.hoverLabel)
 
+        self._make_model_dock()
         self._make_actions()
         self.resize(1280, 820)
 
@@ -245,6 +250,15 @@ class MainWindow(QMainWindow):
                                   "Reset every parameter to the defaults", view_menu)
         self.explain = ExplainViews(self)  # the explaining panels (docks): pipeline, statistics, focus ...
         self.explain.add_actions(view_menu)
+        view_menu.addSeparator()
+        self.modelViewAction = self.modelDock.toggleViewAction()
+        self.modelViewAction.setText("Model view")
+        self.modelViewAction.setShortcut(QKeySequence("Ctrl+Shift+M"))
+        self.modelViewAction.setToolTip("Every layer × head of a pretrained model as small tiles (Ctrl+Shift+M)")
+        view_menu.addAction(self.modelViewAction)
+        action("Next layer", "Ctrl+]", lambda: self._step_layer(1), "Show the next layer of the model", view_menu)
+        action("Previous layer", "Ctrl+[", lambda: self._step_layer(-1), "Show the previous layer of the model",
+               view_menu)
 
     def _view_changed(self, *_) -> None:
         """Each view shows its own scale: the one chosen for it, else its default."""
@@ -256,6 +270,49 @@ class MainWindow(QMainWindow):
 
     def _scale_chosen(self, *_) -> None:
         self._scales[self.viewCombo.currentData()] = self.scaleCombo.currentData()
+
+    # --- pretrained models: the model view and the layer ---------------------------------------
+
+    def _make_model_dock(self) -> None:
+        self.modelView = ModelView()
+        self.modelDock = QDockWidget("Model view: every layer × head (click one to open it)", self)
+        self.modelDock.setObjectName("modelDock")
+        self.modelDock.setWidget(self.modelView)
+        self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
+        self.modelDock.hide()
+        self.modelView.sigOpen.connect(self._open_tile)
+        self.modelView.sigHover.connect(self.hoverLabel.setText)
+
+    def _show_model(self, result) -> None:
+        """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
+        layer_spin = self.panel.widgets["layer"]
+        if result.source is None:
+            layer_spin.setMaximum(int(field_meta("layer")["maximum"]))
+            return
+        layers = result.source.info.layers
+        layer_spin.setMaximum(layers - 1)
+        if not self._model_dock_shown:  # the first model: open the model view once; the user decides after
+            self._model_dock_shown = True
+            self.modelDock.show()
+            self.resizeDocks([self.modelDock], [max(self.height() // 3, 180)], Qt.Vertical)
+        if self.modelDock.isVisible():
+            self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
+
+    def _open_tile(self, layer: int, head: int) -> None:
+        self.panel.widgets["layer"].setValue(layer)
+        self.headGrid.set_focus(head if head >= 0 else None)
+        self.schedule()
+
+    def _step_layer(self, step: int) -> None:
+        spin = self.panel.widgets["layer"]
+        spin.setValue(spin.value() + step)
+
+    def _shapes(self, config: RunConfig) -> RunConfig:
+        """The config whose shapes the views size for: a model's come from its last result."""
+        last = self.result
+        if config.spec.backed and last is not None and last.source is not None:
+            return last.config
+        return config
 
     def _mean_toggled(self, on: bool) -> None:
         if not on and self.headGrid.focus == -1:
@@ -279,6 +336,7 @@ class MainWindow(QMainWindow):
         return not self._timer.isActive() and self.latest_id in (self.shown_id, self.failed_id)
 
     def view_options(self, config: RunConfig) -> ViewOptions:
+        config = self._shapes(config)
         self.tensorHeadSpin.setMaximum(config.heads - 1)
         return ViewOptions(
             view=self.viewCombo.currentData(),
@@ -320,6 +378,7 @@ class MainWindow(QMainWindow):
         self.headGrid.show_frames(outcome.result, outcome.frames)
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
+        self._show_model(outcome.result)
         self.worker.release(previous)  # the last references to the old maps: freed off this thread
         del previous
         self.shown_id = rid

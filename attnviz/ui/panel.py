@@ -31,8 +31,10 @@ from PySide6.QtWidgets import (
 
 from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
 from ..core.config import field_applies, field_meta
+from .model_chooser import ModelChooser
 
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Training", "Run")
+DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
 
 
@@ -176,9 +178,14 @@ class ParameterPanel(QWidget):
             w.setDecimals(meta["decimals"])
             w.setSingleStep(0.05 if meta["decimals"] >= 2 else 1000 if meta["maximum"] > 1e5 else 1)
             w.valueChanged.connect(self._edited)
+        elif name == "model":  # a folder: the ones found locally, or "Open folder…"
+            w = ModelChooser()
+            w.sigChanged.connect(self._edited)
         elif kind == "str":  # free text: a folder, the input text
             w = QLineEdit()
             w.setClearButtonEnabled(True)
+            if name == "text":
+                w.setPlaceholderText("Type a sentence: the maps follow as you type")
             w.textChanged.connect(self._edited)
         else:  # tuple of ints, typed as text
             w = QLineEdit()
@@ -201,6 +208,8 @@ class ParameterPanel(QWidget):
             return w.isChecked()
         if isinstance(w, (QSpinBox, QDoubleSpinBox)):
             return w.value()
+        if isinstance(w, ModelChooser):
+            return w.folder()
         if name != "kv_lengths":
             return w.text()
         text = w.text().replace(";", ",").replace(" ", ",")
@@ -223,6 +232,8 @@ class ParameterPanel(QWidget):
             w.setChecked(bool(value))
         elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
             w.setValue(value)
+        elif isinstance(w, ModelChooser):
+            w.set_folder(value)
         elif name != "kv_lengths":
             w.setText(value)
         else:
@@ -264,9 +275,18 @@ class ParameterPanel(QWidget):
                 self._set_value("in_bias", False)
             elif "in_bias" in spec.fields:
                 self._set_value("in_bias", True)
+            if spec.backed:  # something to see at once: the first model found, a first sentence
+                self._start_backed()
         finally:
             self._loading = False
         self._edited()
+
+    def _start_backed(self) -> None:
+        chooser = self.widgets["model"]
+        if not chooser.folder() and chooser.combo.count() > 1:
+            chooser.combo.setCurrentIndex(1)
+        if not self._value("text").strip():
+            self._set_value("text", DEFAULT_TEXT)
 
     def _edited(self, *_: Any) -> None:
         if self._loading:
@@ -334,6 +354,10 @@ class ParameterPanel(QWidget):
             button = QPushButton(f"Use {name} = {value}")
             button.setObjectName(f"fixButton_{value}")
             button.setToolTip(f"Set {name} to {value}, the nearest valid value")
+            if field == "text":  # the fix for a text too long for the model: its start that fits
+                button.setText("Truncate the text to fit")
+                button.setObjectName("fixButton_truncate")
+                button.setToolTip(f"Keep the start of the text that fits the model: {value[:80]}…")
             button.clicked.connect(lambda _=False, v=value: self.apply_fix(field, v))
             self.fixButtons.addWidget(button)
 

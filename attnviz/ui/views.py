@@ -16,10 +16,12 @@ from .. import colormaps
 from ..core import RunResult
 from ..core.cells import cell_path
 from ..frames import Frames, HeatImage, head_title, tensor_data, view_stage
+from ..models.tokens import display
 from .panel import named
 
 STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
               "weights": "softmax"}  # one cell's path, as hover spells it
+TOKEN_ROW_PX, TOKEN_CHAR_PX = 13, 7  # room a token label needs: a row's height, a character's width
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 TITLE_PX = 22
 
@@ -61,11 +63,34 @@ class Tile:
         self.set_axes(False)
 
     def set_axes(self, shown: bool) -> None:
+        self._token_key = None
         for axis in ("left", "bottom"):
             self.plot.showAxis(axis, shown)
+            self.plot.getAxis(axis).setTicks(None)
         if shown:
             self.plot.setLabel("left", "query position i")
             self.plot.setLabel("bottom", "key position j")
+
+    def set_token_axes(self, tokens: tuple[str, ...], left: bool, bottom: bool, px: tuple[int, int],
+                       named_axes: bool = True) -> None:
+        """Token labels on the left (queries) and bottom (keys) axes, every k-th one where the cells
+        are too small for all (the hover always names both tokens in full)."""
+        labels = [display(t) for t in tokens]
+        n = max(len(labels), 1)
+        widest = max((len(t) for t in labels), default=1)
+        steps = (max(1, math.ceil(TOKEN_ROW_PX * n / max(px[0], 1))),
+                 max(1, math.ceil((widest * TOKEN_CHAR_PX + 8) * n / max(px[1], 1))))
+        key = (tokens, left, bottom, steps, named_axes)
+        if key == getattr(self, "_token_key", None):
+            return
+        self._token_key = key
+        for axis, on, step, name in (("left", left, steps[0], "query token"), ("bottom", bottom, steps[1],
+                                                                               "key token")):
+            self.plot.showAxis(axis, on)
+            if on:
+                self.plot.getAxis(axis).setTicks([[(k, labels[k]) for k in range(0, len(labels), step)], []])
+                self.plot.setLabel(axis, name if named_axes else None)
+                self.plot.getAxis(axis).showLabel(named_axes)
 
     def show(self, heat: HeatImage, title: str, lock_aspect: bool = True) -> None:
         set_heat_image(self.image, heat)
@@ -226,6 +251,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self.focus = None
             heads = self._wanted_heads(maps)
         self._relayout(heads, c.seq_q, c.lkv)
+        self._token_axes(result, heads)
         view = frames.options.view
         what = view
         if view == "weights" and c.dropout_active:
@@ -247,6 +273,18 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self.bar.show_levels(frames.lut, span, f"{what}, per-head scale", relative=True)
         more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
         self.legend.setText(more + _swatch_html(frames.lut))
+
+    def _token_axes(self, result: RunResult, heads: list[int]) -> None:
+        """Token-labelled runs: the tokens along the grid's left column and bottom row."""
+        c = result.config
+        if not result.tokens or len(result.tokens) != c.seq_q or c.seq_q != c.lkv:
+            return
+        gr, gc = self.grid_shape(len(heads), c.seq_q, c.lkv)
+        px = self.tile_pixels(c.seq_q, c.lkv, len(heads))
+        for n, tile in enumerate(self.tiles):
+            single = self.focus is not None
+            tile.set_token_axes(result.tokens, single or n % gc == 0, single or n + gc >= len(heads), px,
+                                named_axes=single or n == 0 or n == (gr - 1) * gc)
 
     def set_stale(self, stale: bool) -> None:
         self.stale = stale
@@ -270,6 +308,19 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         return None
 
     def cell_text(self, head: int, i: int, j: int) -> str:
+        """Exact values of one cell; token-labelled runs lead with "L3 H5  'cat' → 'the'  0.41"."""
+        detail = self._cell_detail(head, i, j)
+        r = self.result
+        if not r.tokens or i >= len(r.tokens) or j >= len(r.tokens):
+            return detail
+        b = min(self.frames.options.batch_index, r.config.batch - 1)
+        shown = getattr(r, view_stage(self.frames.options.view))[b, :, i, j]
+        value = float(np.nan_to_num(shown).mean()) if head == -1 else float(shown[head])
+        who = "mean" if head == -1 else f"H{head}"
+        return (f"L{r.config.layer} {who}  '{display(r.tokens[i])}' → '{display(r.tokens[j])}'  "
+                f"{'NaN' if np.isnan(value) else f'{value:.2f}'}  ·  {detail}")
+
+    def _cell_detail(self, head: int, i: int, j: int) -> str:
         """Exact values of one cell, read from the full-resolution result."""
         r = self.result
         c = r.config

@@ -213,17 +213,34 @@ class Worker(QObject):
             # a replaced result the reaper was holding made the budget look smaller than it is
             return self._compute(config, cancel=self._cancelled, **extra)
 
+    def _stale(self, config: RunConfig, needed: frozenset[str]) -> bool:
+        """Whether the last result cannot show `config` (a model-backed result is kept by its
+        forward's config, since its own config holds the shapes the model gave it)."""
+        last = self._last
+        if last is None or not needed <= last.stages.keys():
+            return True
+        if last.source is not None:
+            return not (last.source.serves(config) and last.config.layer == config.layer)
+        return last.config != config
+
+    def _from_source(self, config: RunConfig, needed: frozenset[str]) -> RunResult | None:
+        """Another layer of the last model forward (changing the layer never runs the model again)."""
+        source = self._last.source if self._last is not None else None
+        if source is None or not source.serves(config) or not needed <= source.stages.keys():
+            return None
+        return source.result(config.layer)
+
     def _handle(self, request: Request) -> None:
         t0 = time.perf_counter()
         stage = view_stage(request.options.view)
         require_stage(request.config, stage)
         needed = needed_stages(request.config, request.options)
-        recomputed = (self._last is None or self._last.config != request.config
-                      or not needed <= self._last.stages.keys())
+        recomputed = self._stale(request.config, needed)
         if recomputed:
+            reused = self._from_source(request.config, needed)  # a model's other layer: no forward
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
-            self._last = self._run(request.config, needed)
+            self._last = reused or self._run(request.config, needed)
         if self._stopping:
             return
         frames = render(self._last, request.options, self._pools)

@@ -1,4 +1,4 @@
-"""attnviz.core (and the worker-side attnviz.frames) must never import Qt: checked in a fresh interpreter."""
+"""attnviz.core, attnviz.models and the worker-side attnviz.frames never import Qt (a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def qt_modules():
 import attnviz.core
 import attnviz.core.runner, attnviz.core.presets
 import attnviz.frames
+import attnviz.models, attnviz.models.discover, attnviz.core.backed
 attnviz.core.run(attnviz.core.RunConfig(seq_q=4, d_model=8, heads=2))
 print(json.dumps(qt_modules()))
 import pyqtgraph  # the control: the same check does see Qt once something imports it

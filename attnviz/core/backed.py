@@ -1,0 +1,207 @@
+"""Model-backed variants: a trained model computes the maps of every layer in one forward.
+
+The protocol. A VariantSpec with `load` set is model-backed (spec.backed). `load(config, memory_budget)`
+returns a model object with:
+
+    info      .layers, .heads, .kv_heads, .d_model, .max_positions (ints); .name (str) if it has one
+    encode(text: str) -> obj with .ids (sequence of int) and .tokens (sequence of str, one label per id);
+              raises ConfigError (field "text") for text it cannot take (empty, too long: the fix in
+              `suggestions`, e.g. the truncated text)
+    forward(ids: LongTensor (1, L), record: frozenset[str]) -> (hidden (1, L, d), [Trace] * info.layers)
+              each Trace from attention(...) (kernel.py) holding the `record` stages and "mask"
+
+Every layer's map has the same shape (1, info.heads, L, L): self-attention over the text's L tokens
+(a model whose layers differ in shape, e.g. an encoder plus a cross-attending decoder, does not fit
+yet). The model is loaded and cached by the variant itself (load_model keeps the last two); a
+model object may hold a torch module as `.module`, which then follows config.device. `run_forward(config)`
+encodes config.text, runs the forward once and keeps every layer's recorded stages as NumPy
+(a ModelForward); `ModelForward.result(layer)` is the RunResult of one layer, so a change of layer,
+head or view never runs the model again (the worker keeps the forward: result.source).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .config import ConfigError, RunConfig
+from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
+
+# Stages a model's attention never produces (no ALiBi, cap or differential pair in the families read)
+ABSENT = frozenset({"biased", "capped", "combined"})
+FORWARD_OVERHEAD = 64 << 20  # activations and the kernel's temporaries besides the maps, generously
+
+
+@dataclass
+class ModelForward:
+    """One forward of a model-backed variant: every layer's recorded stages as NumPy."""
+
+    key: RunConfig  # the config with layer 0: everything the forward depended on
+    info: object  # the model's info (see the protocol)
+    stages: dict[str, list[np.ndarray]]  # stage -> one array per layer
+    masks: list[np.ndarray]  # per layer, bool (1, 1, L, L), True = may attend
+    layer_weights: np.ndarray  # (layers, 1, H, L, L); stages["weights"][i] are views into it
+    tokens: tuple[str, ...]
+    token_ids: np.ndarray  # (L,)
+    device: str
+    compute_time_s: float
+    total_time_s: float
+    notes: tuple[str, ...] = field(default=())
+
+    def serves(self, config: RunConfig) -> bool:
+        """Whether `config` differs from this forward's at most in the layer."""
+        return config.spec.backed and config.replace(layer=0) == self.key
+
+    def result(self, layer: int):
+        """The RunResult of one layer (no copy: the arrays are views of this forward's)."""
+        from .runner import RunResult
+
+        check_layer(self.key.replace(layer=layer), self.info)
+        stages = {name: arrays[layer] for name, arrays in self.stages.items()}
+        mask = self.masks[layer]
+        heads, length = self.layer_weights.shape[2], len(self.tokens)
+        rows = np.broadcast_to(~mask.any(axis=-1), (1, heads, length)).copy()
+        return RunResult(
+            config=resolved(self.key.replace(layer=layer), self.info, length, mask), stages=stages, mask=mask,
+            fully_masked_rows=rows, device=self.device, compute_time_s=self.compute_time_s,
+            total_time_s=self.total_time_s, notes=self.notes, tokens=self.tokens, token_ids=self.token_ids,
+            layer_weights=self.layer_weights, source=self)
+
+
+def backed_stages() -> list[str]:
+    """Stages a model-backed run can produce (q_proj/k_proj only where the model uses RoPE)."""
+    return [name for name in STAGE_NAMES if name not in ABSENT]
+
+
+def check_layer(config: RunConfig, info) -> None:
+    if not 0 <= config.layer < info.layers:
+        name = getattr(info, "name", None) or config.model or "the model"
+        raise ConfigError("layer", config.layer, f"{name} has {info.layers} layers (0..{info.layers - 1})",
+                          f"choose a layer from 0 to {info.layers - 1}", suggestions=(info.layers - 1,))
+
+
+def resolved(config: RunConfig, info, length: int, mask: np.ndarray) -> RunConfig:
+    """The config with the shapes the model and the text gave it (what views and exports read)."""
+    d_model = info.d_model - info.d_model % info.heads  # a width the heads divide, for validation
+    m = mask[0, 0]  # named from the mask itself: the protocol needs no flag for it
+    causal = bool((m == np.tril(np.ones_like(m))).all())
+    kind, window = ("none" if m.all() else "causal" if causal else "window"), 0
+    if kind == "window":  # a sliding window: the keys the last query sees before itself
+        window = int(m[-1].sum()) - 1
+    return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=length,
+                          seq_kv=length, mask=kind, window=max(window, 0))
+
+
+def forward_bytes(info, length: int, keep: frozenset[str]) -> int:
+    """Bytes one forward keeps and needs at its peak: every layer's kept maps (float32), the stacked
+    weights, one layer's temporaries, the per-token stages."""
+    maps = sum(1 for n in keep if BY_NAME[n].is_map and n != "dropped")  # dropped = weights in eval mode
+    one_map = info.heads * length * length * 4
+    tokens = length * info.d_model * 4 * 8
+    return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD
+
+
+def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[str], budget: int | None) -> None:
+    from .runner import MEMORY_FRACTION, MemoryBudgetError, _gib, available_memory
+
+    need = forward_bytes(info, length, keep)
+    allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
+    if need <= allowed:
+        return
+    fits = max((n for n in range(1, length) if forward_bytes(info, n, keep) <= allowed), default=0)
+    fix = f"use a shorter text (at most about {fits} tokens)" if fits else "free memory, or choose a smaller model"
+    raise MemoryBudgetError("text", f"{length} tokens",
+                            f"every layer's maps at {length} tokens need about {_gib(need)}, over the budget of "
+                            f"{_gib(allowed)}", fix)
+
+
+def forward_threads() -> int:
+    """Intra-op threads for a model forward: torch's own count on a quiet machine, fewer when other
+    work holds the cores (ATTNVIZ_THREADS overrides).
+
+    A model forward is a chain of many mid-sized ops; when another program holds a core, every
+    parallel op waits for its starved thread. Measured on 2 shared cores (load average ~7): a
+    MiniLM-sized forward at 128 tokens took 97-117 ms on one thread and 459-2218 ms on two; a
+    12-layer width-768 one at 512 tokens 2.5-3.2 s against 5.0-6.5 s.
+    """
+    forced = os.environ.get("ATTNVIZ_THREADS", "").strip()
+    if forced.isdigit() and int(forced) > 0:
+        return int(forced)
+    default = torch.get_num_threads()
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average (Windows): keep torch's choice
+        return default
+    idle = (os.cpu_count() or 1) - load  # cores nobody else is running on, roughly (includes our own past load)
+    return max(1, min(default, int(idle) + 1))
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """torch's intra-op thread count set to `n` for the block, then restored."""
+    before = torch.get_num_threads()
+    if n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _arrays(traces: list, keep: frozenset[str]) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
+    """Per-layer NumPy of each kept stage; the weights stacked once into (layers, 1, H, L, L)."""
+    from .runner import _numpy
+
+    layer_weights = np.stack([_numpy(t.weights) for t in traces])
+    stages: dict[str, list[np.ndarray]] = {}
+    for i, trace in enumerate(traces):
+        for name in STAGE_NAMES:
+            if name not in trace:
+                continue
+            same_as_weights = trace[name] is trace["weights"]
+            array = layer_weights[i] if same_as_weights else _numpy(trace[name])
+            stages.setdefault(name, []).append(array)
+    return stages, layer_weights
+
+
+def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
+                record: Iterable[str] | None = None) -> ModelForward:
+    """Load (cached), encode the text, one traced forward over every layer -> ModelForward."""
+    from .runner import Cancelled, resolve_device
+
+    started = time.perf_counter()
+    device = resolve_device(config.device)
+    model = config.spec.load(config, memory_budget)
+    check_layer(config, model.info)
+    encoded = model.encode(config.text)
+    keep = frozenset((set(DEFAULT_RECORD if record is None else record) | {"weights", "dropped", "output"})
+                     & set(backed_stages()))
+    check_forward_memory(config, model.info, len(encoded.ids), keep, memory_budget)
+    if cancel is not None and cancel():
+        raise Cancelled
+    module = getattr(model, "module", None)
+    if module is not None and next(module.parameters()).device != device:
+        module.to(device)  # the cached model follows the device asked for (and back to the CPU)
+    ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
+    t0 = time.perf_counter()
+    with torch.inference_mode(), threads(forward_threads() if device.type == "cpu" else torch.get_num_threads()):
+        _, traces = model.forward(ids, keep)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    compute = time.perf_counter() - t0
+    if cancel is not None and cancel():
+        raise Cancelled
+    length = len(encoded.ids)
+    masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, length, length)).copy() for t in traces]
+    stages, layer_weights = _arrays(traces, keep)
+    return ModelForward(
+        key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
+        tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
+        compute_time_s=compute, total_time_s=time.perf_counter() - started)

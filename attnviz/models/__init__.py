@@ -1,0 +1,16 @@
+"""Pretrained transformers from local Hugging Face folders, run through attnviz's own kernel.
+
+    from attnviz.models import load_model
+    m = load_model(folder)                  # config.json + *.safetensors + tokenizer.json
+    m.info                                  # family, layers, heads, kv_heads, d_model, vocab_size, max_positions
+    enc = m.encode("The cat sat")           # ids and readable token labels
+    hidden, traces = m.forward(torch.tensor([enc.ids]), record={"weights"})   # one Trace per layer
+
+Pure torch + numpy (no Qt). Families: bert, gpt2, llama (llama, mistral, qwen2); see adapters/.
+"""
+
+from .folder import ModelError, read_folder
+from .loader import ModelInfo, PretrainedModel, clear_cache, load_model
+from .tokens import Encoded
+
+__all__ = ["Encoded", "ModelError", "ModelInfo", "PretrainedModel", "clear_cache", "load_model", "read_folder"]

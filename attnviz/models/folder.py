@@ -1,0 +1,160 @@
+"""A local Hugging Face model folder: config.json, the weights and tokenizer.json. Nothing is downloaded.
+
+Weights: `*.safetensors` (one file, or shards listed in model.safetensors.index.json), opened
+memory-mapped and left as stored; `pytorch_model.bin` only through torch.load(weights_only=True),
+which refuses pickles that would run code. Every problem is a ModelError naming the folder or file
+and what to do (a ConfigError on the `model` field, so the CLI exits 2 and the app keeps its view).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..core.config import ConfigError
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE_WEIGHTS = "pytorch_model.bin"
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+               "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+class ModelError(ConfigError):
+    """A model folder that cannot be used: names the folder or file, the problem and the fix."""
+
+    def __init__(self, value: Any, problem: str, fix: str, field_name: str = "model", suggestions: tuple = ()):
+        super().__init__(field_name, str(value), problem, fix, suggestions)
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    path: Path
+    config: dict  # config.json
+    weights: tuple[Path, ...]  # the safetensors shards, or the one pickle checkpoint
+    tokenizer: Path
+
+    @property
+    def safetensors(self) -> bool:
+        return self.weights[0].suffix == ".safetensors"
+
+    def stamp(self) -> tuple:
+        """Changes when any file changes (the model cache's key)."""
+        files = (self.path / "config.json", self.tokenizer, *self.weights)
+        return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+
+
+def read_folder(folder: str | os.PathLike) -> ModelFolder:
+    """Check a folder holds config.json, weights and tokenizer.json; read config.json."""
+    if not str(folder).strip():
+        raise ModelError(folder, "no model folder given", "choose a folder with config.json, *.safetensors and "
+                         "tokenizer.json (e.g. one in the Hugging Face cache)")
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise ModelError(folder, "no such folder", "check the path; it must be a local model folder")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelError(folder, "not a model folder: it has no config.json",
+                         "choose the folder that holds config.json, *.safetensors and tokenizer.json")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(config_file, f"config.json cannot be read ({exc})", "restore the file") from exc
+    if not isinstance(config, dict):
+        raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
+    tokenizer = path / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise ModelError(folder, "no tokenizer.json in the folder (attnviz reads only the fast-tokenizer file)",
+                         "use a folder that has tokenizer.json, or save one with transformers' "
+                         "AutoTokenizer(...).save_pretrained(folder)")
+    return ModelFolder(path, config, _weight_files(path), tokenizer)
+
+
+def _weight_files(path: Path) -> tuple[Path, ...]:
+    index = path / SAFETENSORS_INDEX
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise ModelError(index, f"the shard index cannot be read ({exc})", "restore the file") from exc
+        missing = [n for n in names if not (path / n).is_file()]
+        if missing:
+            raise ModelError(path / missing[0], f"a shard named in {SAFETENSORS_INDEX} is missing",
+                             "download the model again (all shards)")
+        return tuple(path / n for n in names)
+    shards = sorted(path.glob("*.safetensors"))
+    if shards:
+        return tuple(shards)
+    if (path / PICKLE_WEIGHTS).is_file():
+        return (path / PICKLE_WEIGHTS,)
+    raise ModelError(path, "no weights: neither *.safetensors nor pytorch_model.bin",
+                     "use a folder with the model's weights (model.safetensors)")
+
+
+def parameter_bytes(folder: ModelFolder, dtype_bytes: int = 4) -> int:
+    """Bytes the weights take once held as `dtype_bytes`-wide floats, read from the safetensors headers
+    (nothing loaded); a pickle checkpoint counts its file size, doubled if stored in 16 bits."""
+    if not folder.safetensors:
+        size = folder.weights[0].stat().st_size
+        half = str(folder.config.get("torch_dtype", folder.config.get("dtype", ""))) in ("float16", "bfloat16")
+        return size * (2 if half else 1) * dtype_bytes // 4
+    total = 0
+    for shard in folder.weights:
+        for info in _header(shard).values():
+            if isinstance(info, dict) and "shape" in info:
+                total += math.prod(info["shape"]) * max(dtype_bytes, 1)
+    return total
+
+
+def _header(shard: Path) -> dict:
+    """The JSON header of a safetensors file (8-byte length, then JSON), checked against the file size."""
+    try:
+        size = shard.stat().st_size
+        with open(shard, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if size < 8 or n <= 0 or 8 + n > size:
+                raise ValueError("the header length does not fit the file")
+            header = json.loads(f.read(n))
+        end = max((info["data_offsets"][1] for info in header.values()
+                   if isinstance(info, dict) and "data_offsets" in info), default=0)
+        if 8 + n + end > size:
+            raise ValueError(f"the file is {size} bytes but its tensors need {8 + n + end}")
+        return header
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise ModelError(shard, f"corrupt or truncated safetensors file ({exc})",
+                         "download the file again") from exc
+
+
+def load_state(folder: ModelFolder) -> dict[str, Tensor]:
+    """Every checkpoint tensor by its key, as stored (safetensors memory-mapped)."""
+    if not folder.safetensors:
+        return _load_pickle(folder.weights[0])
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    state: dict[str, Tensor] = {}
+    for shard in folder.weights:
+        _header(shard)  # a truncated file fails here with a clear message
+        try:
+            state.update(load_file(str(shard)))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise ModelError(shard, f"corrupt safetensors file ({exc})", "download the file again") from exc
+    return state
+
+
+def _load_pickle(path: Path) -> dict[str, Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError ...
+        raise ModelError(path, f"torch.load(weights_only=True) refused or failed to read the checkpoint "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                         "use the model's safetensors weights; attnviz never runs code from a pickle") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise ModelError(path, "the checkpoint is not a flat dictionary of tensors", "use safetensors weights")
+    return state

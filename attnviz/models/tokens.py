@@ -1,0 +1,98 @@
+"""Token ids -> readable labels, and the folder's tokenizer.json as the model saw its training text.
+
+The ids are exactly `Tokenizer.encode(text).ids` with the file's own special-token template and any
+padding or truncation it carries switched off (sentence-transformers' MiniLM pads to 128). Labels
+turn the tokenizer's markers into text: GPT-2's byte-level 'Ġ' (space) and 'Ċ' (newline) back into
+the characters they stand for, SentencePiece's '▁' into a space, WordPiece's '##' continuation
+marker dropped (the piece joins the one before). Special tokens ([CLS], <s>, <|endoftext|>) are
+shown as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .folder import ModelError
+
+WORDPIECE_PREFIX = "##"
+SENTENCEPIECE_SPACE = "▁"
+
+
+@lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's printable stand-in character -> the byte it encodes (inverse of bytes_to_unicode)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+def label(token: str, special: bool, byte_level: bool) -> str:
+    """One token's display label (see the module docstring)."""
+    if special:
+        return token
+    if byte_level:
+        table = byte_decoder()
+        if all(ch in table for ch in token):
+            return bytes(table[ch] for ch in token).decode("utf-8", errors="replace")
+        return token
+    if token.startswith(WORDPIECE_PREFIX) and len(token) > len(WORDPIECE_PREFIX):
+        return token[len(WORDPIECE_PREFIX):]
+    return token.replace(SENTENCEPIECE_SPACE, " ")
+
+
+def display(text: str) -> str:
+    """A label as drawn on an axis: whitespace made visible where it is all there is."""
+    shown = text.replace("\n", "↵").replace("\t", "⇥")
+    return shown.strip() or shown.replace(" ", "␣")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]  # the display labels, one per id
+
+
+class TextTokenizer:
+    """tokenizer.json through the `tokenizers` library, padding and truncation off."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer
+
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
+            raise ModelError(path, f"tokenizer.json cannot be read ({exc})", "restore the file") from exc
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        decoder = (json.loads(self._tok.to_str()).get("decoder") or {})
+        self.byte_level = _has_type(decoder, "ByteLevel")
+
+    def encode(self, text: str) -> Encoded:
+        enc = self._tok.encode(text)
+        special = enc.special_tokens_mask
+        labels = tuple(label(t, bool(s), self.byte_level) for t, s in zip(enc.tokens, special))
+        return Encoded(tuple(enc.ids), labels)
+
+    def decode_prefix(self, text: str, n_tokens: int) -> str:
+        """The longest start of `text` whose tokens fit `n_tokens` ids (specials included)."""
+        enc = self._tok.encode(text)
+        offsets = [end for (start, end), s in zip(enc.offsets, enc.special_tokens_mask) if not s]
+        specials = len(enc.ids) - len(offsets)
+        keep = max(n_tokens - specials, 0)
+        return text[: offsets[keep - 1]] if keep and offsets else ""
+
+
+def _has_type(node: dict, kind: str) -> bool:
+    if node.get("type") == kind:
+        return True
+    return any(_has_type(d, kind) for d in node.get("decoders", []) or [] if isinstance(d, dict))

@@ -1,0 +1,121 @@
+"""Bad model folders and texts: one clear message (ConfigError), CLI exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from attnviz.cli import main
+from attnviz.core import ConfigError, RunConfig, run
+from attnviz.models import folder as folder_module
+from attnviz.models import load_model
+
+
+class Payload:  # not an allowed global for torch.load(weights_only=True)
+    pass
+
+
+def _copy(tiny_models, tmp_path, kind="bert"):
+    out = tmp_path / kind
+    shutil.copytree(tiny_models(kind), out)
+    return out
+
+
+def _fails(folder, text="the cat sat", match="", field="model", tmp_path=None, **kw):
+    with pytest.raises(ConfigError, match=match) as info:
+        run(RunConfig(variant="pretrained", model=str(folder), text=text), **kw)
+    assert info.value.field == field
+    if tmp_path is not None:  # the CLI: exit 2, one line, nothing written
+        out = tmp_path / "never.png"
+        assert main(["render", "--model", str(folder), "--text", text, "-o", str(out)]) == 2
+        assert not out.exists()
+    return info.value
+
+
+def test_missing_folder(tmp_path):
+    _fails(tmp_path / "nope", match="no such folder", tmp_path=tmp_path)
+
+
+def test_not_a_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    _fails(tmp_path / "empty", match="no config.json", tmp_path=tmp_path)
+
+
+def test_unsupported_model_type_names_the_supported(tiny_models, tmp_path):
+    f = _copy(tiny_models, tmp_path)
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
+    err = _fails(f, match="unsupported model_type", field="model_type", tmp_path=tmp_path)
+    assert "bert, gpt2, llama, mistral, qwen2" in str(err)
+
+
+def test_no_tokenizer(tiny_models, tmp_path):
+    f = _copy(tiny_models, tmp_path)
+    (f / "tokenizer.json").unlink()
+    _fails(f, match="no tokenizer.json", tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_corrupt_safetensors(tiny_models, tmp_path, damage):
+    f = _copy(tiny_models, tmp_path)
+    weights = f / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\xff" * 64)
+    _fails(f, match="corrupt or truncated safetensors", tmp_path=tmp_path)
+
+
+def test_pickle_that_weights_only_refuses(tiny_models, tmp_path):
+    import torch
+
+    f = _copy(tiny_models, tmp_path)
+    (f / "model.safetensors").unlink()
+    torch.save({"w": torch.zeros(2), "evil": Payload()}, f / "pytorch_model.bin")
+    _fails(f, match="weights_only=True", tmp_path=tmp_path)
+
+
+def test_empty_text(tiny_models, tmp_path):
+    _fails(tiny_models("bert"), text="   ", match="empty", field="text", tmp_path=tmp_path)
+
+
+def test_text_longer_than_the_positions_offers_truncation(tiny_models, tmp_path):
+    folder = tiny_models("bert")  # 40 positions
+    long = " ".join(["the cat sat on the mat"] * 20)
+    err = _fails(folder, text=long, match="reads at most 40 positions", field="text", tmp_path=tmp_path)
+    cut = err.suggestions[0]
+    assert long.startswith(cut)
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=cut))
+    assert result.weights.shape[-1] == 40
+    out = tmp_path / "cut.npz"
+    assert main(["render", "--model", str(folder), "--text", long, "--truncate", "-o", str(out)]) == 0
+    assert out.exists()
+
+
+def test_too_large_is_refused_before_loading(tiny_models, tmp_path, monkeypatch):
+    from attnviz.models import clear_cache
+
+    clear_cache()
+    monkeypatch.setattr(folder_module, "load_state", lambda *a: pytest.fail("weights were read"))
+    import attnviz.models.loader as loader
+
+    monkeypatch.setattr(loader, "load_state", lambda *a: pytest.fail("weights were read"))
+    with pytest.raises(ConfigError, match=r"weights need about \d+ KiB as float32, over 1 KiB"):
+        load_model(tiny_models("gpt2"), memory_budget=1024)
+    _fails(tiny_models("gpt2"), match="over 1 KiB", memory_budget=1024)
+
+
+def test_maps_over_the_budget_name_the_text_length(tiny_models):
+    from attnviz.core.backed import FORWARD_OVERHEAD
+
+    folder = tiny_models("gpt2")  # its weights fit 1 MiB; every layer's maps and the forward do not
+    err = _fails(folder, text="the cat sat on the mat", match="every layer's maps at", field="text",
+                 memory_budget=FORWARD_OVERHEAD // 2)
+    assert "free memory" in str(err)  # not even one token would fit
+    from attnviz.core.backed import forward_bytes
+
+    info = load_model(folder).info
+    budget = forward_bytes(info, 3, frozenset({"weights", "scores", "output"}))
+    err = _fails(folder, text="the cat sat on the mat", match="every layer's maps at", field="text",
+                 memory_budget=budget)
+    assert "shorter text (at most about" in str(err)

@@ -1,0 +1,122 @@
+"""The pretrained variant in the live window: chooser, typing, layers without a second forward, hover,
+the model view, and a bad folder keeping the last view."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF
+from tiny import SENTENCE
+
+from attnviz.core import run
+from attnviz.models.discover import find_model_folders
+
+
+class Counting:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, config, cancel=None, **kw):
+        self.calls.append(config)
+        return run(config, cancel=cancel, **kw)
+
+
+def settle(qtbot, w, timeout=20000):
+    qtbot.waitUntil(lambda: w.is_settled() and w.shown_id > 0, timeout=timeout)
+    qtbot.wait(20)
+
+
+@pytest.fixture
+def model_window(qtbot, tiny_models, monkeypatch, tmp_path):
+    tiny_models("bert"), tiny_models("gpt2")
+    monkeypatch.setenv("ATTNVIZ_MODELS", str(tiny_models("bert").parent))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    from attnviz.ui import MainWindow
+
+    compute = Counting()
+    w = MainWindow(compute=compute)
+    w.compute = compute
+    qtbot.addWidget(w)
+    w.resize(1200, 860)
+    w.show()
+    settle(qtbot, w)
+    combo = w.panel.widgets["variant"]
+    combo.setCurrentIndex(combo.findData("pretrained"))
+    settle(qtbot, w)
+    yield w
+    w.close()
+
+
+def test_choosing_the_variant_shows_a_model_on_a_sentence(model_window, tiny_models):
+    w = model_window
+    chooser = w.panel.widgets["model"]
+    assert chooser.objectName() == "modelEdit" and chooser.combo.objectName() == "modelCombo"
+    assert chooser.folder() == str(tiny_models("bert"))  # the first found, sorted
+    r = w.result
+    assert r.config.variant == "pretrained" and r.tokens[0] == "[CLS]" and len(w.headGrid.tiles) == 4
+    assert not w.panel.widgets["heads"].isVisible()
+    left = w.headGrid.tiles[0].plot.getAxis("left")
+    assert "[CLS]" in [label for _, label in left._tickLevels[0]]
+
+
+def test_typing_updates_and_a_layer_change_reuses_the_forward(model_window, qtbot):
+    w = model_window
+    text = w.panel.widgets["text"]
+    text.clear()
+    qtbot.keyClicks(text, SENTENCE)
+    settle(qtbot, w)
+    assert "chased" in w.result.tokens
+    n = len(w.compute.calls)
+    w.panel.widgets["layer"].setValue(1)
+    settle(qtbot, w)
+    assert len(w.compute.calls) == n  # no second forward
+    assert w.result.config.layer == 1
+    np.testing.assert_array_equal(w.result.weights, w.result.layer_weights[1])
+    assert w.panel.widgets["layer"].maximum() == 1
+    i, j = w.result.tokens.index("cat"), w.result.tokens.index("the")
+    text = w.headGrid.cell_text(2, i, j)
+    assert text.startswith(f"L1 H2  'cat' → 'the'  {w.result.weights[0, 2, i, j]:.2f}")
+
+
+def test_model_view_click_opens_a_layer_and_head(model_window, qtbot):
+    w = model_window
+    view = w.modelView
+    assert w.modelDock.isVisible()
+    qtbot.waitUntil(lambda: view.tile > 0, timeout=5000)
+    vb = view.plot.getViewBox()
+    step = view.tile + 2
+    scene = vb.mapViewToScene(QPointF(view.columns[3] + view.tile / 2, 1 * step + view.tile / 2))
+    assert view.tile_at(scene) == (1, 3)
+    mean = vb.mapViewToScene(QPointF(view.columns[-1] + 1, 0.5))
+    assert view.tile_at(mean) == (0, -1)
+    with qtbot.waitSignal(w.sigShown, timeout=10000):
+        view.sigOpen.emit(1, 3)
+    assert w.headGrid.focus == 3 and w.result.config.layer == 1
+
+
+def test_a_bad_folder_keeps_the_last_view(model_window, qtbot, tmp_path):
+    w = model_window
+    shown = w.result
+    w.panel.widgets["model"].set_folder(str(tmp_path / "missing"))
+    qtbot.waitUntil(lambda: w.last_error is not None, timeout=10000)
+    assert "no such folder" in w.last_error and w.result is shown and w.staleLabel.isVisible()
+
+
+def test_discovery_reads_the_hf_cache_and_attnviz_models(tmp_path):
+    hub = tmp_path / "hub"
+    snap = hub / "models--org--tiny-bert" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (hub / "models--org--no-config" / "snapshots" / "x").mkdir(parents=True)
+    one, many = tmp_path / "one", tmp_path / "many"
+    (one).mkdir()
+    (one / "config.json").write_text("{}")
+    for name in ("a", "b"):
+        (many / name).mkdir(parents=True)
+        (many / name / "config.json").write_text("{}")
+    env = {"HF_HOME": str(tmp_path), "ATTNVIZ_MODELS": os.pathsep.join([str(one), str(many)])}
+    found = find_model_folders(env)
+    assert [label for label, _ in found] == ["one", "a", "b", "org/tiny-bert"]
+    assert found[-1][1] == snap

@@ -1,0 +1,165 @@
+"""The pretrained variant through the run API and the CLI: shapes, tokens, every layer from one forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny import SENTENCE
+
+from attnviz.cli import main
+from attnviz.core import RunConfig, run
+from attnviz.core.config import field_applies
+from attnviz.models import load_model
+
+
+def test_result_is_the_chosen_layer_with_tokens(tiny_models):
+    folder = tiny_models("llama")
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, layer=1))
+    model = load_model(folder)
+    enc = model.encode(SENTENCE)
+    n, heads = len(enc.ids), model.info.heads
+    assert result.weights.shape == result.scores.shape == (1, heads, n, n)
+    assert result.layer_weights.shape == (model.info.layers, 1, heads, n, n)
+    assert result.tokens == enc.tokens and list(result.token_ids) == list(enc.ids)
+    _, traces = model.forward(torch.tensor([enc.ids]), record={"weights", "scores"})
+    np.testing.assert_allclose(result.weights, traces[1].weights.numpy(), atol=1e-6)
+    np.testing.assert_allclose(result.scores, traces[1].scores.numpy(), atol=1e-5)
+    assert (result.config.heads, result.config.seq_q, result.config.mask) == (heads, n, "causal")
+    np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_another_layer_needs_no_second_forward(tiny_models, monkeypatch):
+    folder = tiny_models("gpt2")
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, layer=0))
+    calls = []
+    monkeypatch.setattr(type(load_model(folder)), "forward", lambda *a, **k: calls.append(a))
+    config = result.source.key.replace(layer=2)
+    assert result.source.serves(config)
+    other = result.source.result(2)
+    assert not calls
+    np.testing.assert_array_equal(other.weights, result.layer_weights[2])
+    assert other.config.layer == 2
+
+
+def test_fields_that_come_from_the_model_do_not_apply():
+    for name in ("d_model", "heads", "seq_q", "batch", "mask", "kv_heads"):
+        assert not field_applies(name, "pretrained", "none")
+    for name in ("model", "text", "layer", "device"):
+        assert field_applies(name, "pretrained", "none")
+
+
+def test_layer_out_of_range_names_the_layers(tiny_models):
+    from attnviz.core import ConfigError
+
+    with pytest.raises(ConfigError, match="has 2 layers") as info:
+        run(RunConfig(variant="pretrained", model=str(tiny_models("bert")), text=SENTENCE, layer=5))
+    assert info.value.field == "layer" and info.value.suggestions == (1,)
+
+
+def test_sharded_and_pickle_checkpoints_load_the_same_numbers(tiny_models, tmp_path):
+    from transformers import AutoModel
+
+    folder = tiny_models("gpt2")
+    ref = AutoModel.from_pretrained(folder)
+    for name in ("sharded", "pickle"):
+        out = tmp_path / name
+        if name == "sharded":
+            ref.save_pretrained(out, max_shard_size="20KB")
+        else:  # a plain state dict of GPT2Model: keys without the "transformer." prefix
+            out.mkdir()
+            torch.save(ref.state_dict(), out / "pytorch_model.bin")
+            (out / "config.json").write_bytes((folder / "config.json").read_bytes())
+        (out / "tokenizer.json").write_bytes((folder / "tokenizer.json").read_bytes())
+        r = run(RunConfig(variant="pretrained", model=str(out), text=SENTENCE))
+        base = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+        np.testing.assert_allclose(r.layer_weights, base.layer_weights, atol=1e-6)
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    assert (tmp_path / "pickle" / "pytorch_model.bin").exists()
+
+
+def test_cli_render_png_svg_npz(tiny_models, tmp_path, capsys):
+    folder = str(tiny_models("bert"))
+    for ext in ("png", "svg"):
+        assert main(["render", "--model", folder, "--text", SENTENCE, "--layer", "1", "--head", "3",
+                     "-o", str(tmp_path / f"m.{ext}")]) == 0
+    svg = (tmp_path / "m.svg").read_text()
+    assert ">chased<" in svg and ">[CLS]<" in svg and "key token" in svg
+    assert main(["render", "--model", folder, "--text", SENTENCE, "--all-layers", "-o", str(tmp_path / "m.npz")]) == 0
+    data = np.load(tmp_path / "m.npz")
+    model = load_model(folder)
+    n = len(model.encode(SENTENCE).ids)
+    assert data["layer_weights"].shape == (2, 4, n, n) and data["weights"].shape == (1, 4, n, n)
+    assert list(data["tokens"]) == list(model.encode(SENTENCE).tokens)
+    assert list(data["token_ids"]) == list(model.encode(SENTENCE).ids)
+
+
+def test_cli_head_beyond_the_model_exits_2(tiny_models, tmp_path, capsys):
+    out = tmp_path / "m.png"
+    assert main(["render", "--model", str(tiny_models("bert")), "--text", "a cat", "--head", "9", "-o", str(out)]) == 2
+    assert "head 9" in capsys.readouterr().err and not out.exists()
+
+
+def test_forward_threads_follow_the_override_and_are_restored(tiny_models, monkeypatch):
+    from attnviz.core.backed import forward_threads
+
+    monkeypatch.setenv("ATTNVIZ_THREADS", "1")
+    assert forward_threads() == 1
+    before = torch.get_num_threads()
+    seen = []
+    model = load_model(tiny_models("bert"))
+    original = type(model).forward
+    monkeypatch.setattr(type(model), "forward", lambda self, *a: seen.append(torch.get_num_threads())
+                        or original(self, *a))
+    run(RunConfig(variant="pretrained", model=str(tiny_models("bert")), text="the cat"))
+    assert seen == [1] and torch.get_num_threads() == before
+    monkeypatch.delenv("ATTNVIZ_THREADS")
+    assert 1 <= forward_threads() <= before
+
+
+class ToyLike:
+    """The smallest model-backed object (backed.py's protocol): info, encode, a traced forward."""
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.info = SimpleNamespace(layers=3, heads=2, kv_heads=2, d_model=8, max_positions=16, name="toy")
+        self.calls = 0
+
+    def encode(self, text):
+        from types import SimpleNamespace
+
+        words = text.split()
+        return SimpleNamespace(ids=[len(w) for w in words], tokens=words)
+
+    def forward(self, ids, record):
+        from attnviz.core.kernel import attention
+        from attnviz.core.masks import causal_mask
+
+        self.calls += 1
+        g = torch.Generator().manual_seed(0)
+        n = ids.shape[1]
+        traces = []
+        for _ in range(self.info.layers):
+            q, k, v = (torch.randn(1, 2, n, 4, generator=g) for _ in range(3))
+            out, trace = attention(q, k, v, mask=causal_mask(n), record=record)
+            trace.keep("output", out)
+            traces.append(trace)
+        return None, traces
+
+
+def test_any_object_with_the_protocol_is_a_model_backed_variant(monkeypatch):
+    from attnviz.core.variants import BACKED_FIELDS, VARIANTS, VariantSpec
+
+    toy = ToyLike()
+    spec = VariantSpec(id="toy-like", label="Toy", seed="test", description="", build=None, inputs=None,
+                       load=lambda config, budget: toy, own_fields=BACKED_FIELDS)
+    monkeypatch.setitem(VARIANTS, "toy-like", spec)
+    result = run(RunConfig(variant="toy-like", model="toy", text="a bb ccc dddd", layer=2))
+    assert result.weights.shape == (1, 2, 4, 4) and result.layer_weights.shape == (3, 1, 2, 4, 4)
+    assert result.tokens == ("a", "bb", "ccc", "dddd") and list(result.token_ids) == [1, 2, 3, 4]
+    assert result.config.mask == "causal" and result.config.heads == 2
+    assert np.all(np.triu(result.weights[0, 0], 1) == 0)
+    assert result.source.result(0).config.layer == 0 and toy.calls == 1
+    with pytest.raises(Exception, match="toy has 3 layers"):
+        run(RunConfig(variant="toy-like", model="toy", text="a b", layer=3))
