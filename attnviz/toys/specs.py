@@ -52,7 +52,7 @@ TOYS: dict[str, ToySpec] = {
             layer_names=_ENC_DEC_LAYERS,
             focus_layer=2,
             architecture=_seq2seq(len(DIGITS)),
-            steps=1500,
+            steps=1000,
             batch_size=128,
             seed=12,
         ),
@@ -85,6 +85,7 @@ TOYS: dict[str, ToySpec] = {
                           "width": 64, "heads": 4, "layers": 2},
             steps=3000,
             batch_size=64,
+            lr=3e-3,
             seed=12,
         ),
     )

@@ -13,9 +13,8 @@ DIGITS = "0123456789"
 LETTERS = "abcdefghijklmnop"  # the induction toy's 16 tokens
 
 SEQ_LEN = 8  # reverse / sort: exactly this many digits
-BLOCK = 10  # induction: length of the block that is repeated
+BLOCKS = (4, 10)  # induction: the repeated block's length, drawn per sequence from this range
 MAX_LEN = 32  # induction: longest input (learned positions)
-MAX_PREFIX = MAX_LEN - 2 * BLOCK  # the repeat starts at offsets 0..12
 
 
 def digits_batch(gen: torch.Generator, batch: int, task: str) -> tuple[Tensor, Tensor]:
@@ -25,6 +24,11 @@ def digits_batch(gen: torch.Generator, batch: int, task: str) -> tuple[Tensor, T
     return x, y
 
 
+def distinct_digits(gen: torch.Generator, batch: int) -> Tensor:
+    """(B, L) digit sequences without repeats, so each output copies exactly one input."""
+    return torch.stack([torch.randperm(len(DIGITS), generator=gen)[:SEQ_LEN] for _ in range(batch)])
+
+
 def source_positions(x: Tensor, task: str) -> Tensor:
     """(B, L): the input position that output j copies (reverse: L-1-j; sort: stable argsort)."""
     if task == "reverse":
@@ -32,34 +36,42 @@ def source_positions(x: Tensor, task: str) -> Tensor:
     return x.argsort(dim=1, stable=True)
 
 
-def induction_batch(gen: torch.Generator, batch: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Sequences `prefix + block + block + filler` of length MAX_LEN over LETTERS.
+def induction_batch(gen: torch.Generator, batch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Random sequences over LETTERS (length MAX_LEN) with a block of m tokens (m random in
+    BLOCKS) written twice in a row after a prefix of random length 0..MAX_LEN-2m.
 
-    The block holds BLOCK distinct tokens; the prefix (random length 0..MAX_PREFIX) and filler use
-    only tokens outside the block, so each token of the second copy has exactly one earlier
-    occurrence and the next token is determined. Returns tokens (B, L), the prefix lengths (B,)
-    and a bool (B, L) marking the positions whose next token is predictable by induction.
+    Both the start and the period of the repeat vary, so no fixed position or offset predicts the
+    second copy: the model has to find the current token's earlier occurrence and read the token
+    after it (an induction head). All tokens are uniform, so a token may occur more than once and
+    some predictions are ambiguous (see `unambiguous`). Measured here: making block and prefix
+    tokens distinct instead lets the model solve it with diffuse attention over the whole first copy
+    and no induction head. Returns tokens (B, L), prefix lengths p (B,), block lengths m (B,) and
+    a bool (B, L) marking the second copy's positions but its last, whose next token the repeat fixes.
     """
-    vocab = len(LETTERS)
-    rows, offsets = [], torch.randint(0, MAX_PREFIX + 1, (batch,), generator=gen)
-    for p in offsets.tolist():
-        perm = torch.randperm(vocab, generator=gen)
-        block, others = perm[:BLOCK], perm[BLOCK:]
-        fill = others[torch.randint(0, len(others), (MAX_LEN - 2 * BLOCK,), generator=gen)]
-        rows.append(torch.cat([fill[:p], block, block, fill[p:]]))
-    x = torch.stack(rows)
-    return x, offsets, predictable(offsets, MAX_LEN)
+    blocks = torch.randint(BLOCKS[0], BLOCKS[1] + 1, (batch,), generator=gen)
+    offsets = (torch.rand(batch, generator=gen) * (MAX_LEN - 2 * blocks + 1)).long()  # 0..MAX_LEN-2m
+    x = torch.randint(0, len(LETTERS), (batch, MAX_LEN), generator=gen)
+    for row, p, m in zip(x, offsets.tolist(), blocks.tolist()):
+        row[p + m : p + 2 * m] = row[p : p + m]
+    return x, offsets, blocks, predictable(offsets, blocks, MAX_LEN)
 
 
-def predictable(offsets: Tensor, length: int) -> Tensor:
-    """(B, L) True at second-copy positions p+BLOCK .. p+2*BLOCK-2 (their next token is known)."""
+def unambiguous(x: Tensor, positions: Tensor) -> Tensor:
+    """(B, L) positions whose token occurs exactly once before them (the induction answer is unique)."""
+    same = x.unsqueeze(2) == x.unsqueeze(1)  # (B, Lq, Lk): token i equals token j
+    earlier = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril(-1)  # j < i
+    return positions & ((same & earlier).sum(-1) == 1)
+
+
+def predictable(offsets: Tensor, blocks: Tensor, length: int) -> Tensor:
+    """(B, L) True at second-copy positions p+m .. p+2m-2 (their next token is known)."""
     pos = torch.arange(length).unsqueeze(0)
-    start = offsets.unsqueeze(1) + BLOCK
-    return (pos >= start) & (pos <= start + BLOCK - 2)
+    start = (offsets + blocks).unsqueeze(1)
+    return (pos >= start) & (pos <= start + blocks.unsqueeze(1) - 2)
 
 
-def induction_targets(offsets: Tensor, length: int) -> Tensor:
-    """(B, L): for a predictable query i = p+BLOCK+k, the key p+k+1 after the token's first copy;
-    -1 elsewhere."""
+def induction_targets(offsets: Tensor, blocks: Tensor, length: int) -> Tensor:
+    """(B, L): for a predictable query i = p+m+k, the key p+k+1 = i-m+1, just after the first copy
+    of the query's token; -1 elsewhere."""
     pos = torch.arange(length).unsqueeze(0).expand(len(offsets), length)
-    return torch.where(predictable(offsets, length), pos - BLOCK + 1, -1)
+    return torch.where(predictable(offsets, blocks, length), pos - blocks.unsqueeze(1) + 1, -1)

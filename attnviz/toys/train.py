@@ -27,12 +27,13 @@ HELD_OUT_EXAMPLES = 1000
 # One thread: as fast as two here for these tiny models, robust when another program holds a
 # core, and the same bits on any machine (the reduction order does not depend on the core count).
 TRAIN_THREADS = 1
+METRICS = {False: "sequence accuracy", True: "next-token accuracy in the repeat (unambiguous positions)"}
 
 
 def batch(spec: ToySpec, gen: torch.Generator, size: int) -> tuple[Tensor, Tensor, Tensor]:
     """Inputs (B, L), targets (B, L) and a bool (B, L) of the positions the loss counts."""
     if spec.task == "induction":
-        x, _, scored = tasks.induction_batch(gen, size)
+        x, _, _, scored = tasks.induction_batch(gen, size)
         y = torch.roll(x, -1, dims=1)  # next token; the wrapped last column is never scored
         return x, y, scored
     x, y = tasks.digits_batch(gen, size, spec.task)
@@ -88,11 +89,12 @@ def held_out(spec: ToySpec, seed: int = HELD_OUT_SEED, n: int = HELD_OUT_EXAMPLE
 
 @torch.no_grad()
 def accuracy(spec: ToySpec, model: nn.Module, seed: int = HELD_OUT_SEED, n: int = HELD_OUT_EXAMPLES) -> float:
-    """reverse / sort: whole sequences right; induction: predictable tokens of the repeat right."""
+    """reverse / sort: whole sequences right; induction: next tokens in the repeat right, where
+    the current token occurs once before (so the answer is unique)."""
     x, y, scored = held_out(spec, seed, n)
     right = model(x).argmax(-1) == y
     if spec.task == "induction":
-        return right[scored].float().mean().item()
+        return right[tasks.unambiguous(x, scored)].float().mean().item()
     return right.all(dim=1).float().mean().item()
 
 
@@ -100,16 +102,18 @@ def accuracy(spec: ToySpec, model: nn.Module, seed: int = HELD_OUT_SEED, n: int 
 def target_weight(spec: ToySpec, model: nn.Module, layer: int, seed: int = HELD_OUT_SEED, n: int = 200) -> Tensor:
     """(H,) mean attention weight each head of `layer` puts on its expected key.
 
-    Encoder-decoder cross-attention: the input the output copies. Induction layer 1: the token
+    Encoder-decoder cross-attention: the input the output copies (inputs with distinct digits, so
+    that input is unique). Induction layer 1: the token
     after the current token's earlier copy. Induction layer 0: the previous token.
     """
     gen = torch.Generator().manual_seed(seed)
     if spec.task == "induction":
-        x, offsets, _ = tasks.induction_batch(gen, n)
+        x, offsets, blocks, scored = tasks.induction_batch(gen, n)
         pos = torch.arange(x.shape[1]).expand_as(x)
-        target = tasks.induction_targets(offsets, x.shape[1]) if layer == 1 else torch.where(pos > 0, pos - 1, -1)
+        target = tasks.induction_targets(offsets, blocks, x.shape[1]) if layer else torch.where(pos > 0, pos - 1, -1)
+        target = torch.where(tasks.unambiguous(x, scored) | (layer == 0), target, -1)
     else:
-        x, _ = tasks.digits_batch(gen, n, spec.task)
+        x = tasks.distinct_digits(gen, n)
         target = tasks.source_positions(x, spec.task)
     _, traces = model(x, return_trace=True)
     w = traces[layer]["weights"]  # (B, H, Lq, Lkv)
@@ -122,10 +126,11 @@ def head_findings(spec: ToySpec, model: nn.Module) -> list[dict[str, Any]]:
     """The best head for each known role, with its score (mean weight on the expected key)."""
     if spec.task == "induction":
         roles = [(0, "previous-token", "weight on the previous token"),
-                 (1, "induction", "weight on the token after the earlier copy of the current token")]
+                 (1, "induction", "weight on the token after the earlier copy of the current token "
+                  "(repeat positions whose token occurs once before)")]
     else:
         what = "anti-diagonal alignment" if spec.task == "reverse" else "sorted picking order"
-        roles = [(spec.focus_layer, what, "weight on the input the output copies")]
+        roles = [(spec.focus_layer, what, "weight on the input the output copies (distinct digits)")]
     found = []
     for layer, role, measure in roles:
         scores = target_weight(spec, model, layer)
@@ -149,7 +154,7 @@ def card(spec: ToySpec, model: nn.Module, losses: list[float], steps: int, seed:
                      "seconds": round(seconds, 1), "torch": torch.__version__,
                      "torch_threads": TRAIN_THREADS},
         "held_out": {"seed": HELD_OUT_SEED, "examples": HELD_OUT_EXAMPLES,
-                     "metric": "token accuracy on the repeat" if spec.task == "induction" else "sequence accuracy",
+                     "metric": METRICS[spec.task == "induction"],
                      "accuracy": round(accuracy(spec, model), 4)},
         "heads": head_findings(spec, model),
         "retrain": f"python -m attnviz.toys train {spec.name} --steps {steps} --seed {seed}",
