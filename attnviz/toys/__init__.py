@@ -29,9 +29,9 @@ __all__ = ["TOYS", "LayerTrace", "ToyModel", "ToySpec", "load_toy", "models_dir"
 
 def models_dir() -> Path:
     """resources/models: in a source checkout the one beside this package, else the installed one."""
-    source = Path(__file__).resolve().parents[2] / "resources"
-    if (source / "__init__.py").is_file():
-        return source / "models"
+    root = Path(__file__).resolve().parents[2]  # the repository, when run from a source checkout
+    if (root / "pyproject.toml").is_file() and (root / "resources" / "__init__.py").is_file():
+        return root / "resources" / "models"
     return Path(str(resources.files("attnviz.resources"))) / "models"
 
 
