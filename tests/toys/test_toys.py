@@ -166,4 +166,4 @@ def test_full_retraining_reproduces_the_shipped_weights(name):
     model, _ = train(TOYS[name], steps, seed)
     fresh, ref = model.state_dict(), shipped.module.state_dict()
     assert all(torch.equal(fresh[k], ref[k]) for k in ref)
-    assert accuracy(TOYS[name], model) == pytest.approx(shipped.card["held_out"]["accuracy"], abs=1e-9)
+    assert round(accuracy(TOYS[name], model), 4) == shipped.card["held_out"]["accuracy"]  # cards keep 4 digits
