@@ -103,8 +103,8 @@ def target_weight(spec: ToySpec, model: nn.Module, layer: int, seed: int = HELD_
     """(H,) mean attention weight each head of `layer` puts on its expected key.
 
     Encoder-decoder cross-attention: the input the output copies (inputs with distinct digits, so
-    that input is unique). Induction layer 1: the token
-    after the current token's earlier copy. Induction layer 0: the previous token.
+    that input is unique). Induction layer 0: the previous token. Induction layer 1: the token after
+    the current token's earlier copy, at repeat positions where that copy is the only one.
     """
     gen = torch.Generator().manual_seed(seed)
     if spec.task == "induction":
