@@ -1,4 +1,5 @@
-"""attnviz.core, attnviz.models and the worker-side attnviz.frames never import Qt (a fresh interpreter)."""
+"""attnviz.core, attnviz.models, attnviz.toys and the worker-side attnviz.frames never import Qt (a fresh
+interpreter)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ import attnviz.core.runner, attnviz.core.presets
 import attnviz.frames
 import attnviz.models, attnviz.models.discover, attnviz.core.backed
 attnviz.core.run(attnviz.core.RunConfig(seq_q=4, d_model=8, heads=2))
+import attnviz.toys
+attnviz.toys.load_toy("toy-induction").traces("abcab")
 print(json.dumps(qt_modules()))
 import pyqtgraph  # the control: the same check does see Qt once something imports it
 print(json.dumps(qt_modules()))
 """
 
 
-def test_importing_the_core_and_frames_imports_no_qt():
+def test_importing_the_core_frames_and_toys_imports_no_qt():
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     after_core, after_control = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])

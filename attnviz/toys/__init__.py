@@ -1,0 +1,117 @@
+"""Trained toy models with known attention heads, shipped in resources/models (no Qt here).
+
+    >>> toy = load_toy("toy-reverse")
+    >>> for layer in toy.traces("31415926"):
+    ...     layer.name, layer.trace["weights"].shape, layer.query_tokens, layer.key_tokens
+
+Each toy is built from the seed modules (attnviz.core.modules), so a layer's `trace` is exactly
+what that seed module returns with return_trace=True (read it by item: trace["weights"]).
+Retrain with `python -m attnviz.toys train NAME` (recipes in specs.py, loop in train.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .models import build
+from .specs import TOYS, ToySpec
+
+__all__ = ["TOYS", "LayerTrace", "ToyModel", "ToySpec", "load_toy", "models_dir"]
+
+
+def models_dir() -> Path:
+    """resources/models: in a source checkout the one beside this package, else the installed one."""
+    root = Path(__file__).resolve().parents[2]  # the repository, when run from a source checkout
+    if (root / "pyproject.toml").is_file() and (root / "resources" / "__init__.py").is_file():
+        return root / "resources" / "models"
+    return Path(str(resources.files("attnviz.resources"))) / "models"
+
+
+@dataclass(frozen=True)
+class LayerTrace:
+    """One attention layer of a toy's forward pass, with the labels for its two axes."""
+
+    name: str  # e.g. "decoder cross-attention", "layer 1"
+    trace: Any  # the seed module's trace: trace["weights"] is (1, H, Lq, Lkv)
+    query_tokens: list[str]  # rows (Lq)
+    key_tokens: list[str]  # columns (Lkv)
+
+
+class ToyModel:
+    """A trained toy: its spec, its card (what training measured) and the network (eval mode)."""
+
+    def __init__(self, spec: ToySpec, card: dict[str, Any], module: nn.Module):
+        self.spec, self.card, self.module = spec, card, module.eval()
+
+    def encode(self, text: str) -> tuple[list[str], list[str] | None, Tensor]:
+        """Text -> (query tokens, key tokens or None when they are the queries, ids (1, L)).
+
+        For the encoder-decoder toys the queries of the cross-attention are the decoder's output
+        positions, labelled with what the model outputs there (so this runs the model once).
+        Raises ValueError naming characters outside the vocabulary or a wrong length.
+        """
+        ids = self._ids(text.strip())
+        chars = [self.spec.vocabulary[i] for i in ids[0].tolist()]
+        if self.spec.task == "induction":
+            return chars, None, ids
+        return list(self.predict(text)), chars, ids
+
+    def predict(self, text: str) -> str:
+        """What the model outputs: the digits reversed / sorted, or each next-token guess."""
+        with torch.no_grad():
+            out = self.module(self._ids(text.strip())).argmax(-1)[0]
+        return "".join(self.spec.vocabulary[i] for i in out.tolist())
+
+    def traces(self, text: str) -> list[LayerTrace]:
+        """Every attention layer's trace for `text`, in forward order (index = --layer)."""
+        queries, keys, ids = self.encode(text)
+        with torch.no_grad():
+            _, traces = self.module(ids, return_trace=True)
+        inputs = keys if keys is not None else queries
+        out = []
+        for i, (name, trace) in enumerate(zip(self.spec.layer_names, traces)):
+            is_cross = keys is not None and i == len(traces) - 1
+            out.append(LayerTrace(name, trace, queries if is_cross else inputs, inputs))
+        return out
+
+    def _ids(self, text: str) -> Tensor:
+        vocab = self.spec.vocabulary
+        bad = sorted({c for c in text if c not in vocab})
+        if bad:
+            raise ValueError(f"{self.spec.name}: {', '.join(map(repr, bad))} not in the vocabulary; "
+                             f"allowed characters: {vocab}")
+        lengths = self._lengths()
+        if not lengths[0] <= len(text) <= lengths[1]:
+            wanted = str(lengths[0]) if lengths[0] == lengths[1] else f"{lengths[0]} to {lengths[1]}"
+            raise ValueError(f"{self.spec.name}: input must be {wanted} characters long, got {len(text)}")
+        return torch.tensor([[vocab.index(c) for c in text]], dtype=torch.long)
+
+    def _lengths(self) -> tuple[int, int]:
+        arch = self.spec.architecture
+        return (arch["length"], arch["length"]) if "length" in arch else (1, arch["max_len"])
+
+
+@functools.cache
+def load_toy(name: str, directory: Path | None = None) -> ToyModel:
+    """The trained toy NAME from DIRECTORY (default: models_dir()), loaded once and cached
+    (the instance is shared: read it, do not train it)."""
+    from safetensors.torch import load_file
+
+    if name not in TOYS:
+        raise ValueError(f"unknown toy {name!r}; toys: {', '.join(TOYS)}")
+    folder = models_dir() if directory is None else Path(directory)
+    weights, card_path = folder / f"{name}.safetensors", folder / f"{name}.json"
+    if not weights.is_file() or not card_path.is_file():
+        raise FileNotFoundError(f"{weights} or its card is missing; train it: python -m attnviz.toys train {name}")
+    card = json.loads(card_path.read_text(encoding="utf-8"))
+    module = build(card["architecture"])
+    module.load_state_dict(load_file(str(weights)), strict=True)
+    return ToyModel(TOYS[name], card, module)
