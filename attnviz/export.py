@@ -356,7 +356,10 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
             heading += f" \u00b7 {c.heads} head{'s' if c.heads != 1 else ''}"
     if c.spec.backed:  # a trained model on a text: its name, the layer, the tokens
         info = getattr(result.source, "info", None)
-        name = f"{info.name} ({info.model_type}, {info.layers} layers)" if info else c.model
+        kind = getattr(info, "model_type", c.spec.label)
+        name = f"{info.name} ({kind}, {info.layers} layers)" if info else c.model
+        if c.text:
+            name += f' · "{c.text if len(c.text) <= 40 else c.text[:39] + "…"}"'
         return heading, [name, f"layer {c.layer}", f"{c.seq_q} tokens", c.shapes_text(), _mask_text(c),
                          f"float32 on {result.device}"]
     parts = [f"{c.spec.label} ({c.variant})", c.shapes_text(), _mask_text(c)]
@@ -368,13 +371,14 @@ def _title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImag
     return heading, parts
 
 
-def _token_labels(result: RunResult, options: ExportOptions, rows: int, cols: int) -> list[str] | None:
-    """The display labels of a token-labelled map (pretrained models, toys); None for positions."""
-    if not result.tokens or options.what == "output" or rows != cols or len(result.tokens) != rows:
+def _token_labels(result: RunResult, options: ExportOptions) -> tuple[list[str], list[str]] | None:
+    """(row labels, column labels) of a token-labelled map (pretrained models, toys); None for positions."""
+    axes = result.axis_tokens()
+    if axes is None or options.what == "output":
         return None
     from .models.tokens import display
 
-    return [display(t) for t in result.tokens]
+    return [display(t) for t in axes[0]], [display(t) for t in axes[1]]
 
 
 def _token_ticks(n: int, scale: int) -> list[int]:
@@ -460,15 +464,16 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     tt_h = m.height(TILE_PX, True) + 4 if show_tile_titles else 0
     x_ticks = _position_ticks(cols, img_w) if options.axis_labels else []
     y_ticks = _position_ticks(rows, img_h) if options.axis_labels else []
-    names = _token_labels(result, options, rows, cols)
+    names = _token_labels(result, options)
     if names is not None:  # token labels instead of positions, thinned to what fits
-        x_ticks = y_ticks = _token_ticks(rows, s)
-    ytext = {j: names[j] if names else str(j) for j in y_ticks}
+        y_ticks, x_ticks = _token_ticks(rows, s), _token_ticks(cols, s)
+    ytext = {j: names[0][j] if names else str(j) for j in y_ticks}
+    xtext = {j: names[1][j] if names else str(j) for j in x_ticks}
     tick_len = 4
     ytick_w = (math.ceil(max(m.width(t, TICK_PX) for t in ytext.values())) + tick_len + 4) if y_ticks else 0
     xtick_h = (m.height(TICK_PX) + tick_len + 2) if x_ticks else 0
     if names:  # x labels stand rotated, reading bottom to top
-        xtick_h = (math.ceil(max(m.width(ytext[j], TICK_PX) for j in x_ticks)) + tick_len + 4) if x_ticks else 0
+        xtick_h = (math.ceil(max(m.width(xtext[j], TICK_PX) for j in x_ticks)) + tick_len + 4) if x_ticks else 0
     title_w = max((math.ceil(m.width(t, TILE_PX, True)) for t in tile_titles), default=0) if show_tile_titles else 0
     inner_w = max(img_w, title_w)
     block_w, block_h = ytick_w + inner_w, tt_h + img_h + xtick_h
@@ -529,7 +534,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
                 x = ix + (j + 0.5) * s
                 items.append(Line(x, iy + img_h, x, iy + img_h + tick_len, FRAME))
                 if names:
-                    items.append(Text(x + ta * 0.36, iy + img_h + tick_len + 3, ytext[j], TICK_PX, anchor="end",
+                    items.append(Text(x + ta * 0.36, iy + img_h + tick_len + 3, xtext[j], TICK_PX, anchor="end",
                                       color=TICK_INK, rotated=True))
                 else:
                     items.append(Text(x, iy + img_h + tick_len + 1 + ta, str(j), TICK_PX, anchor="middle",
@@ -865,6 +870,8 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
     arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | extra
     if result.tokens:  # token-labelled runs: the labels, the ids and, if asked, every layer's weights
         arrays["tokens"] = np.array(result.tokens, dtype=str)
+    if result.key_tokens:  # keys labelled apart from the queries (cross-attention)
+        arrays["key_tokens"] = np.array(result.key_tokens, dtype=str)
     if result.token_ids is not None:
         arrays["token_ids"] = np.asarray(result.token_ids)
     if all_layers and result.layer_weights is not None:

@@ -51,8 +51,9 @@ SYMLOG_DECADES = 2  # signed maps: linear within max / 10^this of zero, logarith
 
 
 def default_scale(view: str, config=None) -> str:
-    """The colour scale a view starts with: log for (unsigned) weights, linear for signed maps."""
-    if config is not None and view_signed(view, config):
+    """The colour scale a view starts with: log for the (unsigned) weights of random modules, whose
+    maps are nearly flat; linear for signed maps and for trained models, whose maps are peaked."""
+    if config is not None and (view_signed(view, config) or config.spec.backed):
         return "linear"
     return DEFAULT_SCALES.get(view, "linear")
 

@@ -6,7 +6,9 @@ returns a model object with:
     info      .layers, .heads, .kv_heads, .d_model, .max_positions (ints); .name (str) if it has one
     encode(text: str) -> obj with .ids (sequence of int) and .tokens (sequence of str, one label per id);
               raises ConfigError (field "text") for text it cannot take (empty, too long: the fix in
-              `suggestions`, e.g. the truncated text)
+              `suggestions`, e.g. the truncated text). Optional .layer_tokens: one (query labels, key
+              labels) pair per layer, where a layer's axes are not the text's tokens (a toy's decoder
+              cross-attention: rows are the outputs, columns the inputs)
     forward(ids: LongTensor (1, L), record: frozenset[str]) -> (hidden (1, L, d), [Trace] * info.layers)
               each Trace from attention(...) (kernel.py) holding the `record` stages and "mask"
 
@@ -49,6 +51,7 @@ class ModelForward:
     layer_weights: np.ndarray  # (layers, 1, H, L, L); stages["weights"][i] are views into it
     tokens: tuple[str, ...]
     token_ids: np.ndarray  # (L,)
+    layer_tokens: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None
     device: str
     compute_time_s: float
     total_time_s: float
@@ -70,8 +73,16 @@ class ModelForward:
         return RunResult(
             config=resolved(self.key.replace(layer=layer), self.info, length, mask), stages=stages, mask=mask,
             fully_masked_rows=rows, device=self.device, compute_time_s=self.compute_time_s,
-            total_time_s=self.total_time_s, notes=self.notes, tokens=self.tokens, token_ids=self.token_ids,
+            total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
             layer_weights=self.layer_weights, source=self)
+
+
+    def labels(self, layer: int) -> dict[str, tuple[str, ...]]:
+        """tokens (rows) and key_tokens (columns, only where they differ) of one layer's maps."""
+        if self.layer_tokens is None:
+            return {"tokens": self.tokens}
+        rows, cols = self.layer_tokens[layer]
+        return {"tokens": rows, "key_tokens": () if cols == rows else cols}
 
 
 def backed_stages() -> list[str]:
@@ -171,6 +182,11 @@ def _arrays(traces: list, keep: frozenset[str]) -> tuple[dict[str, list[np.ndarr
     return stages, layer_weights
 
 
+def _layer_tokens(encoded) -> tuple | None:
+    per_layer = getattr(encoded, "layer_tokens", None)
+    return None if per_layer is None else tuple((tuple(q), tuple(k)) for q, k in per_layer)
+
+
 def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
                 record: Iterable[str] | None = None) -> ModelForward:
     """Load (cached), encode the text, one traced forward over every layer -> ModelForward."""
@@ -204,4 +220,5 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
         tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
+        layer_tokens=_layer_tokens(encoded),
         compute_time_s=compute, total_time_s=time.perf_counter() - started)

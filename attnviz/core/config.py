@@ -283,7 +283,7 @@ class RunConfig:
         spec = VARIANTS.get(variant)
         if spec is None:
             raise ConfigError("variant", variant, "unknown variant", f"use one of {', '.join(VARIANTS)}")
-        base: dict[str, Any] = {"variant": variant, "mask": spec.default_mask}
+        base: dict[str, Any] = {"variant": variant, "mask": spec.default_mask, **spec.defaults}
         if variant == "cross":
             base["in_bias"] = False  # seed 000: qkv_bias=False
         return cls(**{**base, **changes})

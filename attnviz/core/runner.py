@@ -54,6 +54,13 @@ class RunResult:
         except KeyError:
             raise AttributeError(f"RunResult has no stage {name!r}; kept: {', '.join(self.stages)}") from None
 
+    def axis_tokens(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(query labels, key labels) of a token-labelled run whose labels fit its maps, else None."""
+        keys = self.key_tokens or self.tokens
+        if not self.tokens or len(self.tokens) != self.config.seq_q or len(keys) != self.config.lkv:
+            return None
+        return self.tokens, keys
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array: the kept stages in pipeline order, then the mask and the row flags."""
         return {**self.stages, "mask": self.mask, "fully_masked_rows": self.fully_masked_rows}

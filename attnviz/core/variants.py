@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..toys.specs import TOYS
 from .differential import DifferentialAttention
 from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
 
@@ -43,6 +44,8 @@ class VariantSpec:
     # info, encode(text) and a traced multi-layer forward. Shapes then come from the model and the text.
     load: Callable[[Any, int | None], Any] | None = None
     own_fields: frozenset[str] | None = None  # when set: exactly the fields this variant uses
+    defaults: dict[str, Any] = field(default_factory=dict)  # field values a fresh config of it starts from
+    caption: str = ""  # one line above the maps: what to look for
 
     @property
     def fields(self) -> frozenset[str]:
@@ -83,6 +86,24 @@ def _not_a_module(c) -> nn.Module:
 
 # What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.
 BACKED_FIELDS = frozenset({"variant", "model", "text", "layer", "device"})
+TOY_FIELDS = frozenset({"variant", "text", "layer"})  # toys ship with attnviz and run on the CPU
+
+
+def _load_toy(name: str):
+    def load(c, memory_budget: int | None):
+        from ..toys import ToyBacked, load_toy  # lazily: the toys are built from the seed modules
+
+        return ToyBacked(load_toy(name))
+    return load
+
+
+def _toy_spec(toy) -> VariantSpec:
+    return VariantSpec(
+        id=toy.name, label=f"Trained toy: {toy.task}", seed=f"{toy.name}, trained by attnviz (resources/models)",
+        description=toy.description, build=_not_a_module, inputs=_no_inputs,
+        labels={"text": f"Input ({toy.vocabulary[0]}..{toy.vocabulary[-1]})", "layer": "Layer"},
+        load=_load_toy(toy.name), own_fields=TOY_FIELDS,
+        defaults={"text": toy.default_text, "layer": toy.focus_layer}, caption=toy.caption)
 
 
 def _self_inputs(c) -> tuple[Tensor, ...]:
@@ -170,5 +191,6 @@ VARIANTS: dict[str, VariantSpec] = {
             load=_load_pretrained,
             own_fields=BACKED_FIELDS,
         ),
+        *(_toy_spec(toy) for toy in TOYS.values()),
     ]
 }

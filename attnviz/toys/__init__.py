@@ -21,10 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .models import build
 from .specs import TOYS, ToySpec
 
-__all__ = ["TOYS", "LayerTrace", "ToyModel", "ToySpec", "load_toy", "models_dir"]
+# attnviz.core's variant registry reads TOYS from here, so nothing at this module's top level may
+# import attnviz.core (the networks, built from the seed modules, are imported where they are built).
+__all__ = ["TOYS", "LayerTrace", "ToyBacked", "ToyModel", "ToySpec", "load_toy", "models_dir"]
 
 
 def models_dir() -> Path:
@@ -94,6 +95,10 @@ class ToyModel:
             raise ValueError(f"{self.spec.name}: input must be {wanted} characters long, got {len(text)}")
         return torch.tensor([[vocab.index(c) for c in text]], dtype=torch.long)
 
+    def _lengths_text(self) -> str:
+        lo, hi = self._lengths()
+        return f"{lo} characters" if lo == hi else f"{lo} to {hi} characters"
+
     def _lengths(self) -> tuple[int, int]:
         arch = self.spec.architecture
         return (arch["length"], arch["length"]) if "length" in arch else (1, arch["max_len"])
@@ -105,6 +110,8 @@ def load_toy(name: str, directory: Path | None = None) -> ToyModel:
     (the instance is shared: read it, do not train it)."""
     from safetensors.torch import load_file
 
+    from .models import build
+
     if name not in TOYS:
         raise ValueError(f"unknown toy {name!r}; toys: {', '.join(TOYS)}")
     folder = models_dir() if directory is None else Path(directory)
@@ -115,3 +122,54 @@ def load_toy(name: str, directory: Path | None = None) -> ToyModel:
     module = build(card["architecture"])
     module.load_state_dict(load_file(str(weights)), strict=True)
     return ToyModel(TOYS[name], card, module)
+
+
+# --- the toys as model-backed variants (the protocol of attnviz.core.backed) -----------------------
+
+
+@dataclass(frozen=True)
+class ToyInfo:
+    name: str
+    layers: int
+    heads: int
+    kv_heads: int
+    d_model: int
+    max_positions: int
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: list[int]
+    tokens: list[str]  # the input characters
+    layer_tokens: list[tuple[list[str], list[str]]]  # (rows, columns) of each layer's maps
+
+
+class ToyBacked:
+    """A toy as attnviz.core.backed wants a model: info, encode(text), forward(ids, record).
+    Toys run on the CPU whatever the device (they take milliseconds), so no `.module` is exposed."""
+
+    def __init__(self, toy: ToyModel):
+        self.toy = toy
+        arch = toy.spec.architecture
+        self.info = ToyInfo(toy.spec.name, toy.spec.layers, toy.spec.heads, toy.spec.heads, arch["width"],
+                            toy._lengths()[1])
+
+    def encode(self, text: str) -> Encoded:
+        from attnviz.core.config import ConfigError
+
+        spec = self.toy.spec
+        try:
+            ids = self.toy._ids(text.strip())[0].tolist()
+        except ValueError as exc:
+            raise ConfigError("text", text, str(exc).split(": ", 1)[-1],
+                              f"type {self.toy._lengths_text()} of {spec.vocabulary!r}, e.g. {spec.default_text}",
+                              suggestions=(spec.default_text,)) from None
+        chars = [spec.vocabulary[i] for i in ids]
+        layers = [(chars, chars)] * spec.layers
+        if spec.task != "induction":  # the decoder's cross-attention: output digits over input digits
+            layers[-1] = (list(self.toy.predict(text)), chars)
+        return Encoded(ids, chars, layers)
+
+    def forward(self, ids: Tensor, record: frozenset[str]) -> tuple[Tensor, list]:
+        logits, traces = self.toy.module(ids.cpu(), return_trace=record)
+        return logits, traces

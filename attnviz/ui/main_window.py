@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import colormaps
-from ..core import ConfigError, RunConfig, load_config, run
+from ..core import ConfigError, RunConfig, load_config, load_preset, run
 from ..core.config import field_meta
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
 from .explain_views import ExplainViews
@@ -46,6 +46,7 @@ from .views import HeadGrid, TensorView
 from .worker import Failure, Outcome, Request, Worker
 
 SETTINGS_VERSION = 1
+START_PRESET = "toy-reverse"  # what a first launch shows
 
 
 class MainWindow(QMainWindow):
@@ -85,6 +86,12 @@ class MainWindow(QMainWindow):
         self.staleLabel.setWordWrap(True)
         self.staleLabel.hide()
         maps_layout.addWidget(self.staleLabel)
+        self.captionLabel = named(QLabel(), "captionLabel")  # a trained toy's "what to look for"
+        self.captionLabel.setWordWrap(True)
+        self.captionLabel.setStyleSheet("color: palette(window-text); font-weight: bold; padding: 2px 4px;")
+        self.captionLabel.setToolTip("What to look for in this trained model's maps")
+        self.captionLabel.hide()
+        maps_layout.addWidget(self.captionLabel)
         maps_layout.addWidget(self.headGrid, 1)
         tensor = QWidget()
         tensor_layout = QVBoxLayout(tensor)
@@ -298,6 +305,28 @@ class MainWindow(QMainWindow):
         if self.modelDock.isVisible():
             self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
 
+    def _follow_default_scale(self, config: RunConfig) -> None:
+        """When the shown maps turn from random to trained (or back), a view whose scale the user has
+        not chosen takes its default for them; a change re-renders without a recompute."""
+        trained, before = config.spec.backed, getattr(self, "_trained_shown", False)  # the combo starts on random maps' default
+        self._trained_shown = trained
+        view = self.viewCombo.currentData()
+        mode = default_scale(view, config)
+        if trained != before and view not in self._scales \
+                and self.scaleCombo.currentData() != mode:
+            self.scaleCombo.blockSignals(True)  # not the user's choice: do not remember it
+            self.scaleCombo.setCurrentIndex(self.scaleCombo.findData(mode))
+            self.scaleCombo.blockSignals(False)
+            self.schedule()
+
+    def _show_caption(self, result) -> None:
+        spec = result.config.spec
+        text, focus = spec.caption, spec.defaults.get("layer")
+        if text and focus is not None and result.config.layer != focus:
+            text += f"  (this is layer {result.config.layer}; the pattern is in layer {focus})"
+        self.captionLabel.setText(text)
+        self.captionLabel.setVisible(bool(text))
+
     def _open_tile(self, layer: int, head: int) -> None:
         self.panel.widgets["layer"].setValue(layer)
         self.headGrid.set_focus(head if head >= 0 else None)
@@ -379,6 +408,8 @@ class MainWindow(QMainWindow):
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
         self._show_model(outcome.result)
+        self._show_caption(outcome.result)
+        self._follow_default_scale(outcome.result.config)
         self.worker.release(previous)  # the last references to the old maps: freed off this thread
         del previous
         self.shown_id = rid
@@ -496,6 +527,8 @@ class MainWindow(QMainWindow):
     # --- settings and closing ----------------------------------------------------------------
 
     def _restore(self, s: QSettings) -> None:
+        # a first launch opens on a trained toy: learned attention with labelled tokens, at once
+        self.panel.set_config(load_preset(START_PRESET), emit=False)
         if s.value("version", 0, int) != SETTINGS_VERSION:
             return
         geometry = s.value("geometry")

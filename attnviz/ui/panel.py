@@ -275,7 +275,9 @@ class ParameterPanel(QWidget):
                 self._set_value("in_bias", False)
             elif "in_bias" in spec.fields:
                 self._set_value("in_bias", True)
-            if spec.backed:  # something to see at once: the first model found, a first sentence
+            for name, value in spec.defaults.items():  # a toy's own input and layer
+                self._set_value(name, value)
+            if spec.backed and "model" in spec.fields:  # something to see at once: the first model found
                 self._start_backed()
         finally:
             self._loading = False

@@ -71,21 +71,20 @@ class Tile:
             self.plot.setLabel("left", "query position i")
             self.plot.setLabel("bottom", "key position j")
 
-    def set_token_axes(self, tokens: tuple[str, ...], left: bool, bottom: bool, px: tuple[int, int],
-                       named_axes: bool = True) -> None:
+    def set_token_axes(self, tokens: tuple[tuple[str, ...], tuple[str, ...]], left: bool, bottom: bool,
+                       px: tuple[int, int], named_axes: bool = True) -> None:
         """Token labels on the left (queries) and bottom (keys) axes, every k-th one where the cells
         are too small for all (the hover always names both tokens in full)."""
-        labels = [display(t) for t in tokens]
-        n = max(len(labels), 1)
-        widest = max((len(t) for t in labels), default=1)
-        steps = (max(1, math.ceil(TOKEN_ROW_PX * n / max(px[0], 1))),
-                 max(1, math.ceil((widest * TOKEN_CHAR_PX + 8) * n / max(px[1], 1))))
+        rows, cols = ([display(t) for t in axis] for axis in tokens)
+        widest = max((len(t) for t in cols), default=1)
+        steps = (max(1, math.ceil(TOKEN_ROW_PX * max(len(rows), 1) / max(px[0], 1))),
+                 max(1, math.ceil((widest * TOKEN_CHAR_PX + 8) * max(len(cols), 1) / max(px[1], 1))))
         key = (tokens, left, bottom, steps, named_axes)
         if key == getattr(self, "_token_key", None):
             return
         self._token_key = key
-        for axis, on, step, name in (("left", left, steps[0], "query token"), ("bottom", bottom, steps[1],
-                                                                               "key token")):
+        for axis, on, step, name, labels in (("left", left, steps[0], "query token", rows),
+                                             ("bottom", bottom, steps[1], "key token", cols)):
             self.plot.showAxis(axis, on)
             if on:
                 self.plot.getAxis(axis).setTicks([[(k, labels[k]) for k in range(0, len(labels), step)], []])
@@ -277,13 +276,14 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     def _token_axes(self, result: RunResult, heads: list[int]) -> None:
         """Token-labelled runs: the tokens along the grid's left column and bottom row."""
         c = result.config
-        if not result.tokens or len(result.tokens) != c.seq_q or c.seq_q != c.lkv:
+        axes = result.axis_tokens()
+        if axes is None:
             return
         gr, gc = self.grid_shape(len(heads), c.seq_q, c.lkv)
         px = self.tile_pixels(c.seq_q, c.lkv, len(heads))
         for n, tile in enumerate(self.tiles):
             single = self.focus is not None
-            tile.set_token_axes(result.tokens, single or n % gc == 0, single or n + gc >= len(heads), px,
+            tile.set_token_axes(axes, single or n % gc == 0, single or n + gc >= len(heads), px,
                                 named_axes=single or n == 0 or n == (gr - 1) * gc)
 
     def set_stale(self, stale: bool) -> None:
@@ -311,13 +311,14 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         """Exact values of one cell; token-labelled runs lead with "L3 H5  'cat' → 'the'  0.41"."""
         detail = self._cell_detail(head, i, j)
         r = self.result
-        if not r.tokens or i >= len(r.tokens) or j >= len(r.tokens):
+        axes = r.axis_tokens()
+        if axes is None or i >= len(axes[0]) or j >= len(axes[1]):
             return detail
         b = min(self.frames.options.batch_index, r.config.batch - 1)
         shown = getattr(r, view_stage(self.frames.options.view))[b, :, i, j]
         value = float(np.nan_to_num(shown).mean()) if head == -1 else float(shown[head])
         who = "mean" if head == -1 else f"H{head}"
-        return (f"L{r.config.layer} {who}  '{display(r.tokens[i])}' → '{display(r.tokens[j])}'  "
+        return (f"L{r.config.layer} {who}  '{display(axes[0][i])}' → '{display(axes[1][j])}'  "
                 f"{'NaN' if np.isnan(value) else f'{value:.2f}'}  ·  {detail}")
 
     def _cell_detail(self, head: int, i: int, j: int) -> str:

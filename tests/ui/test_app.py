@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
+from attnviz.core import RunConfig
 from attnviz.ui import MainWindow
 from attnviz.ui.app import run_app
 
@@ -27,11 +28,12 @@ def test_run_app_opens_the_default_view_and_remembers_it(qapp, tmp_path):
     seen = []
     _close_when_shown(seen)
     assert run_app([]) == 0
-    assert seen and seen[0].variant == "causal" and seen[0].heads == 4 and seen[0].seq_q == 16
+    # a first launch shows a trained toy: learned attention with labelled tokens
+    assert seen and seen[0].variant == "toy-reverse" and seen[0].layer == 2 and seen[0].seq_q == 8
     saved = QSettings()
-    assert "causal" in str(saved.value("config"))
-    saved.setValue("config", seen[0].replace(heads=8).to_json())
+    assert "toy-reverse" in str(saved.value("config"))
+    saved.setValue("config", RunConfig(heads=8).to_json())
     saved.sync()
     _close_when_shown(seen)
     assert run_app([]) == 0
-    assert seen[-1].heads == 8  # the next launch starts where the last one left off
+    assert seen[-1].variant == "causal" and seen[-1].heads == 8  # the next launch starts where the last one left off

@@ -252,6 +252,9 @@ def test_settings_are_remembered(qtbot, tmp_path):
     qtbot.addWidget(w)
     w.show()
     wait_shown(qtbot, w)
+    assert w.result.config.variant == "toy-reverse"  # a first launch opens on a trained toy
+    w.panel.set_config(RunConfig())
+    wait_shown(qtbot, w)
     w.panel.widgets["heads"].setValue(2)
     select(w.colormapCombo, "cividis")
     wait_shown(qtbot, w)
