@@ -308,7 +308,8 @@ class MainWindow(QMainWindow):
     def _follow_default_scale(self, config: RunConfig) -> None:
         """When the shown maps turn from random to trained (or back), a view whose scale the user has
         not chosen takes its default for them; a change re-renders without a recompute."""
-        trained, before = config.spec.backed, getattr(self, "_trained_shown", False)  # the combo starts on random maps' default
+        # the combo starts on the default for random maps
+        trained, before = config.spec.backed, getattr(self, "_trained_shown", False)
         self._trained_shown = trained
         view = self.viewCombo.currentData()
         mode = default_scale(view, config)
