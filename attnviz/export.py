@@ -27,14 +27,15 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from . import colormaps
-from .atomic import ExportError, atomic_writer, write_bytes
+from .atomic import ExportError, MissingFolder, ReadOnlyTarget, atomic_writer, check_target, write_bytes
 from .core.config import RunConfig
 from .core.runner import RunResult
 from .frames import MAP_VIEWS, TENSORS, HeatImage, ViewOptions, render
 
 __all__ = [
-    "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "auto_scale", "compose_image",
-    "default_filename", "ensure_gui_app", "export", "format_of", "layout", "png_bytes", "svg_text", "write_npz",
+    "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "MissingFolder", "ReadOnlyTarget",
+    "auto_scale", "check_target", "compose_image", "default_filename", "ensure_gui_app", "export", "format_of",
+    "layout", "png_bytes", "svg_text", "write_npz",
 ]
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
@@ -702,10 +703,10 @@ def svg_text(result: RunResult, options: ExportOptions | None = None) -> str:
 NPZ_ARRAYS = ("weights", "scores", "output", "q", "k", "v", "context", "mask", "dropped", "fully_masked_rows")
 
 
-def write_npz(result: RunResult, path: str | os.PathLike) -> Path:
+def write_npz(result: RunResult, path: str | os.PathLike, replace_readonly: bool = False) -> Path:
     """Every array of the result plus `config` (the saved-configuration JSON string), atomically."""
     arrays = {name: np.asarray(getattr(result, name)) for name in NPZ_ARRAYS}
-    with atomic_writer(path) as f:
+    with atomic_writer(path, replace_readonly) as f:
         np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
     return Path(path)
 
@@ -722,22 +723,25 @@ def format_of(path: str | os.PathLike) -> str:
     return ext
 
 
-def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | None = None) -> Path:
+def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | None = None,
+           replace_readonly: bool = False) -> Path:
     """Write the result to `path` as PNG, SVG or NPZ (chosen by the extension); returns the path.
 
     ValueError for an unknown extension or bad options (nothing written). ExportError when the file
     cannot be written or the image would be too large; any previous file at `path` stays intact.
+    A read-only file at `path` is refused (ReadOnlyTarget) unless `replace_readonly`.
     """
     ext = format_of(path)
     options = options or ExportOptions()
+    check_target(path, replace_readonly)  # before the image is composed
     if ext == ".npz":
         options.check(result.config)
-        return write_npz(result, path)
+        return write_npz(result, path, replace_readonly)
     try:
         data = png_bytes(result, options) if ext == ".png" else svg_text(result, options).encode("utf-8")
     except ImageTooLarge as exc:
         raise ExportError(path, str(exc)) from exc
-    write_bytes(path, data)
+    write_bytes(path, data, replace_readonly)
     return Path(path)
 
 

@@ -349,11 +349,11 @@ class MainWindow(QMainWindow):
         if self.settings is not None:
             self.settings.setValue("lastDir", str(Path(path).parent))
 
-    def save_config(self, path: str) -> None:
+    def save_config(self, path: str, replace_readonly: bool = False) -> None:
         """Write the panel's configuration as JSON (atomically; the preset format)."""
         from ..atomic import write_bytes
 
-        write_bytes(path, self.panel.config().to_json().encode("utf-8"))
+        write_bytes(path, self.panel.config().to_json().encode("utf-8"), replace_readonly)
 
     def open_config(self, path: str) -> None:
         self.panel.set_config(load_config(path))
@@ -366,8 +366,15 @@ class MainWindow(QMainWindow):
             return
         path, _ = QFileDialog.getSaveFileName(self, "Save configuration", self._start_dir(), "JSON (*.json)")
         if path:
+            from .export_dialog import confirm_write
+
+            path = path if path.endswith(".json") else path + ".json"
+            replace_readonly = confirm_write(self, path)
+            if replace_readonly is None:
+                self.statusBar().showMessage(f"Not saved: {path} is read-only", 6000)
+                return
             try:
-                self.save_config(path if path.endswith(".json") else path + ".json")
+                self.save_config(path, replace_readonly)
                 self._remember_dir(path)
                 self.statusBar().showMessage(f"Saved {path}", 4000)
             except Exception as exc:
