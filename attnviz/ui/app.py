@@ -16,9 +16,13 @@ def run_app(argv: list[str] | None = None) -> int:
     app.setApplicationName("attnviz")
     from .main_window import MainWindow
 
+    from .lifecycle import install_sigint_handler
+
     window = MainWindow(settings=QSettings())
     window.show()
+    sigint_timer = install_sigint_handler(app)  # Ctrl+C in the terminal: close (settings saved), quit
     code = app.exec()
+    sigint_timer.stop()
     if window.worker.is_alive():
         # A forward pass cannot be interrupted mid-matmul. Settings are saved; leave now
         # rather than make the user wait for a result nobody will see.

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, run
 from ..frames import MAP_VIEWS, TENSORS, ViewOptions
+from . import lifecycle
 from .panel import ParameterPanel, named
 from .views import HeadGrid, TensorView
 from .worker import Failure, Outcome, Request, Worker
@@ -129,6 +130,7 @@ class MainWindow(QMainWindow):
         self.headGrid.sigFocusChanged.connect(self.schedule)
         self.headGrid.sigResized.connect(self.schedule)  # re-pool to the new tile size (no recompute)
 
+        lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
             self._restore(settings)
         self.request()

@@ -133,26 +133,41 @@ class Worker(QObject):
         self.reaper = Reaper()  # frees replaced results (see release)
         self._last: RunResult | None = None  # touched only by the worker thread
         self._pools = PoolCache()  # pooled maps of _last: view-only changes only requantise
+        self._running = False  # a thread is serving requests (changed under _cond only)
+        self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._running = True
         self._thread = threading.Thread(target=self._loop, name="attnviz-worker", daemon=True)
         self._thread.start()
 
     def submit(self, request: Request) -> None:
+        """Queue `request` (replacing any pending one). After stop() this starts serving again:
+        QApplication.quit() closes the windows, and a script may go on using them."""
         with self._cond:
             self._pending = request  # replaces an older pending request
+            self._stopping = False
+            if not self._running:  # the old thread has decided to end (under this lock): a new one
+                self._start_thread()
             self._cond.notify()
 
     def release(self, *objects) -> None:
         """Hand over the last references to a replaced result; freed off the calling thread."""
         self.reaper.drop(*objects)
 
-    def stop(self, timeout: float = 1.5) -> bool:
-        """Ask the thread to finish; True if it ended within `timeout` seconds."""
+    def stop(self, timeout: float | None = 1.5) -> bool:
+        """Ask the thread to finish; True if it ended within `timeout` seconds (None: wait for it).
+
+        A forward in flight is cancelled at its next stage boundary; one torch op cannot be cut short.
+        """
         with self._cond:
             self._stopping = True
             self._pending = None
             self._cond.notify()
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+            thread = self._thread
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+        return not thread.is_alive()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -171,6 +186,7 @@ class Worker(QObject):
                 while self._pending is None and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
+                    self._running = False  # submit() starts a new thread from now on
                     return
                 request, self._pending = self._pending, None
             self.sigBusy.emit(True)
