@@ -14,9 +14,8 @@ def run_app(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
-    from .main_window import MainWindow
-
     from .lifecycle import install_sigint_handler
+    from .main_window import MainWindow
 
     window = MainWindow(settings=QSettings())
     window.show()
