@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, Signal
 from ..core import ConfigError, RunConfig, RunResult, run
 from ..core.runner import Cancelled, MemoryBudgetError
 from ..frames import Frames, PoolCache, ViewOptions, render
+from .cpushare import CpuShare
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,24 @@ class Failure:
 
 BACKGROUND_NICE_STEP = 10  # how much nicer than the process attnviz's background threads run
 MAX_NICE = 19
+# torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
+# "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
+THREAD_POLICY: str | int = "adaptive"
+
+
+def set_torch_threads(share: CpuShare) -> int:
+    """Apply THREAD_POLICY to the calling thread (OpenMP's count is per thread); returns the count."""
+    import torch
+
+    if THREAD_POLICY == "all":
+        n = share.cores
+    elif THREAD_POLICY == "adaptive":
+        n = share.threads()
+    else:
+        n = int(THREAD_POLICY)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
 
 
 def lower_priority() -> None:
@@ -134,6 +153,8 @@ class Worker(QObject):
         self._last: RunResult | None = None  # touched only by the worker thread
         self._pools = PoolCache()  # pooled maps of _last: view-only changes only requantise
         self._running = False  # a thread is serving requests (changed under _cond only)
+        self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
+        self.threads_used = 0  # torch threads of the last run (benchmarks report it)
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -208,6 +229,7 @@ class Worker(QObject):
                     self.sigBusy.emit(False)
 
     def _run(self, config: RunConfig) -> RunResult:
+        self.threads_used = set_torch_threads(self._share)
         try:
             return self._compute(config, cancel=self._cancelled)
         except MemoryBudgetError:
