@@ -6,7 +6,9 @@ process, interleaved, per worker thread policy; and the 300-change storm stall w
 
 A policy is `threads[@nice]`: threads = adaptive (cores other programs leave free, measured before
 each run; attnviz's default), all (one per core: torch's default) or a number; nice = how much nicer
-than the GUI the worker runs (default 10, attnviz's). One size's window is reused for all policies;
+than the GUI both compute lanes run. Without @nice: attnviz's rule (10 when every core is free, 0
+when other programs hold some; see attnviz/ui/worker.py). "all@10" is the policy before issue 9.
+One size's window is reused for all policies;
 rounds alternate busy-first and idle-first; each block records /proc/loadavg and the CPU share other
 processes used (from /proc/stat) so a noisy "idle" is visible. Target: busy/idle p50 <= 2.0.
 """
@@ -32,17 +34,14 @@ def _proc_stat() -> tuple[int, int]:
     return sum(cpu), cpu[3] + cpu[4]
 
 
-def _parse_policy(text: str) -> tuple[str, int]:
-    threads, _, nice = text.partition("@")
-    return threads, int(nice) if nice else 10
-
-
 def _apply_policy(policy: str) -> None:
+    """"adaptive" alone is attnviz's default (nice 10 with every core free, BUSY_NICE_STEP when
+    some are taken); "X@N" runs both of the worker's compute lanes N nicer than the GUI."""
     from attnviz.ui import worker
 
-    threads, nice = _parse_policy(policy)
+    threads, _, nice = policy.partition("@")
     worker.THREAD_POLICY = threads if threads in ("adaptive", "all") else int(threads)
-    worker.BACKGROUND_NICE_STEP = nice
+    worker.BACKGROUND_NICE_STEP, worker.BUSY_NICE_STEP = (int(nice), int(nice)) if nice else (10, 0)
 
 
 def _block(h, busy: bool, samples: int) -> dict:
@@ -124,7 +123,7 @@ def measure(size, policies: list[str], rounds: int, samples: int, storm: bool) -
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.contention", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="S,M,L")
-    p.add_argument("--policies", default="adaptive,all")
+    p.add_argument("--policies", default="adaptive,all@10")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--samples", type=int, default=0, help="seed toggles per block (default: by size)")
     p.add_argument("--storm", action="store_true", help="also the 300-change storm with the busy process")

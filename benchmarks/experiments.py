@@ -68,7 +68,7 @@ def releasing_window_class():
 
 
 def nice_worker(level: int = 10):
-    def lower_priority():
+    def lower_priority(step=None):  # attnviz's signature; the experiment fixes the level
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), level)
 
     return lower_priority

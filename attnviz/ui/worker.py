@@ -9,6 +9,7 @@ computed one only re-renders (view-only changes never recompute).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import sys
@@ -51,27 +52,73 @@ class Failure:
 
 BACKGROUND_NICE_STEP = 10  # how much nicer than the process attnviz's background threads run
 MAX_NICE = 19
+# The thread and priority policy (issue 9; numbers in benchmarks/README.md, "Contention").
+# Before each request the worker measures the cores other programs used since the last one
+# (cpushare). All cores free: the forward runs with one torch thread per core on the `quiet` lane,
+# BACKGROUND_NICE_STEP nicer than the GUI (the GUI thread then wins every core it wants: XL storm
+# stalls 0.1-0.4 s -> 31-39 ms, issue 5). Some cores busy: it runs with the cores left on the
+# `busy` lane, BUSY_NICE_STEP nicer: at nice 10 the worker got ~10% of any core it shared with
+# another program, 2.5-4.7x slower than idle; at nice 0 with the cores left, 1.3-2.3x.
+# Niceness cannot be lowered again without privileges, hence two threads, each at a fixed level.
+BUSY_NICE_STEP = 0
 # torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
 # "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
 THREAD_POLICY: str | int = "adaptive"
 
 
-def set_torch_threads(share: CpuShare) -> int:
-    """Apply THREAD_POLICY to the calling thread (OpenMP's count is per thread); returns the count."""
+def thread_count(share: CpuShare) -> int:
+    """Torch threads for the next forward under THREAD_POLICY."""
+    if THREAD_POLICY == "all":
+        return share.cores
+    if THREAD_POLICY == "adaptive":
+        return share.threads()
+    return int(THREAD_POLICY)
+
+
+def set_torch_threads(n: int) -> None:
+    """Set the calling thread's torch thread count (OpenMP's count is per thread)."""
     import torch
 
-    if THREAD_POLICY == "all":
-        n = share.cores
-    elif THREAD_POLICY == "adaptive":
-        n = share.threads()
-    else:
-        n = int(THREAD_POLICY)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
-    return n
 
 
-def lower_priority() -> None:
+class Lane:
+    """One long-lived thread at a fixed niceness that runs the functions handed to it; torch's
+    OpenMP pool, started by this thread, inherits its niceness."""
+
+    def __init__(self, name: str, nice_step: int):
+        self.nice_step = nice_step
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def call(self, function):
+        """Run `function` on the lane and return its result (or raise its exception) here."""
+        done, box = threading.Event(), {}
+        self._jobs.put((function, done, box))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        lower_priority(self.nice_step)
+        while (job := self._jobs.get()) is not None:
+            function, done, box = job
+            try:
+                box["value"] = function()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            finally:
+                del function
+                done.set()
+
+
+def lower_priority(step: int | None = None) -> None:
     """Let the GUI thread win the CPU over the calling background thread.
 
     On a machine with few cores a forward pass keeps every core busy (torch starts one thread per
@@ -83,10 +130,12 @@ def lower_priority() -> None:
     """
     if not sys.platform.startswith("linux"):
         return
+    step = BACKGROUND_NICE_STEP if step is None else step
+    if step <= 0:
+        return
     tid = threading.get_native_id()
     with contextlib.suppress(OSError):  # not permitted in some sandboxes: stay at the normal priority
-        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE_STEP,
-                                                 MAX_NICE))
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, MAX_NICE))
 
 
 class _Flush:
@@ -201,7 +250,16 @@ class Worker(QObject):
         return self._stopping
 
     def _loop(self) -> None:
-        lower_priority()
+        lanes = {"quiet": Lane("attnviz-compute", BACKGROUND_NICE_STEP),
+                 "busy": Lane("attnviz-compute-shared", BUSY_NICE_STEP)}
+        self.lanes = lanes
+        try:
+            self._serve(lanes)
+        finally:
+            for lane in lanes.values():
+                lane.close()
+
+    def _serve(self, lanes: dict[str, Lane]) -> None:
         while True:
             with self._cond:
                 while self._pending is None and not self._stopping:
@@ -211,8 +269,11 @@ class Worker(QObject):
                     return
                 request, self._pending = self._pending, None
             self.sigBusy.emit(True)
+            n = thread_count(self._share)
+            self.threads_used = n
+            lane = lanes["quiet" if n >= self._share.cores else "busy"]
             try:
-                self._handle(request)
+                lane.call(functools.partial(self._handle, request, n))
             except Cancelled:
                 pass  # closing: nobody waits for this result
             except ConfigError as exc:
@@ -229,7 +290,6 @@ class Worker(QObject):
                     self.sigBusy.emit(False)
 
     def _run(self, config: RunConfig) -> RunResult:
-        self.threads_used = set_torch_threads(self._share)
         try:
             return self._compute(config, cancel=self._cancelled)
         except MemoryBudgetError:
@@ -238,7 +298,9 @@ class Worker(QObject):
             # a replaced result the reaper was holding made the budget look smaller than it is
             return self._compute(config, cancel=self._cancelled)
 
-    def _handle(self, request: Request) -> None:
+    def _handle(self, request: Request, threads: int) -> None:
+        """On a lane: compute (with `threads` torch threads) if the config changed, then render."""
+        set_torch_threads(threads)
         t0 = time.perf_counter()
         recomputed = self._last is None or self._last.config != request.config
         if recomputed:
