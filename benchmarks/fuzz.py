@@ -75,6 +75,28 @@ class Timings:
     def __init__(self):
         self.longest: dict[str, float] = defaultdict(float)
         self.total: dict[str, float] = defaultdict(float)
+        self.calls: list[tuple[float, float, str]] = []  # (start, end, label) of calls over 5 ms
+        self.ticks: list[float] = []  # a 5 ms GUI-thread timer's tick times: the gaps are the stalls
+        gc.callbacks.append(self._gc)
+        self._gc_start = 0.0
+
+    def _gc(self, phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_start = now
+        elif now - self._gc_start > 0.005:
+            self.calls.append((self._gc_start, now, f"gc generation {info.get('generation')}"))
+
+    def tick(self) -> None:
+        self.ticks.append(time.perf_counter())
+
+    def in_longest_gap(self) -> dict:
+        """The longest gap between ticks and the timed calls inside it (what stalled the loop)."""
+        if len(self.ticks) < 2:
+            return {}
+        gap, a, b = max((b - a, a, b) for a, b in zip(self.ticks, self.ticks[1:]))
+        inside = [(label, round((min(e, b) - max(s, a)) * 1e3, 1)) for s, e, label in self.calls if e > a and s < b]
+        return {"gap_ms": round(gap * 1e3, 1), "calls_ms": inside}
 
     def wrap(self, obj, name: str, label: str) -> None:
         original = getattr(obj, name)
@@ -85,9 +107,12 @@ class Timings:
             try:
                 return original(*args, **kwargs)
             finally:
-                dt = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                dt = t1 - t0
                 self.longest[label] = max(self.longest[label], dt)
                 self.total[label] += dt
+                if dt > 0.005:
+                    self.calls.append((t0, t1, label))
 
         setattr(obj, name, timed)
 
@@ -105,6 +130,9 @@ def instrument(w, timings: Timings) -> None:
         (w.panel, "_refresh_visibility", "panel._refresh_visibility"), (w.panel, "show_error", "panel.show_error"),
         (w.panel, "clear_error", "panel.clear_error"), (w.panel, "_edited", "panel._edited"),
         (grid, "paintEvent", "headGrid.paintEvent"), (w.outputView, "paintEvent", "outputView.paintEvent"),
+        (w.panel, "_variant_changed", "panel._variant_changed"), (w.panel, "apply_fix", "panel.apply_fix"),
+        (grid, "resizeEvent", "headGrid.resizeEvent"), (w, "view_options", "window.view_options"),
+        (grid, "_build_spare", "headGrid._build_spare"), (w.panel, "config", "panel.config"),
     ]:
         timings.wrap(obj, name, label)
 
@@ -146,6 +174,11 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
             loop.quit()
 
     driver.timeout.connect(step)
+    ticker = QTimer()
+    ticker.setTimerType(Qt.PreciseTimer)
+    ticker.setInterval(5)
+    ticker.timeout.connect(timings.tick)
+    ticker.start()
     load = load_average()
     h.monitor.reset()
     t0 = time.perf_counter()
@@ -156,6 +189,7 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     h.force_paint()
     all_stats = h.monitor.stats(until=time.perf_counter())
     h.app.processEvents()
+    settle_by_polling(h)  # the paint's layout may re-pool to the final tile size (one more, view-only)
     final = final_state(h)
     # RSS growth is measured back on the starting configuration: the last random one may hold
     # hundreds of MiB of maps by design (batch 4 x 16 heads x 512 x 512), which is not a leak.
@@ -169,7 +203,8 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
         "loadavg": load, "loadavg_after": load_average(), "storm_s": time.perf_counter() - t0,
         "during_changes": storm, "longest_stall_s": all_stats["longest_stall_s"], "settled": settle is not None,
         "slowest_change": {"s": state["slowest_change"][0], "action": state["slowest_change"][1]},
-        "slowest_methods_ms": timings.top(), "rss_growth_bytes": (rss1 - rss0) if rss0 and rss1 else None,
+        "slowest_methods_ms": timings.top(), "longest_gap": timings.in_longest_gap(),
+        "rss_growth_bytes": (rss1 - rss0) if rss0 and rss1 else None,
         "counts": dict(counts), "computes": h.compute.calls, **final,
     }
     target = STALL_TARGET_S[512 if max_len <= 512 else 2048]
@@ -221,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
           f"RSS growth {(res['rss_growth_bytes'] or 0) / 2**20:.1f} MiB, final ok {res['final_ok']} "
           f"(valid {res['final_valid']}), computes {res['computes']}, load {res['loadavg']} -> {res['loadavg_after']}")
     print("slowest GUI-thread methods (ms):", res["slowest_methods_ms"])
+    print("inside the longest gap:", res["longest_gap"])
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
     return 0 if res["pass"] else 1

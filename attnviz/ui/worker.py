@@ -138,6 +138,21 @@ def lower_priority(step: int | None = None) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, MAX_NICE))
 
 
+def _malloc_trim():
+    """glibc's malloc_trim, or None. After a free, glibc keeps medium blocks (up to 32 MiB, its
+    dynamic mmap threshold) in the heap: 1,000 random edits grew RSS by 80-100 MiB that was free
+    inside the process, 13 MiB with the threshold fixed (benchmarks/fuzz.py). Trimming after the
+    reaper frees a result hands those pages back."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return None
+
+
 class _Flush:
     def __init__(self) -> None:
         self.done = threading.Event()
@@ -172,17 +187,21 @@ class Reaper:
 
     def _loop(self) -> None:
         lower_priority()
+        trim = _malloc_trim()
         held = None
         while True:
             try:
                 item = self._queue.get(timeout=self.HOLD_S if held is not None else None)
             except queue.Empty:
                 item = None
+            freeing = held is not None
             if isinstance(item, _Flush):
                 item.freed, held = held is not None, None  # freed here, before the waiter goes on
                 item.done.set()
             else:
                 held = item  # the previous `held` is freed here, on this thread
+            if freeing and trim is not None:
+                trim(0)
 
 
 class Worker(QObject):
