@@ -1,14 +1,14 @@
 """Contention (issue 9): seed-change latency with the machine idle vs with one other CPU-bound
 process, interleaved, per worker thread policy; and the 300-change storm stall with the busy process.
 
-    python -m benchmarks.contention                                 # S,M,L; policies adaptive,all
-    python -m benchmarks.contention --sizes S,M --policies adaptive,all,1 --rounds 4 --out c.json
+    python -m benchmarks.contention                                 # S,M,L; policies adaptive,all@10
+    python -m benchmarks.contention --sizes L --policies adaptive@10/3,adaptive@10/0 --storm --out c.json
 
 A policy is `threads[@nice]`: threads = adaptive (cores other programs leave free, measured before
 each run; attnviz's default), all (one per core: torch's default) or a number; nice = how much nicer
-than the GUI both compute lanes run. Without @nice: attnviz's rule (10 when every core is free, 0
-when other programs hold some; see attnviz/ui/worker.py). "all@10" is the policy before issue 9.
-One size's window is reused for all policies;
+than the GUI both compute lanes run, or "QUIET/BUSY" (e.g. 10/3: 10 with every core free, 3 when
+other programs hold some). Without @nice: attnviz's rule, 10/0 (see attnviz/ui/worker.py).
+"all@10" is the policy before issue 9. One size's window is reused for all policies;
 rounds alternate busy-first and idle-first; each block records /proc/loadavg and the CPU share other
 processes used (from /proc/stat) so a noisy "idle" is visible. Target: busy/idle p50 <= 2.0.
 """
@@ -41,7 +41,8 @@ def _apply_policy(policy: str) -> None:
 
     threads, _, nice = policy.partition("@")
     worker.THREAD_POLICY = threads if threads in ("adaptive", "all") else int(threads)
-    worker.BACKGROUND_NICE_STEP, worker.BUSY_NICE_STEP = (int(nice), int(nice)) if nice else (10, 0)
+    quiet, _, busy = (nice or "10/0").partition("/")  # "N" or "QUIET/BUSY"
+    worker.BACKGROUND_NICE_STEP, worker.BUSY_NICE_STEP = int(quiet), int(busy or quiet)
 
 
 def _block(h, busy: bool, samples: int) -> dict:
