@@ -41,24 +41,52 @@ def _reason(exc: OSError) -> str:
     return text[0].lower() + text[1:] if text else type(exc).__name__
 
 
-def _check_target(path: Path) -> None:
+class MissingFolder(ExportError):
+    """The target's folder does not exist (or the target is a folder): a bad path, not a failure."""
+
+
+class ReadOnlyTarget(ExportError):
+    """The target exists and is read-only: replacing it needs the user's say-so (replace_readonly)."""
+
+
+def is_read_only(path: str | os.PathLike) -> bool:
+    """True for an existing file nobody may write (chmod a-w) or that this user may not write.
+
+    The permission bits are read too: os.access says root may write anything.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not mode & 0o222 or not os.access(path, os.W_OK)
+
+
+def check_target(path: str | os.PathLike, replace_readonly: bool = False) -> None:
+    """Raise ExportError (MissingFolder, ReadOnlyTarget) when `path` cannot or should not be written.
+
+    Cheap: callers run it before any compute, so a bad path costs nothing.
+    """
+    path = Path(path)
     if path.is_dir():
-        raise ExportError(path, "it is a folder; give a file name")
+        raise MissingFolder(path, "it is a folder; give a file name")
     parent = path.parent
     if not parent.exists():
-        raise ExportError(path, f"the folder {parent} does not exist")
+        raise MissingFolder(path, f"the folder {parent} does not exist; create it or choose another folder")
     if not parent.is_dir():
         raise ExportError(path, f"{parent} is a file, not a folder")
+    if not replace_readonly and is_read_only(path):
+        raise ReadOnlyTarget(path, "the file is read-only; make it writable or choose another name")
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
+def atomic_writer(path: str | os.PathLike, replace_readonly: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary file; on a clean exit it replaces `path` in one step, else it vanishes.
 
-    OSErrors (no such folder, no permission, disk full) become ExportError naming the path.
+    OSErrors (no such folder, no permission, disk full) become ExportError naming the path. An
+    existing read-only file is refused (ReadOnlyTarget) unless `replace_readonly`.
     """
     target = Path(path)
-    _check_target(target)
+    check_target(target, replace_readonly)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
     except OSError as exc:
@@ -87,7 +115,7 @@ def _remove(tmp: str) -> None:
         os.unlink(tmp)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def write_bytes(path: str | os.PathLike, data: bytes, replace_readonly: bool = False) -> None:
     """Atomically write `data` to `path` (see atomic_writer)."""
-    with atomic_writer(path) as f:
+    with atomic_writer(path, replace_readonly) as f:
         f.write(data)

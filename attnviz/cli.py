@@ -181,14 +181,19 @@ def _render_parser() -> argparse.ArgumentParser:
 
 
 def _build_config(args: argparse.Namespace):
-    from .core import RunConfig, load_config, load_preset
+    from .core import ConfigError, RunConfig, load_config, load_preset
 
     names = {f.name for f in fields(RunConfig)}
     flags = {k: v for k, v in vars(args).items() if k in names}
     if args.preset:
         return load_preset(args.preset).replace(**flags) if flags else load_preset(args.preset)
     if args.config:
-        return load_config(args.config).replace(**flags) if flags else load_config(args.config)
+        try:
+            loaded = load_config(args.config)
+        except ConfigError as exc:  # name the flag and the file; the file's contents are never quoted
+            text = f"{exc.problem}. Fix: {exc.fix}" if exc.field == "file" else str(exc)
+            raise UsageError(f"--config {args.config}: {text}") from None
+        return loaded.replace(**flags) if flags else loaded
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
     if "variant" in flags:  # the variant's own defaults (its seed's mask and biases), then the flags
@@ -233,6 +238,7 @@ def _export_options(args: argparse.Namespace):
 
 def render_main(argv: list[str]) -> int:
     """`attnviz render`: parse, validate (exit 2), run, export (exit 1 on failure)."""
+    from .atomic import ExportError, MissingFolder, check_target
     from .core import ConfigError
 
     try:
@@ -261,10 +267,15 @@ def render_main(argv: list[str]) -> int:
             from .core.stages import ALL_STAGES
 
             record = ALL_STAGES
+        for target in (args.output, args.stats):  # a missing folder or a read-only file, before any compute
+            if target:
+                check_target(target)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    except (UsageError, ConfigError, ValueError) as exc:
+    except (UsageError, ConfigError, ValueError, MissingFolder) as exc:
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
+    except ExportError as exc:  # read-only target (never replaced from the command line), parent is a file
+        return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
 
     try:
         from .core import run

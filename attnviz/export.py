@@ -27,16 +27,16 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from . import colormaps
-from .atomic import ExportError, atomic_writer, write_bytes
+from .atomic import ExportError, MissingFolder, ReadOnlyTarget, atomic_writer, check_target, write_bytes
 from .core.config import RunConfig
 from .core.runner import RunResult
 from .core.stages import BY_NAME
 from .frames import MAP_VIEWS, SCALE_MODES, TENSORS, ColourScale, HeatImage, ViewOptions, render
 
 __all__ = [
-    "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "auto_scale", "compose_image",
-    "default_filename", "ensure_gui_app", "export", "export_pipeline", "format_of", "layout", "pipeline_layout",
-    "png_bytes", "svg_document", "svg_text", "write_npz",
+    "FORMATS", "WHATS", "ExportError", "ExportOptions", "ImageTooLarge", "Layout", "MissingFolder", "ReadOnlyTarget",
+    "auto_scale", "check_target", "compose_image", "default_filename", "ensure_gui_app", "export", "export_pipeline",
+    "format_of", "layout", "pipeline_layout", "png_bytes", "svg_document", "svg_text", "write_npz",
 ]
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
@@ -863,7 +863,8 @@ def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOption
 
 # --- NPZ -------------------------------------------------------------------------------------
 
-def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = False, **extra: np.ndarray) -> Path:
+def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = False, replace_readonly: bool = False,
+              **extra: np.ndarray) -> Path:
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
     (the saved-configuration JSON string) and any `extra` arrays, atomically. Token-labelled runs add
     `tokens` (str) and `token_ids`; all_layers adds `layer_weights`, every layer's weights (layers, H, L, L)."""
@@ -877,7 +878,7 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
     if all_layers and result.layer_weights is not None:
         lw = result.layer_weights  # (layers, B, H, L, L); one text: (layers, H, L, L)
         arrays["layer_weights"] = lw[:, 0] if lw.shape[1] == 1 else lw
-    with atomic_writer(path) as f:
+    with atomic_writer(path, replace_readonly) as f:
         np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
     return Path(path)
 
@@ -894,22 +895,25 @@ def format_of(path: str | os.PathLike) -> str:
     return ext
 
 
-def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | None = None) -> Path:
+def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | None = None,
+           replace_readonly: bool = False) -> Path:
     """Write the result to `path` as PNG, SVG or NPZ (chosen by the extension); returns the path.
 
     ValueError for an unknown extension or bad options (nothing written). ExportError when the file
     cannot be written or the image would be too large; any previous file at `path` stays intact.
+    A read-only file at `path` is refused (ReadOnlyTarget) unless `replace_readonly`.
     """
     ext = format_of(path)
     options = options or ExportOptions()
+    check_target(path, replace_readonly)  # before the image is composed
     if ext == ".npz":
         options.check(result.config)
-        return write_npz(result, path, options.all_layers)
+        return write_npz(result, path, options.all_layers, replace_readonly)
     try:
         data = png_bytes(result, options) if ext == ".png" else svg_text(result, options).encode("utf-8")
     except ImageTooLarge as exc:
         raise ExportError(path, str(exc)) from exc
-    write_bytes(path, data)
+    write_bytes(path, data, replace_readonly)
     return Path(path)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root (benchmarks/ lives in it)
 BENCH_DIR = Path(__file__).resolve().parent
+OUT_DIR = BENCH_DIR / "out"  # generated profiles and experiment dumps: ignored by git (machine paths inside)
 MIB = 1 << 20
 
 
@@ -305,7 +306,7 @@ def make_snapshot(rev: str | None = None) -> tuple[Path, dict]:
     if (snap / "resources").exists():  # the package maps attnviz.resources to the top-level resources/
         shutil.move(str(snap / "resources"), str(snap / "attnviz" / "resources"))
     shutil.copytree(BENCH_DIR, snap / "benchmarks", ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", "results*.json", "profiles"))
+        "__pycache__", "*.pyc", "results*.json", "profiles", "out"))
     return snap, state
 
 

@@ -1,6 +1,6 @@
 """Experiments behind the recommendations: the same window measurements with one change each.
 
-    python -m benchmarks.experiments --sizes M,L          # -> benchmarks/experiments.json
+    python -m benchmarks.experiments --sizes M,L          # -> benchmarks/out/experiments.json
     python -m benchmarks.experiments --sizes XL --variants baseline,release
 
 Nothing in attnviz/ is modified: each variant is a subclass or a compute wrapper made here.
@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (  # noqa: E402
-    BENCH_DIR,
+    OUT_DIR,
     code_state,
     load_average,
     log,
@@ -68,7 +68,7 @@ def releasing_window_class():
 
 
 def nice_worker(level: int = 10):
-    def lower_priority():
+    def lower_priority(step=None):  # attnviz's signature; the experiment fixes the level
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), level)
 
     return lower_priority
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--samples", type=int, default=5)
-    p.add_argument("--out", default=str(BENCH_DIR / "experiments.json"))
+    p.add_argument("--out", default=str(OUT_DIR / "experiments.json"))
     p.add_argument("--no-snapshot", action="store_true")
     p.add_argument("--code-from", metavar="REV")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -136,6 +136,7 @@ def main(argv=None) -> int:
                       and not isinstance(ok[0][k], bool)} if ok else {}
             agg[v]["storm_longest_stall_max_s"] = max((x["storm_longest_stall_s"] for x in ok), default=None)
         doc["sizes"][size.name] = {"rounds": runs, "median_over_rounds": agg}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     for name, s in doc["sizes"].items():
         print(f"== {name}  (median over rounds; ms)")

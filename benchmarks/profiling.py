@@ -1,9 +1,9 @@
 """Profiles of the slow parts at M and L: the engine (core.run), frames.render and the GUI swap.
 
-    python -m benchmarks.profiling                 # sizes M,L -> benchmarks/profiles/
+    python -m benchmarks.profiling                 # sizes M,L -> benchmarks/out/profiles/
     python -m benchmarks.profiling --sizes S --calls 5
 
-For each size it writes, under benchmarks/profiles/:
+For each size it writes, under benchmarks/out/profiles/ (ignored by git):
   <size>_run.txt        cProfile of core.run(config) (sorted by own time, then cumulative)
   <size>_run_ops.txt    torch.profiler: time per aten op inside run()
   <size>_render.txt     cProfile of frames.render(result, options) with the window's tile size
@@ -31,9 +31,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import BENCH_DIR, code_state, machine_info, parse_sizes, rerun_in_snapshot  # noqa: E402
+from benchmarks.common import BENCH_DIR, OUT_DIR, code_state, machine_info, parse_sizes, rerun_in_snapshot  # noqa: E402
 
-OUT = BENCH_DIR / "profiles"
+OUT = OUT_DIR / "profiles"
 
 
 def _profile(fn, calls: int):

@@ -44,7 +44,10 @@ def png_pixels(path) -> np.ndarray:
     img = img.convertToFormat(QImage.Format.Format_RGBA8888)
     h, w = img.height(), img.width()
     raw = np.frombuffer(img.constBits(), np.uint8, count=h * img.bytesPerLine())
-    return raw.reshape(h, img.bytesPerLine())[:, : w * 4].reshape(h, w, 4)
+    # Copy while `img` lives: constBits() does not keep the QImage alive, so a view would read freed
+    # memory once this returns (garbage pixels when the suite has churned the heap; a crash for
+    # large images). This made the causal-grid test fail in the full suite and pass alone.
+    return raw.reshape(h, img.bytesPerLine())[:, : w * 4].reshape(h, w, 4).copy()
 
 
 def one_error_line(err: str) -> str:
@@ -281,3 +284,10 @@ def test_a_scale_too_large_for_one_image_is_a_bad_argument(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pixels, over the limit" in err[0]
     assert not out.exists()
+
+
+def test_png_pixels_owns_its_memory(tmp_path):
+    """The helper's array must outlive the QImage it was read from (see png_pixels)."""
+    assert main(["render", *SMALL, "--scale", "2", *BARE, "-o", str(tmp_path / "p.png")]) == 0
+    px = png_pixels(tmp_path / "p.png")
+    assert px.flags.owndata and px.flags.c_contiguous

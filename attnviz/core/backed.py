@@ -23,8 +23,6 @@ head or view never runs the model again (the worker keeps the forward: result.so
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -132,40 +130,6 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
                             f"{_gib(allowed)}", fix)
 
 
-def forward_threads() -> int:
-    """Intra-op threads for a model forward: torch's own count on a quiet machine, fewer when other
-    work holds the cores (ATTNVIZ_THREADS overrides).
-
-    A model forward is a chain of many mid-sized ops; when another program holds a core, every
-    parallel op waits for its starved thread. Measured on 2 shared cores (load average ~7): a
-    MiniLM-sized forward at 128 tokens took 97-117 ms on one thread and 459-2218 ms on two; a
-    12-layer width-768 one at 512 tokens 2.5-3.2 s against 5.0-6.5 s.
-    """
-    forced = os.environ.get("ATTNVIZ_THREADS", "").strip()
-    if forced.isdigit() and int(forced) > 0:
-        return int(forced)
-    default = torch.get_num_threads()
-    try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):  # no load average (Windows): keep torch's choice
-        return default
-    idle = (os.cpu_count() or 1) - load  # cores nobody else is running on, roughly (includes our own past load)
-    return max(1, min(default, int(idle) + 1))
-
-
-@contextlib.contextmanager
-def threads(n: int):
-    """torch's intra-op thread count set to `n` for the block, then restored."""
-    before = torch.get_num_threads()
-    if n != before:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
-
 def _arrays(traces: list, keep: frozenset[str]) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
     """Per-layer NumPy of each kept stage; the weights stacked once into (layers, 1, H, L, L)."""
     from .runner import _numpy
@@ -207,7 +171,9 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
         module.to(device)  # the cached model follows the device asked for (and back to the CPU)
     ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
     t0 = time.perf_counter()
-    with torch.inference_mode(), threads(forward_threads() if device.type == "cpu" else torch.get_num_threads()):
+    # torch's thread count is the caller's: the app's worker sets it from the cores other programs
+    # leave free (ui/cpushare.py); a model forward of many mid-sized ops suffers most from a starved thread
+    with torch.inference_mode():
         _, traces = model.forward(ids, keep)
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -7,12 +7,13 @@ and the CLI are generated from this one declaration.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
+from .configfile import ConfigFileError, read_config_text
 from .kernel import nearest_heads
 from .masks import MASKS
 from .mods import POSITIONS, AttentionOptions
@@ -33,7 +34,10 @@ class ConfigError(ValueError):
                  suggestions: tuple[Any, ...] = ()):
         self.field, self.value, self.problem, self.fix = field_name, value, problem, fix
         self.suggestions = tuple(suggestions)  # nearest valid values of `field`, for quick fixes
-        super().__init__(f"{field_name} = {value!r}: {problem}. Fix: {fix}")
+        shown = repr(value)
+        if len(shown) > 80:  # a huge or deeply nested value from a file: one readable line
+            shown = shown[:60] + f"... ({len(shown):,} characters)"
+        super().__init__(f"{field_name} = {shown}: {problem}. Fix: {fix}")
 
 
 def param(default: Any, label: str, tooltip: str, *, widget: str, minimum: float | None = None,
@@ -190,14 +194,20 @@ class RunConfig:
                 raise ConfigError(f.name, value, "must be text", f'give a name such as "{f.default}"')
             if kind == "bool" and not isinstance(value, bool):
                 raise ConfigError(f.name, value, "must be true or false", "give true or false")
-            if kind == "float" and not isinstance(value, (int, float)):
+            if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)):
                 raise ConfigError(f.name, value, "must be a number", f"give a number such as {f.default}")
+            if kind == "float" and not math.isfinite(value):  # NaN passes every range check
+                raise ConfigError(f.name, value, "must be a finite number", f"give a number such as {f.default}")
             if kind in ("int", "float") and self.applies(f.name):
                 lo, hi = meta["minimum"], meta["maximum"]
                 if lo is not None and value < lo:
                     raise ConfigError(f.name, value, f"must be at least {lo}", f"set {f.name} to {lo} or more")
                 if hi is not None and value > hi:
                     raise ConfigError(f.name, value, f"must be at most {hi}", f"set {f.name} to {hi} or less")
+        if self.applies("model") and not self.model.strip():  # known before any run: say so at once
+            raise ConfigError("model", self.model, "no model folder given",
+                              "choose a folder with config.json, *.safetensors and tokenizer.json (e.g. one in the "
+                              "Hugging Face cache)")
         self._validate_heads()
         if self.mask not in MASK_KINDS:
             raise ConfigError("mask", self.mask, "unknown mask", f"use one of {', '.join(MASK_KINDS)}")
@@ -299,6 +309,9 @@ class RunConfig:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError("file", text[:40], f"not valid JSON ({exc})", "fix the JSON syntax") from exc
+        except RecursionError:  # e.g. 100,000 nested brackets: json's parser recurses per level
+            raise ConfigError("file", text[:40], "nested too deeply to be a configuration",
+                              "give a configuration saved by attnviz") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_TAG or not isinstance(doc.get("config"), dict):
             raise ConfigError("format", doc.get("format") if isinstance(doc, dict) else type(doc).__name__,
                               "not an attnviz configuration",
@@ -323,9 +336,9 @@ def field_meta(name: str) -> dict[str, Any]:
 
 def load_config(path: str | os.PathLike) -> RunConfig:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("file", str(path), f"cannot be read ({exc.strerror})", "check the path") from exc
+        text = read_config_text(path)  # a regular file of at most 1 MiB of UTF-8, or ConfigFileError
+    except ConfigFileError as exc:
+        raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
     try:
         return RunConfig.from_json(text)
     except ConfigError as exc:

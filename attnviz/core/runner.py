@@ -164,6 +164,16 @@ def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
     return (maps + tokens) * 4 + b * lq * lkv + b * h * lq  # + the bool mask and row flags
 
 
+def shortened(config: RunConfig, length: int) -> RunConfig:
+    """`config` with both lengths at most `length`, still valid for its mask: padding lengths are
+    clipped to the new key length (what the quick fix in the app and the CLI's advice do)."""
+    lq, lkv = min(config.seq_q, length), min(config.seq_kv, length)
+    if config.mask != "padding":
+        return replace(config, seq_q=lq, seq_kv=lkv)
+    keys = lkv if config.spec.cross else lq
+    return replace(config, seq_q=lq, seq_kv=lkv, kv_lengths=tuple(min(n, keys) for n in config.kv_lengths))
+
+
 class MemoryBudgetError(ConfigError):
     """The run would not fit the memory budget (raised before anything big is allocated)."""
 
@@ -193,11 +203,11 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
     if fits(config):
         return estimate_memory(config, keep)
     estimate, allowed, what, source = next(c for c in checks if c[0](config) > c[1])
-    over = (f"{what} about {_gib(estimate(config))} ({config.shapes_text()}), over the budget of "
+    over = (f"not enough memory: {what} about {_gib(estimate(config))} ({config.shapes_text()}), over the budget of "
             f"{_gib(allowed)} ({source})")
 
-    def at(length: int) -> RunConfig:  # both lengths set to `length` (the quick fix sets both)
-        return replace(config, seq_q=length, seq_kv=length)
+    def at(length: int) -> RunConfig:
+        return shortened(config, length)
 
     if not fits(at(1)):  # the widths alone are too big: shorter sequences cannot help
         raise MemoryBudgetError("d_model", config.d_model, over, "use smaller widths (d_model, d_out, d_cross)")
@@ -205,8 +215,9 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(at(mid)) else (lo, mid - 1)
+    clip = " (padding lengths clipped to match)" if config.mask == "padding" else ""
     raise MemoryBudgetError("seq_q", config.seq_q, over,
-                            f"use lengths of {lo} or less, or fewer heads or batch items", suggestions=(lo,))
+                            f"use lengths of {lo} or less{clip}, or fewer heads or batch items", suggestions=(lo,))
 
 
 def _numpy(t: Tensor) -> np.ndarray:

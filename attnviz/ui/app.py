@@ -14,11 +14,14 @@ def run_app(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
+    from .lifecycle import install_sigint_handler
     from .main_window import MainWindow
 
     window = MainWindow(settings=QSettings())
     window.show()
+    sigint_timer = install_sigint_handler(app)  # Ctrl+C in the terminal: close (settings saved), quit
     code = app.exec()
+    sigint_timer.stop()
     if window.worker.is_alive():
         # A forward pass cannot be interrupted mid-matmul. Settings are saved; leave now
         # rather than make the user wait for a result nobody will see.

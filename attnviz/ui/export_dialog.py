@@ -20,14 +20,28 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
 )
 
+from ..atomic import is_read_only
 from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, default_filename, export, format_of
 from .panel import named
+
+
+def confirm_write(parent, path: str) -> bool | None:
+    """Ask before replacing a read-only file. None: the user said no; else the `replace_readonly`
+    flag to write with (False when the file is not read-only: nothing to ask)."""
+    if not is_read_only(path):
+        return False
+    answer = QMessageBox.question(
+        parent, "Replace a read-only file?",
+        f"{path} is read-only (someone protected it).\n\nReplace it anyway?",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+    return True if answer == QMessageBox.StandardButton.Yes else None
 
 
 class BackgroundJob(QObject):
@@ -162,12 +176,16 @@ class ExportDialog(QDialog):
         except ValueError as exc:
             self._failed(str(exc))
             return
+        replace_readonly = confirm_write(self, path)
+        if replace_readonly is None:
+            self._failed(f"Not written: {path} is read-only")
+            return
         self.messageLabel.setText(f"Writing {path}…")
         self.messageLabel.setStyleSheet("")
         self.progress.show()
         self.exportButton.setEnabled(False)
         result, options = self.window_.result, self.options()
-        self.job.start(lambda: export(result, path, options))
+        self.job.start(lambda: export(result, path, options, replace_readonly))
 
     def _done(self, path) -> None:
         path = str(path)
@@ -201,4 +219,4 @@ def copy_to_clipboard(window) -> None:
     job.start(lambda: compose_image(result, options))
 
 
-__all__ = ["BackgroundJob", "ExportDialog", "copy_to_clipboard"]
+__all__ = ["BackgroundJob", "ExportDialog", "confirm_write", "copy_to_clipboard"]

@@ -39,6 +39,7 @@ from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, load_preset, run
 from ..core.config import field_meta
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
+from . import lifecycle
 from .explain_views import ExplainViews
 from .model_view import ModelView
 from .panel import ParameterPanel, named
@@ -143,6 +144,7 @@ class MainWindow(QMainWindow):
         self.headGrid.sigFocusChanged.connect(self.schedule)
         self.headGrid.sigResized.connect(self.schedule)  # re-pool to the new tile size (no recompute)
 
+        lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
             self._restore(settings)
         self.request()
@@ -470,11 +472,11 @@ class MainWindow(QMainWindow):
         if self.settings is not None:
             self.settings.setValue("lastDir", str(Path(path).parent))
 
-    def save_config(self, path: str) -> None:
+    def save_config(self, path: str, replace_readonly: bool = False) -> None:
         """Write the panel's configuration as JSON (atomically; the preset format)."""
         from ..atomic import write_bytes
 
-        write_bytes(path, self.panel.config().to_json().encode("utf-8"))
+        write_bytes(path, self.panel.config().to_json().encode("utf-8"), replace_readonly)
 
     def open_config(self, path: str) -> None:
         self.panel.set_config(load_config(path))
@@ -487,8 +489,15 @@ class MainWindow(QMainWindow):
             return
         path, _ = QFileDialog.getSaveFileName(self, "Save configuration", self._start_dir(), "JSON (*.json)")
         if path:
+            from .export_dialog import confirm_write
+
+            path = path if path.endswith(".json") else path + ".json"
+            replace_readonly = confirm_write(self, path)
+            if replace_readonly is None:
+                self.statusBar().showMessage(f"Not saved: {path} is read-only", 6000)
+                return
             try:
-                self.save_config(path if path.endswith(".json") else path + ".json")
+                self.save_config(path, replace_readonly)
                 self._remember_dir(path)
                 self.statusBar().showMessage(f"Saved {path}", 4000)
             except Exception as exc:

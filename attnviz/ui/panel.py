@@ -370,7 +370,20 @@ class ParameterPanel(QWidget):
                 self._set_value("seq_kv", min(self._value("seq_kv"), value))
                 self._loading = False
             value = min(self._value("seq_q"), value)
+            self._clip_kv_lengths(value)
         self._set_value(field, value)
+
+    def _clip_kv_lengths(self, length: int) -> None:
+        """Padding lengths past a shortened key sequence would be invalid: clip them to it."""
+        if self._value("mask") != "padding":
+            return
+        with contextlib.suppress(ConfigError):
+            keys = self._value("seq_kv") if VARIANTS[self._value("variant")].cross else length
+            self._loading = True
+            try:
+                self._set_value("kv_lengths", tuple(min(n, keys) for n in self._value("kv_lengths")))
+            finally:
+                self._loading = False
 
     def clear_error(self) -> None:
         if self._error_field in self.widgets:

@@ -9,6 +9,7 @@ computed one only re-renders (view-only changes never recompute).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import sys
@@ -23,6 +24,7 @@ from ..core import ConfigError, RunConfig, RunResult, run
 from ..core.runner import Cancelled, MemoryBudgetError, require_stage, run_stages
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
+from .cpushare import CpuShare
 
 
 def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
@@ -60,9 +62,73 @@ class Failure:
 
 BACKGROUND_NICE_STEP = 10  # how much nicer than the process attnviz's background threads run
 MAX_NICE = 19
+# The thread and priority policy (issue 9; numbers in benchmarks/README.md, "Contention").
+# Before each request the worker measures the cores other programs used since the last one
+# (cpushare). All cores free: the forward runs with one torch thread per core on the `quiet` lane,
+# BACKGROUND_NICE_STEP nicer than the GUI (the GUI thread then wins every core it wants: XL storm
+# stalls 0.1-0.4 s -> 31-39 ms, issue 5). Some cores busy: it runs with the cores left on the
+# `busy` lane, BUSY_NICE_STEP nicer: at nice 10 the worker got ~10% of any core it shared with
+# another program, 2.5-4.7x slower than idle; at nice 0 with the cores left, 1.3-2.3x.
+# Niceness cannot be lowered again without privileges, hence two threads, each at a fixed level.
+BUSY_NICE_STEP = 0
+# torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
+# "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
+THREAD_POLICY: str | int = "adaptive"
 
 
-def lower_priority() -> None:
+def thread_count(share: CpuShare) -> int:
+    """Torch threads for the next forward under THREAD_POLICY."""
+    if THREAD_POLICY == "all":
+        return share.cores
+    if THREAD_POLICY == "adaptive":
+        return share.threads()
+    return int(THREAD_POLICY)
+
+
+def set_torch_threads(n: int) -> None:
+    """Set the calling thread's torch thread count (OpenMP's count is per thread)."""
+    import torch
+
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+class Lane:
+    """One long-lived thread at a fixed niceness that runs the functions handed to it; torch's
+    OpenMP pool, started by this thread, inherits its niceness."""
+
+    def __init__(self, name: str, nice_step: int):
+        self.nice_step = nice_step
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def call(self, function):
+        """Run `function` on the lane and return its result (or raise its exception) here."""
+        done, box = threading.Event(), {}
+        self._jobs.put((function, done, box))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        lower_priority(self.nice_step)
+        while (job := self._jobs.get()) is not None:
+            function, done, box = job
+            try:
+                box["value"] = function()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            finally:
+                del function
+                done.set()
+
+
+def lower_priority(step: int | None = None) -> None:
     """Let the GUI thread win the CPU over the calling background thread.
 
     On a machine with few cores a forward pass keeps every core busy (torch starts one thread per
@@ -74,10 +140,27 @@ def lower_priority() -> None:
     """
     if not sys.platform.startswith("linux"):
         return
+    step = BACKGROUND_NICE_STEP if step is None else step
+    if step <= 0:
+        return
     tid = threading.get_native_id()
     with contextlib.suppress(OSError):  # not permitted in some sandboxes: stay at the normal priority
-        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE_STEP,
-                                                 MAX_NICE))
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, MAX_NICE))
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, or None. After a free, glibc keeps medium blocks (up to 32 MiB, its
+    dynamic mmap threshold) in the heap: 1,000 random edits grew RSS by 80-100 MiB that was free
+    inside the process, 13 MiB with the threshold fixed (benchmarks/fuzz.py). Trimming after the
+    reaper frees a result hands those pages back."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return None
 
 
 class _Flush:
@@ -114,17 +197,21 @@ class Reaper:
 
     def _loop(self) -> None:
         lower_priority()
+        trim = _malloc_trim()
         held = None
         while True:
             try:
                 item = self._queue.get(timeout=self.HOLD_S if held is not None else None)
             except queue.Empty:
                 item = None
+            freeing = held is not None
             if isinstance(item, _Flush):
                 item.freed, held = held is not None, None  # freed here, before the waiter goes on
                 item.done.set()
             else:
                 held = item  # the previous `held` is freed here, on this thread
+            if freeing and trim is not None:
+                trim(0)
 
 
 class Worker(QObject):
@@ -143,26 +230,43 @@ class Worker(QObject):
         self.reaper = Reaper()  # frees replaced results (see release)
         self._last: RunResult | None = None  # touched only by the worker thread
         self._pools = PoolCache()  # pooled maps of _last: view-only changes only requantise
+        self._running = False  # a thread is serving requests (changed under _cond only)
+        self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
+        self.threads_used = 0  # torch threads of the last run (benchmarks report it)
+        self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._running = True
         self._thread = threading.Thread(target=self._loop, name="attnviz-worker", daemon=True)
         self._thread.start()
 
     def submit(self, request: Request) -> None:
+        """Queue `request` (replacing any pending one). After stop() this starts serving again:
+        QApplication.quit() closes the windows, and a script may go on using them."""
         with self._cond:
             self._pending = request  # replaces an older pending request
+            self._stopping = False
+            if not self._running:  # the old thread has decided to end (under this lock): a new one
+                self._start_thread()
             self._cond.notify()
 
     def release(self, *objects) -> None:
         """Hand over the last references to a replaced result; freed off the calling thread."""
         self.reaper.drop(*objects)
 
-    def stop(self, timeout: float = 1.5) -> bool:
-        """Ask the thread to finish; True if it ended within `timeout` seconds."""
+    def stop(self, timeout: float | None = 1.5) -> bool:
+        """Ask the thread to finish; True if it ended within `timeout` seconds (None: wait for it).
+
+        A forward in flight is cancelled at its next stage boundary; one torch op cannot be cut short.
+        """
         with self._cond:
             self._stopping = True
             self._pending = None
             self._cond.notify()
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+            thread = self._thread
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+        return not thread.is_alive()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -175,17 +279,30 @@ class Worker(QObject):
         return self._stopping
 
     def _loop(self) -> None:
-        lower_priority()
+        lanes = {"quiet": Lane("attnviz-compute", BACKGROUND_NICE_STEP),
+                 "busy": Lane("attnviz-compute-shared", BUSY_NICE_STEP)}
+        self.lanes = lanes
+        try:
+            self._serve(lanes)
+        finally:
+            for lane in lanes.values():
+                lane.close()
+
+    def _serve(self, lanes: dict[str, Lane]) -> None:
         while True:
             with self._cond:
                 while self._pending is None and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
+                    self._running = False  # submit() starts a new thread from now on
                     return
                 request, self._pending = self._pending, None
             self.sigBusy.emit(True)
+            n = thread_count(self._share)
+            self.threads_used = n
+            lane = lanes["quiet" if n >= self._share.cores else "busy"]
             try:
-                self._handle(request)
+                lane.call(functools.partial(self._handle, request, n))
             except Cancelled:
                 pass  # closing: nobody waits for this result
             except ConfigError as exc:
@@ -230,7 +347,9 @@ class Worker(QObject):
             return None
         return source.result(config.layer)
 
-    def _handle(self, request: Request) -> None:
+    def _handle(self, request: Request, threads: int) -> None:
+        """On a lane: compute (with `threads` torch threads) if the config changed, then render."""
+        set_torch_threads(threads)
         t0 = time.perf_counter()
         stage = view_stage(request.options.view)
         require_stage(request.config, stage)

@@ -100,23 +100,6 @@ def test_cli_head_beyond_the_model_exits_2(tiny_models, tmp_path, capsys):
     assert "head 9" in capsys.readouterr().err and not out.exists()
 
 
-def test_forward_threads_follow_the_override_and_are_restored(tiny_models, monkeypatch):
-    from attnviz.core.backed import forward_threads
-
-    monkeypatch.setenv("ATTNVIZ_THREADS", "1")
-    assert forward_threads() == 1
-    before = torch.get_num_threads()
-    seen = []
-    model = load_model(tiny_models("bert"))
-    original = type(model).forward
-    monkeypatch.setattr(type(model), "forward", lambda self, *a: seen.append(torch.get_num_threads())
-                        or original(self, *a))
-    run(RunConfig(variant="pretrained", model=str(tiny_models("bert")), text="the cat"))
-    assert seen == [1] and torch.get_num_threads() == before
-    monkeypatch.delenv("ATTNVIZ_THREADS")
-    assert 1 <= forward_threads() <= before
-
-
 class ToyLike:
     """The smallest model-backed object (backed.py's protocol): info, encode, a traced forward."""
 

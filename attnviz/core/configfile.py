@@ -1,0 +1,56 @@
+"""Reading a configuration file safely: a regular file, at most MAX_CONFIG_BYTES, UTF-8 text.
+
+A saved configuration is a few hundred bytes. Anything else (a device such as /dev/zero, a FIFO,
+a 2 GB log, a binary or Latin-1 file) is refused with one line naming the file and the fix,
+before more than MAX_CONFIG_BYTES + 1 bytes are read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: thousands of times a real configuration
+SAVE_AS_JSON = "give a configuration saved by attnviz (UTF-8 JSON, e.g. File > Save configuration)"
+
+
+class ConfigFileError(ValueError):
+    """The file cannot be a configuration: `problem` and `fix` in words (no file contents quoted)."""
+
+    def __init__(self, problem: str, fix: str):
+        self.problem, self.fix = problem, fix
+        super().__init__(f"{problem}. Fix: {fix}")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_config_text(path: str | os.PathLike) -> str:
+    """The file's text; ConfigFileError when it is not a regular, small, UTF-8 text file."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore the flag)
+        with os.fdopen(os.open(Path(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigFileError(f"is {_kind(mode)}, not a configuration file", SAVE_AS_JSON)
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigFileError(f"cannot be read ({exc.strerror or exc})", "check the path") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigFileError(f"is larger than {MAX_CONFIG_BYTES >> 20} MiB (a configuration is under 2 KB)",
+                              SAVE_AS_JSON)
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark (Notepad) is harmless
+    except UnicodeDecodeError as exc:
+        what = "a binary file" if b"\0" in data else "not UTF-8 text (Latin-1 or another encoding?)"
+        raise ConfigFileError(f"is {what}: byte 0x{data[exc.start]:02x} at offset {exc.start}",
+                              "save it as UTF-8 JSON, or " + SAVE_AS_JSON) from None
+    if "\0" in text:
+        raise ConfigFileError("is a binary file (it contains NUL bytes)", SAVE_AS_JSON)
+    return text

@@ -1,0 +1,122 @@
+"""`attnviz render` on bad values and bad files: one line naming the flag or file and the fix, the
+right exit status, nothing written, and no compute before the output path is known to be writable."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from attnviz import cli
+from attnviz.cli import main
+from attnviz.core import runner
+
+SMALL = ["--d-model", "8", "--heads", "2", "--seq-q", "4"]
+
+
+@pytest.fixture(autouse=True)
+def _qt(qapp):
+    return qapp
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("attnviz render: error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    """Fail the test if a forward pass starts."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("run() was called")
+
+    monkeypatch.setattr(runner, "run", forbidden)
+    import attnviz.core
+    monkeypatch.setattr(attnviz.core, "run", forbidden)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_dropout_exits_2(value, tmp_path, capsys, no_compute):
+    assert main(["render", *SMALL, "--train", f"--dropout={value}", "-o", str(tmp_path / "o.png")]) == 2
+    line = one_line(capsys)
+    assert "dropout" in line and "finite" in line and "Fix:" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def bad_config(tmp_path, kind: str):
+    path = tmp_path / f"{kind}.json"
+    if kind == "nan":
+        path.write_text('{"format": "attnviz-config", "version": 1, "config": {"dropout": NaN, "train": true}}')
+    elif kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "big":
+        path.write_bytes(b" " * ((1 << 20) + 10))
+    elif kind == "binary":
+        path.write_bytes(os.urandom(4096) + b"\0")
+    elif kind == "latin1":
+        path.write_bytes('{"format": "attnviz-config", "description": "Zürich", "config": {}}'.encode("latin-1"))
+    else:
+        return kind  # a path such as /dev/zero
+    return str(path)
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("nan", ("dropout", "finite")),
+    ("deep", ("nested too deeply",)),
+    ("big", ("larger than 1 MiB",)),
+    ("binary", ("binary", "UTF-8")),
+    ("latin1", ("not UTF-8", "save it as UTF-8")),
+    ("/dev/zero", ("character device",)),
+])
+def test_bad_config_files_exit_2_naming_the_flag_and_file(kind, words, tmp_path, capsys, no_compute):
+    path = bad_config(tmp_path, kind)
+    out = tmp_path / "out.png"
+    assert main(["render", "--config", path, "-o", str(out)]) == 2
+    line = one_line(capsys)
+    assert f"--config {path}: " in line and "Fix:" in line
+    for word in words:
+        assert word in line, line
+    assert not out.exists()
+
+
+def test_missing_output_folder_exits_2_before_any_compute(tmp_path, capsys, no_compute):
+    target = tmp_path / "no-such-folder" / "maps.png"
+    assert main(["render", *SMALL, "-o", str(target)]) == 2
+    line = one_line(capsys)
+    assert str(target) in line and "does not exist" in line and "create it" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ext", [".png", ".npz", ".svg"])
+def test_a_read_only_target_is_refused_and_kept(ext, tmp_path, capsys, no_compute):
+    target = tmp_path / f"keep{ext}"
+    target.write_bytes(b"protected")
+    target.chmod(stat.S_IRUSR | stat.S_IRGRP)  # read-only (root may still write: the bits decide)
+    assert main(["render", *SMALL, "-o", str(target)]) == 1
+    line = one_line(capsys)
+    assert str(target) in line and "read-only" in line and "make it writable or choose another name" in line
+    assert target.read_bytes() == b"protected"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_memory_refusal_of_a_padding_run_names_memory(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "available_memory", lambda device: 64 << 20)
+    args = ["--variant", "cross", "--mask", "padding", "--kv-lengths", "4000,3000", "--batch", "2",
+            "--seq-q", "4096", "--seq-kv", "4096", "--heads", "8"]
+    assert main(["render", *args, "-o", str(tmp_path / "o.png")]) == 2
+    line = one_line(capsys)
+    assert "not enough memory" in line and "use lengths of" in line and "kv_lengths" not in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_good_config_still_renders(tmp_path, capsys):
+    cfg = tmp_path / "ok.json"
+    cfg.write_text(json.dumps({"format": "attnviz-config", "version": 1,
+                               "config": {"d_model": 8, "heads": 2, "seq_q": 4}}))
+    assert main(["render", "--config", str(cfg), "-o", str(tmp_path / "ok.npz")]) == 0
+    assert cli.EXIT_OK == 0 and (tmp_path / "ok.npz").exists()
