@@ -26,6 +26,7 @@ FORMAT_TAG = "attnviz-config"
 FORMAT_VERSION = 1
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth")  # your own weights (userfiles.py)
 INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".safetensors")  # your own inputs
+FILE_FIELDS = ("weights", "inputs")  # fields that name a file the run reads
 
 
 class ConfigError(ValueError):
@@ -255,7 +256,7 @@ class RunConfig:
 
     def _validate_files(self) -> None:
         """Only the suffix here (no file access): the run reads and checks the files."""
-        for name, suffixes in (("weights", WEIGHT_SUFFIXES), ("inputs", INPUT_SUFFIXES)):
+        for name, suffixes in zip(FILE_FIELDS, (WEIGHT_SUFFIXES, INPUT_SUFFIXES), strict=True):
             path = getattr(self, name)
             if path and self.applies(name) and not path.lower().endswith(suffixes):
                 raise ConfigError(name, path, f"unknown kind of file (not {', '.join(suffixes)})",

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import ConfigError, RunConfig
+from .config import FILE_FIELDS, ConfigError, RunConfig
 from .variants import VARIANTS
 
 CACHE_ENTRIES = 6  # loaded files (and hashes) kept in memory
@@ -382,7 +382,7 @@ def prepare(config: RunConfig) -> UserFiles:
 def file_records(config: RunConfig) -> dict[str, dict[str, Any]]:
     """{field: {name, path, sha256, bytes}} for the files a config names (a missing file: sha256 None)."""
     out: dict[str, dict[str, Any]] = {}
-    for field in ("weights", "inputs"):
+    for field in FILE_FIELDS:
         path = getattr(config, field)
         if path and config.applies(field):
             try:
