@@ -379,6 +379,18 @@ def prepare(config: RunConfig) -> UserFiles:
     return UserFiles(config, state, inputs, tuple(records), tuple(notes))
 
 
+def file_fields(variant: str, weights: str, inputs: str) -> frozenset[str]:
+    """The config fields a run takes from its files (the bias flags from weights; batch and lengths from
+    inputs): the app shows them as the file sets them, read-only."""
+    spec = VARIANTS[variant]
+    out: set[str] = set()
+    if weights and "weights" in spec.fields:
+        out |= {f for f in spec.file_biases if f in spec.fields}
+    if inputs and "inputs" in spec.fields:
+        out |= {"batch"} | {length for _, length, _ in spec.layout}
+    return frozenset(out)
+
+
 def file_records(config: RunConfig) -> dict[str, dict[str, Any]]:
     """{field: {name, path, sha256, bytes}} for the files a config names (a missing file: sha256 None)."""
     out: dict[str, dict[str, Any]] = {}
@@ -419,5 +431,5 @@ def check_recorded(config: RunConfig, recorded: Mapping[str, Any] | None) -> Non
                               config)
 
 
-__all__ = ["FileChanged", "FileRecord", "UserFiles", "check_recorded", "expected_shapes", "file_record",
-           "file_records", "fit_inputs", "fit_weights", "load_inputs", "load_weights", "prepare"]
+__all__ = ["FileChanged", "FileRecord", "UserFiles", "check_recorded", "expected_shapes", "file_fields",
+           "file_record", "file_records", "fit_inputs", "fit_weights", "load_inputs", "load_weights", "prepare"]
