@@ -389,8 +389,8 @@ class MainWindow(QMainWindow):
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
         self._show_model(outcome.result)
-        if self.panel.adopt_files(outcome.result.config):  # bias flags, batch, lengths the files set
-            self.schedule()  # a view-only re-render sized for the file's shapes
+        if rid == self.latest_id and self.panel.adopt_files(outcome.result.config):  # what the files set
+            self.schedule()  # (bias flags, batch, lengths) shown; a view-only re-render sized for them
         self.worker.release(previous)  # the last references to the old maps: freed off this thread
         del previous
         self.shown_id = rid
