@@ -89,7 +89,7 @@ def _config_choices() -> dict[str, list[str]]:
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per RunConfig field, from its type and metadata; absent flags leave the value alone."""
-    from .core.config import RunConfig
+    from .core.config import FILE_FIELDS, RunConfig
 
     choices = _config_choices()
     group = parser.add_argument_group(
@@ -110,6 +110,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             kwargs.update(type=int, metavar="N")
         elif f.type == "float":
             kwargs.update(type=float, metavar="X")
+        elif f.name in FILE_FIELDS:  # your own weights / inputs: kept absolute, so a saved config finds them
+            kwargs.update(type=os.path.abspath, metavar="FILE")
         elif f.type == "str":
             if f.name in choices:
                 kwargs["choices"] = choices[f.name]
@@ -118,7 +120,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             kwargs.update(type=_kv_lengths, metavar="N[,N...]")
         else:  # a field type the generator does not know: skip rather than guess
             continue
-        if f.type != "bool" and default not in (None, ()):
+        if f.type != "bool" and default not in (None, (), ""):
             help_text += f" (default: {default})"
         kwargs["help"] = help_text.replace("%", "%%")
         group.add_argument(_flag(f.name), **kwargs)
@@ -201,6 +203,16 @@ def _build_config(args: argparse.Namespace):
     return RunConfig(**flags)
 
 
+def _check_files_apply(config) -> None:
+    """--weights / --inputs load into the seed variants only; elsewhere say so rather than ignore them."""
+    from .core.config import FILE_FIELDS
+
+    for name in FILE_FIELDS:
+        if getattr(config, name) and not config.applies(name):
+            raise UsageError(f"{_flag(name)} loads into the seed variants (causal, self, cross, cross-context, "
+                             f"differential), not into {config.variant}")
+
+
 def _export_options(args: argparse.Namespace):
     from . import colormaps
     from .export import ExportOptions
@@ -260,6 +272,7 @@ def render_main(argv: list[str]) -> int:
         options = _export_options(args)
         if args.all_layers and not config.spec.backed:
             raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
+        _check_files_apply(config)
         if not config.spec.backed:  # a model's heads and tokens are known only once it has run
             options.check(config)
         record = _record(config, options, args.stages)

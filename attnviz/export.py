@@ -852,7 +852,8 @@ def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOption
 
         frames = pipeline_frames(result, replace(view or ViewOptions(), pipeline_head=head))
         with atomic_writer(path) as f:
-            np.savez_compressed(f, config=np.array(result.config.to_json()), head=np.array(head),
+            np.savez_compressed(f, config=np.array(result.config.to_json(files=result.file_dicts())),
+                                head=np.array(head), **file_arrays(result),
                                 **{s.name: np.asarray(s.data) for s in frames.stages})
         return Path(path)
     lay = pipeline_layout(result, view, head)
@@ -863,12 +864,22 @@ def export_pipeline(result: RunResult, path: str | os.PathLike, view: ViewOption
 
 # --- NPZ -------------------------------------------------------------------------------------
 
+def file_arrays(result: RunResult) -> dict[str, np.ndarray]:
+    """weights_file, weights_sha256, inputs_file, inputs_sha256 of your own files that produced the run."""
+    out = {}
+    for record in result.files:
+        out[f"{record.field}_file"] = np.array(record.name)
+        out[f"{record.field}_sha256"] = np.array(record.sha256)
+    return out
+
+
 def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = False, replace_readonly: bool = False,
               **extra: np.ndarray) -> Path:
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
     (the saved-configuration JSON string) and any `extra` arrays, atomically. Token-labelled runs add
-    `tokens` (str) and `token_ids`; all_layers adds `layer_weights`, every layer's weights (layers, H, L, L)."""
-    arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | extra
+    `tokens` (str) and `token_ids`; all_layers adds `layer_weights`, every layer's weights (layers, H, L, L).
+    Runs on your own files add their names and sha256s (file_arrays; also under "files" in `config`)."""
+    arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | file_arrays(result) | extra
     if result.tokens:  # token-labelled runs: the labels, the ids and, if asked, every layer's weights
         arrays["tokens"] = np.array(result.tokens, dtype=str)
     if result.key_tokens:  # keys labelled apart from the queries (cross-attention)
@@ -879,7 +890,7 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
         lw = result.layer_weights  # (layers, B, H, L, L); one text: (layers, H, L, L)
         arrays["layer_weights"] = lw[:, 0] if lw.shape[1] == 1 else lw
     with atomic_writer(path, replace_readonly) as f:
-        np.savez_compressed(f, config=np.array(result.config.to_json()), **arrays)
+        np.savez_compressed(f, config=np.array(result.config.to_json(files=result.file_dicts())), **arrays)
     return Path(path)
 
 

@@ -25,6 +25,9 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_SIZE = 1 << 16
 FORMAT_TAG = "attnviz-config"
 FORMAT_VERSION = 1
+WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth")  # your own weights (userfiles.py)
+INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".safetensors")  # your own inputs
+FILE_FIELDS = ("weights", "inputs")  # fields that name a file the run reads
 
 
 class ConfigError(ValueError):
@@ -58,8 +61,16 @@ class RunConfig:
     model: str = param("", "Model folder",
                        "A local Hugging Face model folder (config.json, *.safetensors, tokenizer.json); nothing is "
                        "ever downloaded", widget="modelEdit")
+    weights: str = param("", "Weights",
+                         "Your own weights: a state_dict file (.safetensors, or .pt/.pth saved with "
+                         "torch.save(model.state_dict())) loaded into the module; the file's bias flags are taken, "
+                         "widths must match; empty = random weights from the seed", widget="weightsChooser")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
                       widget="textEdit", group="Input")
+    inputs: str = param("", "Inputs",
+                        "Random (torch.randn from the seed) or your own tensors from a file (.pt, .npz, .safetensors) "
+                        "named as the forward's arguments (x; queries, keys, values; x, y): batch and lengths follow "
+                        "the file", widget="inputsChooser", group="Input")
     d_model: int = param(64, "d_model", "Model width: features per input token",
                          widget="dModelSpin", minimum=1, maximum=MAX_SIZE, unit="features")
     d_out: int = param(64, "d_out", "Width of Q, K, V and the output (seed 000's d_out)",
@@ -216,6 +227,7 @@ class RunConfig:
             self._validate_kv_lengths()
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, "unknown dtype", f"use one of {', '.join(DTYPES)}")
+        self._validate_files()
         if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", self.device):
             raise ConfigError("device", self.device, "unknown device", "use cpu, cuda, cuda:N or auto")
 
@@ -251,6 +263,14 @@ class RunConfig:
         if self.applies("sinks") and self.sinks > self.lkv:
             raise ConfigError("sinks", self.sinks, f"{self.sinks} sink keys but only {self.lkv} keys exist",
                               f"use at most {self.lkv} sink keys, or lengthen the sequence", suggestions=(self.lkv,))
+
+    def _validate_files(self) -> None:
+        """Only the suffix here (no file access): the run reads and checks the files."""
+        for name, suffixes in zip(FILE_FIELDS, (WEIGHT_SUFFIXES, INPUT_SUFFIXES), strict=True):
+            path = getattr(self, name)
+            if path and self.applies(name) and not path.lower().endswith(suffixes):
+                raise ConfigError(name, path, f"unknown kind of file (not {', '.join(suffixes)})",
+                                  f"give a {' or '.join(suffixes)} file")
 
     def _validate_kv_lengths(self) -> None:
         lengths = self.kv_lengths
@@ -298,9 +318,17 @@ class RunConfig:
             base["in_bias"] = False  # seed 000: qkv_bias=False
         return cls(**{**base, **changes})
 
-    def to_json(self, description: str = "") -> str:
+    def to_json(self, description: str = "", files: dict[str, dict[str, Any]] | None = None) -> str:
+        """The saved-configuration JSON. `files`: {weights/inputs: {name, path, sha256, bytes}} of the files
+        that produced a result; None: read (cached) from the files this config names now."""
         doc = {"format": FORMAT_TAG, "version": FORMAT_VERSION, "description": description,
                "config": self.to_dict()}
+        if files is None and (self.weights or self.inputs):
+            from .userfiles import file_records  # lazily: userfiles builds on this module
+
+            files = file_records(self)
+        if files:
+            doc["files"] = files
         return json.dumps(doc, indent=2) + "\n"
 
     @classmethod
@@ -334,15 +362,22 @@ def field_meta(name: str) -> dict[str, Any]:
     return next(f.metadata for f in fields(RunConfig) if f.name == name)
 
 
-def load_config(path: str | os.PathLike) -> RunConfig:
+def load_config(path: str | os.PathLike, check_files: bool = True) -> RunConfig:
+    """A saved configuration; with check_files, userfiles.FileChanged (a ConfigError) when a weights or
+    inputs file it was saved with has another sha256 now (exc.config still holds the configuration)."""
     try:
         text = read_config_text(path)  # a regular file of at most 1 MiB of UTF-8, or ConfigFileError
     except ConfigFileError as exc:
         raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
     try:
-        return RunConfig.from_json(text)
+        config = RunConfig.from_json(text)
     except ConfigError as exc:
         if exc.field not in ("file", "format"):
             raise
         # name the file, never quote its contents
         raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
+    if check_files and (config.weights or config.inputs):
+        from .userfiles import check_recorded
+
+        check_recorded(config, json.loads(text).get("files"))
+    return config

@@ -14,6 +14,7 @@ from torch import Tensor
 from .config import ConfigError, RunConfig
 from .masks import build_kind
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
+from .userfiles import prepare
 
 
 class Cancelled(Exception):
@@ -45,6 +46,11 @@ class RunResult:
     token_ids: np.ndarray | None = None  # (Lq,) int ids of the queries' tokens
     layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
     source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
+    files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run
+
+    def file_dicts(self) -> dict[str, dict[str, Any]]:
+        """{weights/inputs: {name, path, sha256, bytes}} of the files this run read (for exports)."""
+        return {r.field: r.to_dict() for r in self.files}
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name.startswith("__") or name == "stages":  # not yet set (copy, pickle)
@@ -254,18 +260,23 @@ def run(
             raise Cancelled
 
     started = time.perf_counter()
+    files = prepare(config)  # your own weights and inputs (cached reads); the config takes their shapes
+    config = files.config
     device = resolve_device(config.device)
     keep = recorded_stages(config, record)
     check_memory(config, device, memory_budget, keep)
     dtype = getattr(torch, config.dtype)
-    notes = []
+    notes = list(files.notes)
     if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
         notes.append(f"{config.dtype} on the CPU runs far slower than float32")
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
         torch.manual_seed(config.seed)
-        module = config.spec.build(config)
-        inputs = [x.to(device=device, dtype=dtype) for x in config.spec.inputs(config)]
+        module = config.spec.build(config)  # drawn even with a weights file: random inputs stay the same
+        if files.state is not None:
+            module.load_state_dict(files.state)  # strict: fit_weights checked every key and shape
+        inputs = files.inputs if files.inputs is not None else config.spec.inputs(config)
+        inputs = [x.to(device=device, dtype=dtype) for x in inputs]
         module = module.to(device=device, dtype=dtype).train(config.train)
         mask = build_mask(config, device)
         checkpoint()
@@ -283,6 +294,7 @@ def run(
             config=config, stages=_stage_arrays(trace), mask=_numpy(trace.mask), fully_masked_rows=_numpy(rows).copy(),
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
             compute_time_s=compute, total_time_s=time.perf_counter() - started, notes=tuple(notes),
+            files=files.records,
         )
     return result
 

@@ -21,7 +21,7 @@ from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention,
 # Fields every variant has; a spec lists the extra ones it uses.
 COMMON_FIELDS = frozenset(
     {"variant", "d_model", "heads", "batch", "seq_q", "mask", "window", "sinks", "kv_lengths",
-     "safe_softmax", "seed", "device", "dtype", "kv_heads", "qk_scale", "softcap"}
+     "safe_softmax", "seed", "device", "dtype", "kv_heads", "qk_scale", "softcap", "weights", "inputs"}
 )
 # What self-attention adds: positions exist only when queries and keys are the same sequence.
 POSITION_FIELDS = frozenset({"position", "rope_base"})
@@ -46,6 +46,12 @@ class VariantSpec:
     own_fields: frozenset[str] | None = None  # when set: exactly the fields this variant uses
     defaults: dict[str, Any] = field(default_factory=dict)  # field values a fresh config of it starts from
     caption: str = ""  # one line above the maps: what to look for
+    # Your own weights and inputs (userfiles.py): the forward's tensor arguments as (name, length field,
+    # width field), in call order; which weight (state_dict key, dim) gives each width field; which
+    # key's presence sets each bias flag.
+    layout: tuple[tuple[str, str, str], ...] = ()
+    file_widths: dict[str, tuple[str, int]] = field(default_factory=dict)
+    file_biases: dict[str, str] = field(default_factory=dict)
 
     @property
     def fields(self) -> frozenset[str]:
@@ -106,8 +112,12 @@ def _toy_spec(toy) -> VariantSpec:
         defaults={"text": toy.default_text, "layer": toy.focus_layer}, caption=toy.caption)
 
 
-def _self_inputs(c) -> tuple[Tensor, ...]:
-    return (torch.randn(c.batch, c.seq_q, c.d_model),)
+def _random_inputs(c) -> tuple[Tensor, ...]:
+    """One torch.randn (batch, length, width) per forward argument, in the spec's layout order."""
+    return tuple(torch.randn(c.batch, getattr(c, length), getattr(c, width)) for _, length, width in c.spec.layout)
+
+
+SELF_LAYOUT = (("x", "seq_q", "d_model"),)
 
 
 VARIANTS: dict[str, VariantSpec] = {
@@ -120,9 +130,11 @@ VARIANTS: dict[str, VariantSpec] = {
             description="Self-attention with separate Q, K, V projections; GPT-style causal mask.",
             build=lambda c: CausalSelfAttention(c.d_model, c.heads, c.dropout, kv_heads=c.kv_heads, attn=_attn(c),
                                                 sink_logit=c.sink_logit),
-            inputs=_self_inputs,
+            inputs=_random_inputs,
             extra_fields=frozenset({"dropout", "train", "sink_logit"}) | POSITION_FIELDS,
             labels={"d_model": "hidden_dim"},
+            layout=SELF_LAYOUT,
+            file_widths={"d_model": ("query.weight", 1)},
             default_mask="causal",
         ),
         VariantSpec(
@@ -132,9 +144,12 @@ VARIANTS: dict[str, VariantSpec] = {
             description="One fused in_proj makes Q, K and V (Stable Diffusion style); no dropout.",
             build=lambda c: SelfAttention(c.heads, c.d_model, c.in_bias, c.out_bias, kv_heads=c.kv_heads,
                                           attn=_attn(c), sink_logit=c.sink_logit),
-            inputs=_self_inputs,
+            inputs=_random_inputs,
             extra_fields=frozenset({"in_bias", "out_bias", "sink_logit"}) | POSITION_FIELDS,
             labels={"d_model": "d_embed", "in_bias": "in_proj_bias", "out_bias": "out_proj_bias"},
+            layout=SELF_LAYOUT,
+            file_widths={"d_model": ("out_proj.weight", 1)},
+            file_biases={"in_bias": "in_proj.bias", "out_bias": "out_proj.bias"},
         ),
         VariantSpec(
             id="cross",
@@ -143,14 +158,13 @@ VARIANTS: dict[str, VariantSpec] = {
             description="Queries attend to a second sequence; separate Q, K, V projections d_in -> d_out.",
             build=lambda c: CrossAttention(c.d_model, c.d_out, c.dropout, c.heads, c.in_bias, kv_heads=c.kv_heads,
                                            attn=_attn(c)),
-            inputs=lambda c: (
-                torch.randn(c.batch, c.seq_q, c.d_model),
-                torch.randn(c.batch, c.seq_kv, c.d_model),
-                torch.randn(c.batch, c.seq_kv, c.d_model),
-            ),
+            inputs=_random_inputs,
             extra_fields=frozenset({"d_out", "seq_kv", "dropout", "train", "in_bias"}),
             head_width="d_out",
             labels={"d_model": "d_in", "in_bias": "qkv_bias"},
+            layout=(("queries", "seq_q", "d_model"), ("keys", "seq_kv", "d_model"), ("values", "seq_kv", "d_model")),
+            file_widths={"d_model": ("W_query.weight", 1), "d_out": ("W_query.weight", 0)},
+            file_biases={"in_bias": "W_query.bias"},
         ),
         VariantSpec(
             id="cross-context",
@@ -159,12 +173,12 @@ VARIANTS: dict[str, VariantSpec] = {
             description="Latent queries (d_embed) attend to a context (d_cross), as in Stable Diffusion.",
             build=lambda c: ContextCrossAttention(c.heads, c.d_model, c.d_cross, c.in_bias, c.out_bias,
                                                   kv_heads=c.kv_heads, attn=_attn(c)),
-            inputs=lambda c: (
-                torch.randn(c.batch, c.seq_q, c.d_model),
-                torch.randn(c.batch, c.seq_kv, c.d_cross),
-            ),
+            inputs=_random_inputs,
             extra_fields=frozenset({"d_cross", "seq_kv", "in_bias", "out_bias"}),
             labels={"d_model": "d_embed", "in_bias": "in_proj_bias", "out_bias": "out_proj_bias"},
+            layout=(("x", "seq_q", "d_model"), ("y", "seq_kv", "d_cross")),
+            file_widths={"d_model": ("q_proj.weight", 1), "d_cross": ("k_proj.weight", 1)},
+            file_biases={"in_bias": "q_proj.bias", "out_bias": "out_proj.bias"},
         ),
         VariantSpec(
             id="differential",
@@ -173,8 +187,10 @@ VARIANTS: dict[str, VariantSpec] = {
             description="Two softmax maps per head subtracted with a learned λ: common-mode attention cancels; "
                         "signed weights.",
             build=lambda c: DifferentialAttention(c.d_model, c.heads, c.layer, kv_heads=c.kv_heads, attn=_attn(c)),
-            inputs=_self_inputs,
+            inputs=_random_inputs,
             extra_fields=frozenset({"layer"}) | POSITION_FIELDS,
+            layout=SELF_LAYOUT,
+            file_widths={"d_model": ("q_proj.weight", 1)},
             labels={"d_model": "embed_dim", "layer": "Layer (λ_init depth)"},
             default_mask="causal",
             head_factor=2,

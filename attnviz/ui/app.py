@@ -22,7 +22,9 @@ def run_app(argv: list[str] | None = None) -> int:
     sigint_timer = install_sigint_handler(app)  # Ctrl+C in the terminal: close (settings saved), quit
     code = app.exec()
     sigint_timer.stop()
-    if window.worker.is_alive():
+    # the window stopped the worker when it closed, but an event handled after that (a late result's
+    # re-render) may have started it again: stop it once more before deciding how to leave
+    if not window.worker.stop(timeout=1.5):
         # A forward pass cannot be interrupted mid-matmul. Settings are saved; leave now
         # rather than make the user wait for a result nobody will see.
         sys.stdout.flush()

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, load_preset, run
 from ..core.config import field_meta
+from ..core.userfiles import FileChanged
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
 from . import lifecycle
 from .explain_views import ExplainViews
@@ -248,6 +249,15 @@ class MainWindow(QMainWindow):
         self.saveAction = action("Save configuration…", "Ctrl+S", self.save_dialog,
                                  "Save the configuration as JSON (the preset format)", file_menu, True, "saveButton")
         file_menu.addSeparator()
+        self.loadWeightsAction = action("Load weights…", "Ctrl+Shift+W", lambda: self.load_file_dialog("weights"),
+                                        "Load your own weights (a state_dict: .safetensors, .pt, .pth) into the "
+                                        "seed module", file_menu)
+        self.loadWeightsAction.setObjectName("loadWeightsAction")
+        self.loadInputsAction = action("Load inputs…", "Ctrl+Shift+I", lambda: self.load_file_dialog("inputs"),
+                                       "Load your own input tensors (.pt, .npz, .safetensors) named as the forward's "
+                                       "arguments", file_menu)
+        self.loadInputsAction.setObjectName("loadInputsAction")
+        file_menu.addSeparator()
         action("Quit", "Ctrl+Q", self.close, "Close attnviz", file_menu)
         action("Weights", "Ctrl+1", lambda: self.viewCombo.setCurrentIndex(0), "Show softmax weights", view_menu)
         action("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(self.viewCombo.findData("scores")),
@@ -413,6 +423,8 @@ class MainWindow(QMainWindow):
         self._show_model(outcome.result)
         self._show_caption(outcome.result)
         self._follow_default_scale(outcome.result.config)
+        if rid == self.latest_id and self.panel.adopt_files(outcome.result.config):  # what the files set
+            self.schedule()  # (bias flags, batch, lengths) shown; a view-only re-render sized for them
         self.worker.release(previous)  # the last references to the old maps: freed off this thread
         del previous
         self.shown_id = rid
@@ -479,7 +491,30 @@ class MainWindow(QMainWindow):
         write_bytes(path, self.panel.config().to_json().encode("utf-8"), replace_readonly)
 
     def open_config(self, path: str) -> None:
-        self.panel.set_config(load_config(path))
+        """Open a saved configuration; a weights or inputs file that changed since is opened anyway, with a note."""
+        try:
+            self.panel.set_config(load_config(path))
+        except FileChanged as exc:
+            self.panel.set_config(exc.config)
+            self.statusBar().showMessage(f"Note: {exc}", 15000)
+
+    def load_file(self, field: str, path: str) -> None:
+        """Use `path` as the weights or inputs file (read by the run on the worker, never here).
+        Choosing the same file again reruns: the worker notices a file changed on disk."""
+        if not self.panel.config_applies(field):
+            self.statusBar().showMessage(f"{field.capitalize()} files load into the seed variants (causal, self, "
+                                         "cross, cross-context, differential): choose one first", 8000)
+            return
+        self.panel.widgets[field].set_path(path)
+        self.schedule()
+
+    def load_file_dialog(self, field: str) -> None:
+        chooser = self.panel.widgets[field]
+        chooser.start_dir = self._start_dir()
+        path, _ = QFileDialog.getOpenFileName(self, f"Load {field}", chooser.start_dir, chooser.file_filter())
+        if path:
+            self._remember_dir(path)
+            self.load_file(field, path)
 
     def save_dialog(self) -> None:
         try:

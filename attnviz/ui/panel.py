@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,7 +31,9 @@ from PySide6.QtWidgets import (
 )
 
 from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
-from ..core.config import field_applies, field_meta
+from ..core.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
+from ..core.userfiles import file_fields
+from .file_chooser import FileChooser
 from .model_chooser import ModelChooser
 
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Training", "Run")
@@ -181,6 +184,9 @@ class ParameterPanel(QWidget):
         elif name == "model":  # a folder: the ones found locally, or "Open folder…"
             w = ModelChooser()
             w.sigChanged.connect(self._edited)
+        elif name in FILE_FIELDS:  # your own weights / inputs: Random or From file
+            w = FileChooser(name, name, WEIGHT_SUFFIXES if name == "weights" else INPUT_SUFFIXES)
+            w.sigChanged.connect(self._edited)
         elif kind == "str":  # free text: a folder, the input text
             w = QLineEdit()
             w.setClearButtonEnabled(True)
@@ -210,6 +216,8 @@ class ParameterPanel(QWidget):
             return w.value()
         if isinstance(w, ModelChooser):
             return w.folder()
+        if isinstance(w, FileChooser):
+            return w.path()
         if name != "kv_lengths":
             return w.text()
         text = w.text().replace(";", ",").replace(" ", ",")
@@ -234,6 +242,8 @@ class ParameterPanel(QWidget):
             w.setValue(value)
         elif isinstance(w, ModelChooser):
             w.set_folder(value)
+        elif isinstance(w, FileChooser):
+            w.set_path(value)
         elif name != "kv_lengths":
             w.setText(value)
         else:
@@ -258,6 +268,26 @@ class ParameterPanel(QWidget):
         self._refresh_visibility()
         if emit:
             self.sigChanged.emit()
+
+    def config_applies(self, name: str) -> bool:
+        """Whether field `name` means anything for the panel's current variant, mask and position."""
+        return field_applies(name, self._value("variant"), self._value("mask"), self._value("position"))
+
+    def adopt_files(self, config: RunConfig) -> bool:
+        """Show what a run took from its files (bias flags, batch, lengths) without a new request;
+        True if anything changed."""
+        changed = False
+        self._loading = True
+        try:
+            for name in file_fields(config.variant, config.weights, config.inputs):
+                if self._value(name) != getattr(config, name):
+                    self._set_value(name, getattr(config, name))
+                    changed = True
+        finally:
+            self._loading = False
+        if changed:
+            self._refresh_visibility()
+        return changed
 
     def batch_index(self) -> int:
         return self.batchIndexSpin.value()
@@ -332,12 +362,25 @@ class ParameterPanel(QWidget):
             meta = field_meta(name)
             label = spec.labels.get(name, meta["label"])
             self.labels[name].setText(label)
+        self._mark_file_fields(values["variant"])
         for group, box in self.groups.items():
             box.setVisible(any(field_applies(n, values["variant"], values["mask"], values["position"])
                                for n in self.widgets
                                if field_meta(n)["group"] == group))
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
         self.batchIndexSpin.setEnabled(values["batch"] > 1)
+
+    def _mark_file_fields(self, variant: str) -> None:
+        """Fields the weights or inputs file decides are read-only and say so."""
+        weights, inputs = self._value("weights"), self._value("inputs")
+        decided = file_fields(variant, weights, inputs)
+        for name in ("batch", "seq_q", "seq_kv", "in_bias", "out_bias"):
+            w = self.widgets[name]
+            w.setEnabled(name not in decided)
+            if name == self._error_field:
+                continue
+            source = Path(weights if name.endswith("bias") else inputs).name
+            w.setToolTip(f"Set by the file {source}" if name in decided else self._tooltips[name])
 
     # --- errors at the control ---------------------------------------------------------------
 
@@ -347,7 +390,7 @@ class ParameterPanel(QWidget):
         self._error_field = field
         if field in self.widgets:
             w = self.widgets[field]
-            w.setStyleSheet(ERROR_STYLE)
+            (w.fileLabel if isinstance(w, FileChooser) else w).setStyleSheet(ERROR_STYLE)  # one box, not each part
             w.setToolTip(message)
         self.errorLabel.setText(message)
         for value in suggestions[:3]:
@@ -388,7 +431,7 @@ class ParameterPanel(QWidget):
     def clear_error(self) -> None:
         if self._error_field in self.widgets:
             w = self.widgets[self._error_field]
-            w.setStyleSheet("")
+            (w.fileLabel if isinstance(w, FileChooser) else w).setStyleSheet("")
             w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()

@@ -229,6 +229,7 @@ class Worker(QObject):
         self._stopping = False
         self.reaper = Reaper()  # frees replaced results (see release)
         self._last: RunResult | None = None  # touched only by the worker thread
+        self._last_request: RunConfig | None = None  # the config _last was computed for (files may change it)
         self._pools = PoolCache()  # pooled maps of _last: view-only changes only requantise
         self._running = False  # a thread is serving requests (changed under _cond only)
         self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
@@ -338,7 +339,10 @@ class Worker(QObject):
             return True
         if last.source is not None:
             return not (last.source.serves(config) and last.config.layer == config.layer)
-        return last.config != config
+        if any(record.changed() for record in last.files):  # a weights or inputs file saved again
+            return True
+        # the files set batch, lengths and bias flags: the config as sent, or as the panel shows it after
+        return config not in (last.config, self._last_request)
 
     def _from_source(self, config: RunConfig, needed: frozenset[str]) -> RunResult | None:
         """Another layer of the last model forward (changing the layer never runs the model again)."""
@@ -360,6 +364,7 @@ class Worker(QObject):
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
             self._last = reused or self._run(request.config, needed)
+            self._last_request = request.config
         if self._stopping:
             return
         frames = render(self._last, request.options, self._pools)

@@ -1,0 +1,86 @@
+"""A "Random / From file" switch with the chosen file: stands in the parameter panel for
+RunConfig.weights and RunConfig.inputs (a file path; empty = random from the seed).
+
+It never reads the file: the run does, on the worker (attnviz.core.userfiles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QToolButton, QWidget
+
+RANDOM, FROM_FILE = "random", "file"
+
+
+def _named(widget: QWidget, name: str) -> QWidget:
+    widget.setObjectName(name)
+    widget.setAccessibleName(name)
+    return widget
+
+
+class FileChooser(QWidget):
+    """`prefix`Combo (Random / From file), a label with the file's name and `prefix`BrowseButton.
+    path() is the file while "From file" is chosen, else ""; the last file is remembered across switches."""
+
+    sigChanged = Signal()
+
+    def __init__(self, prefix: str, what: str, suffixes: tuple[str, ...], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.what, self.suffixes, self._path = what, suffixes, ""
+        self.start_dir = str(Path.home())
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.combo = _named(QComboBox(), f"{prefix}Combo")
+        self.combo.addItem("Random", RANDOM)
+        self.combo.addItem("From file", FROM_FILE)
+        self.combo.setToolTip(f"Random {what} drawn from the seed, or your own from a file "
+                              f"({', '.join(suffixes)})")
+        self.fileLabel = _named(QLabel(), f"{prefix}FileLabel")
+        self.fileLabel.setMinimumWidth(40)
+        self.browseButton = _named(QToolButton(), f"{prefix}BrowseButton")
+        self.browseButton.setText("…")
+        self.browseButton.setToolTip(f"Choose the {what} file ({', '.join(suffixes)})")
+        layout.addWidget(self.combo)
+        layout.addWidget(self.fileLabel, 1)
+        layout.addWidget(self.browseButton)
+        self.combo.activated.connect(self._switched)
+        self.browseButton.clicked.connect(self.open_dialog)
+        self._show()
+
+    def path(self) -> str:
+        return self._path if self.combo.currentData() == FROM_FILE else ""
+
+    def set_path(self, path: str, emit: bool = True) -> None:
+        """Show `path` ("" = Random; the last file stays remembered for the switch)."""
+        if path:
+            self._path = path
+        self.combo.setCurrentIndex(self.combo.findData(FROM_FILE if path else RANDOM))
+        self._show()
+        if emit:
+            self.sigChanged.emit()
+
+    def _show(self) -> None:
+        name = Path(self._path).name if self._path else "(no file chosen)"
+        self.fileLabel.setText(name)
+        self.fileLabel.setToolTip(self._path or f"No {self.what} file yet: press … or choose From file")
+        self.fileLabel.setEnabled(self.combo.currentData() == FROM_FILE)
+
+    def _switched(self, _index: int) -> None:
+        if self.combo.currentData() == FROM_FILE and not self._path:
+            if not self.open_dialog():  # nothing chosen: stay random
+                self.set_path("", emit=False)
+            return
+        self._show()
+        self.sigChanged.emit()
+
+    def file_filter(self) -> str:
+        return f"{self.what.capitalize()} ({' '.join(f'*{s}' for s in self.suffixes)});;All files (*)"
+
+    def open_dialog(self) -> bool:
+        """Ask for a file; True if one was chosen (then "From file" is switched on)."""
+        start = str(Path(self._path).parent) if self._path else self.start_dir
+        path, _ = QFileDialog.getOpenFileName(self, f"Load {self.what}", start, self.file_filter())
+        if path:
+            self.set_path(path)
+        return bool(path)

@@ -1,0 +1,146 @@
+"""The app with your own weights and inputs: File > Load weights… / Load inputs… on the real MainWindow,
+the width quick fix, the Random / From file switch, errors at the control, reads on the worker only."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtWidgets import QComboBox, QFileDialog, QWidget
+from seeds import Seed000CrossAttention
+from uihelpers import wait_shown
+
+from attnviz.core import userfiles
+
+SHOTS = "/work/notes/shots"
+
+
+@pytest.fixture
+def seed000(tmp_path):
+    torch.manual_seed(11)
+    module = Seed000CrossAttention(32, 64, 0.0, 4).eval()
+    inputs = {"queries": torch.randn(3, 6, 32), "keys": torch.randn(3, 10, 32), "values": torch.randn(3, 10, 32)}
+    torch.save(module.state_dict(), tmp_path / "seed000.pt")
+    torch.save(inputs, tmp_path / "inputs.pt")
+    with torch.no_grad():
+        expected = module(*inputs.values()).numpy()
+    return str(tmp_path / "seed000.pt"), str(tmp_path / "inputs.pt"), expected
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Which threads read the weights and inputs files, one entry per read."""
+    seen = []
+    for name in ("_read_weights", "_read_inputs"):
+        original = getattr(userfiles, name)
+
+        def spy(path, original=original, name=name):
+            seen.append((name, threading.current_thread() is threading.main_thread()))
+            return original(path)
+
+        monkeypatch.setattr(userfiles, name, spy)
+    userfiles._cache.clear()
+    return seen
+
+
+def choose(monkeypatch, path):
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (path, "")))
+
+
+def to_cross(window, qtbot):
+    combo = window.findChild(QComboBox, "variantCombo")
+    combo.setCurrentIndex(combo.findData("cross"))
+    wait_shown(qtbot, window)
+
+
+def shot(widget, name):
+    os.makedirs(SHOTS, exist_ok=True)
+    widget.grab().save(f"{SHOTS}/{name}.png")
+
+
+def test_load_weights_fix_the_width_then_load_inputs(window, qtbot, monkeypatch, seed000, reads):
+    weights, inputs, expected = seed000
+    to_cross(window, qtbot)
+    before = window.shown_id
+    choose(monkeypatch, weights)
+    window.findChild(type(window.loadWeightsAction), "loadWeightsAction").trigger()
+    qtbot.waitUntil(lambda: window.panel.errorLabel.text() != "")
+    message = window.panel.errorLabel.text()
+    assert "W_query.weight" in message and "(64, 32)" in message and "d_in" in message
+    assert window.shown_id == before and window.staleLabel.isVisibleTo(window)  # the last view kept
+    shot(window, "weights-width-mismatch")
+    window.panel.findChild(QWidget, "fixButton_32").click()  # Use d_in = 32
+    wait_shown(qtbot, window)
+    assert window.panel.errorLabel.text() == ""
+    assert window.result.config.weights == weights and window.result.config.d_model == 32
+
+    choose(monkeypatch, inputs)
+    window.loadInputsAction.trigger()
+    qtbot.waitUntil(lambda: window.result.config.inputs == inputs and window.is_settled())
+    np.testing.assert_allclose(window.result.output, expected, atol=1e-5, rtol=0)
+    panel = window.panel
+    assert panel.findChild(QComboBox, "inputsCombo").currentData() == "file"
+    for name, value in (("batch", 3), ("seq_q", 6), ("seq_kv", 10)):  # they follow the file, read-only
+        assert panel.widgets[name].value() == value and not panel.widgets[name].isEnabled()
+    assert not panel.widgets["in_bias"].isChecked()  # seed 000 has no q/k/v biases
+    assert len(window.headGrid.tiles) == 4
+    shot(window, "weights-and-inputs-loaded")
+    assert all(not on_gui for _, on_gui in reads) and len(reads) == 2
+
+    calls = len(window.worker._compute.calls)  # a mask edit reruns without reading the files again
+    panel.widgets["mask"].setCurrentIndex(panel.widgets["mask"].findData("causal"))
+    wait_shown(qtbot, window)
+    assert len(window.worker._compute.calls) == calls + 1 and len(reads) == 2
+    window.colormapCombo.setCurrentIndex(1)  # view-only: no run at all
+    wait_shown(qtbot, window)
+    assert len(window.worker._compute.calls) == calls + 1
+
+
+def test_random_inputs_switch_back(window, qtbot, monkeypatch, seed000):
+    weights, inputs, _ = seed000
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    wait_shown(qtbot, window)
+    window.load_file("weights", weights)
+    window.load_file("inputs", inputs)
+    qtbot.waitUntil(lambda: window.result.config.inputs == inputs and window.is_settled())
+    combo = window.panel.findChild(QComboBox, "inputsCombo")
+    combo.setCurrentIndex(combo.findData("random"))
+    combo.activated.emit(combo.currentIndex())
+    qtbot.waitUntil(lambda: window.result.config.inputs == "" and window.is_settled())
+    assert window.panel.widgets["seq_q"].isEnabled() and window.result.config.weights == weights
+    combo.setCurrentIndex(combo.findData("file"))  # the file is remembered
+    combo.activated.emit(combo.currentIndex())
+    qtbot.waitUntil(lambda: window.result.config.inputs == inputs and window.is_settled())
+
+
+def test_a_pickled_checkpoint_is_refused_at_the_control(window, qtbot, tmp_path):
+    path = str(tmp_path / "whole.pt")
+    torch.save(Seed000CrossAttention(64, 64, 0.0, 4), path)
+    to_cross(window, qtbot)
+    before = window.shown_id
+    window.load_file("weights", path)
+    qtbot.waitUntil(lambda: window.panel.errorLabel.text() != "")
+    assert "weights_only" in window.panel.errorLabel.text() and window.shown_id == before
+    assert window.panel.widgets["weights"].fileLabel.styleSheet()  # marked at the control
+    shot(window.panel, "weights-pickle-refused")
+
+
+def test_saved_configuration_records_the_hash_and_notes_a_changed_file(window, qtbot, tmp_path, seed000):
+    weights, _, _ = seed000
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    window.load_file("weights", weights)
+    wait_shown(qtbot, window)
+    saved = str(tmp_path / "saved.json")
+    window.save_config(saved)
+    with open(saved) as f:
+        assert json.load(f)["files"]["weights"]["name"] == "seed000.pt"
+    torch.save({k: v * 2 for k, v in torch.load(weights).items()}, weights)
+    window.open_config(saved)
+    assert "changed" in window.statusBar().currentMessage()
+    assert window.panel.config().weights == weights  # opened anyway, with the note
