@@ -198,9 +198,20 @@ def _build_config(args: argparse.Namespace):
         return loaded.replace(**flags) if flags else loaded
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
-    if "variant" in flags:  # the variant's own defaults (its seed's mask and biases), then the flags
-        return RunConfig.for_variant(flags.pop("variant"), **flags)
-    return RunConfig(**flags)
+    # the variant's own defaults (its seed's mask and biases), then the flags
+    config = RunConfig.for_variant(flags.pop("variant"), **flags) if "variant" in flags else RunConfig(**flags)
+    _refuse_ignored(config, flags)
+    return config
+
+
+def _refuse_ignored(config, flags: dict) -> None:
+    """A flag given on the command line that this variant, mask or position does not use would be
+    silently ignored (yet saved in the config): say so instead."""
+    ignored = [name for name in flags if not config.applies(name)]
+    if ignored:
+        name = ignored[0]
+        raise UsageError(f"{_flag(name)} does not apply to variant {config.variant} (mask {config.mask}, position "
+                         f"{config.position}): drop it, or choose a variant, mask or position that uses it")
 
 
 def _check_files_apply(config) -> None:

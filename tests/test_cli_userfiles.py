@@ -72,7 +72,7 @@ def test_files_for_a_model_backed_variant_are_a_usage_error(seed000, tmp_path, c
     weights, _, _ = seed000
     code = main(["render", "--variant", "pretrained", "--model", str(tmp_path), "--weights", str(weights), "-o",
                  str(tmp_path / "o.npz")])
-    assert code == 2 and "seed variants" in capsys.readouterr().err
+    assert code == 2 and "--weights does not apply to variant pretrained" in capsys.readouterr().err
 
 
 def test_a_saved_config_with_a_changed_file_exits_2(seed000, tmp_path, capsys):

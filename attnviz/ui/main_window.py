@@ -38,8 +38,9 @@ from PySide6.QtWidgets import (
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, load_preset, run
 from ..core.config import field_meta
+from ..core.runner import run_stages
 from ..core.userfiles import FileChanged
-from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
+from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
 from . import lifecycle
 from .explain_views import ExplainViews
 from .model_view import ModelView
@@ -69,7 +70,7 @@ class MainWindow(QMainWindow):
         self.result = None
         self.frames = None
         self.last_error: str | None = None
-        self._model_dock_shown = False
+        self._model_dock_shown = self._model_dock_hidden_by_us = False
 
         self.panel = ParameterPanel()
         scroll = QScrollArea()
@@ -305,28 +306,27 @@ class MainWindow(QMainWindow):
     def _show_model(self, result) -> None:
         """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
         layer_spin = self.panel.widgets["layer"]
-        if result.source is None:
+        if result.source is None:  # random weights: no model behind these maps
             layer_spin.setMaximum(int(field_meta("layer")["maximum"]))
+            if self.modelDock.isVisible():
+                self._model_dock_hidden_by_us = True  # back with the next model
+                self.modelDock.hide()
             return
-        layers = result.source.info.layers
-        layer_spin.setMaximum(layers - 1)
-        if not self._model_dock_shown:  # the first model: open the model view once; the user decides after
-            self._model_dock_shown = True
+        layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
+        if not self._model_dock_shown or self._model_dock_hidden_by_us:  # open once; then the user decides
+            self._model_dock_shown, self._model_dock_hidden_by_us = True, False
             self.modelDock.show()
             self.resizeDocks([self.modelDock], [max(self.height() // 3, 180)], Qt.Vertical)
         if self.modelDock.isVisible():
             self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
 
     def _follow_default_scale(self, config: RunConfig) -> None:
-        """When the shown maps turn from random to trained (or back), a view whose scale the user has
-        not chosen takes its default for them; a change re-renders without a recompute."""
-        # the combo starts on the default for random maps
-        trained, before = config.spec.backed, getattr(self, "_trained_shown", False)
-        self._trained_shown = trained
+        """A view whose scale the user has not chosen follows its default when that changes between
+        results (random maps: log; trained or signed maps: linear); the change only re-renders."""
         view = self.viewCombo.currentData()
         mode = default_scale(view, config)
-        if trained != before and view not in self._scales \
-                and self.scaleCombo.currentData() != mode:
+        before, self._default_shown = getattr(self, "_default_shown", default_scale(view)), mode
+        if mode != before and view not in self._scales and self.scaleCombo.currentData() != mode:
             self.scaleCombo.blockSignals(True)  # not the user's choice: do not remember it
             self.scaleCombo.setCurrentIndex(self.scaleCombo.findData(mode))
             self.scaleCombo.blockSignals(False)
@@ -405,8 +405,16 @@ class MainWindow(QMainWindow):
             self.failed_id = rid
             self._show_failure(str(exc), exc.field, exc.suggestions)
             return None
+        self._offer_views(config)
         self.worker.submit(Request(rid, config, self.view_options(config)))
         return rid
+
+    def _offer_views(self, config: RunConfig) -> None:
+        """The View box offers only the stages this configuration has (e.g. biased needs ALiBi)."""
+        have = set(run_stages(config))
+        items = self.viewCombo.model()
+        for i in range(self.viewCombo.count()):
+            items.item(i).setEnabled(view_stage(self.viewCombo.itemData(i)) in have)
 
     def _on_done(self, outcome: Outcome) -> None:
         rid = outcome.request.id

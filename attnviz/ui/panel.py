@@ -239,6 +239,8 @@ class ParameterPanel(QWidget):
         elif isinstance(w, QCheckBox):
             w.setChecked(bool(value))
         elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
+            if value > w.maximum():  # bounded by the last model (layer): a new config's value is not clamped
+                w.setMaximum(field_meta(name)["maximum"])
             w.setValue(value)
         elif isinstance(w, ModelChooser):
             w.set_folder(value)

@@ -21,7 +21,7 @@ from .panel import named
 
 STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
               "weights": "softmax"}  # one cell's path, as hover spells it
-TOKEN_ROW_PX, TOKEN_CHAR_PX = 13, 7  # room a token label needs: a row's height, a character's width
+TOKEN_ROW_PX, TOKEN_CHAR_PX = 18, 7  # room a token label needs: a row's height (with spacing), a character's width
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 PREBUILT_TILES = 17  # tiles built ahead, one per idle event-loop turn: 16 heads + the mean tile
 TITLE_PX = 22

@@ -304,6 +304,8 @@ def test_cli_renders_a_stage_view_and_keeps_the_stages_asked_for(tmp_path):
     (["--view", "capped"], "no capped stage"),
     (["--mask", "window", "--sinks", "99"], "sinks"),
     (["--position", "nope"], "invalid choice"),
+    (["--sinks", "4"], "--sinks does not apply"),  # no window mask: it would be silently ignored
+    (["--text", "hello"], "--text does not apply"),
 ])
 def test_cli_bad_variant_input_exits_2_with_one_line_and_writes_nothing(flags, words, tmp_path, capsys):
     from attnviz.cli import main
@@ -313,3 +315,11 @@ def test_cli_bad_variant_input_exits_2_with_one_line_and_writes_nothing(flags, w
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_cli_refuses_a_position_on_a_cross_variant_instead_of_ignoring_it(tmp_path, capsys):
+    from attnviz.cli import main
+
+    out = tmp_path / "x.npz"
+    assert main(["render", "--variant", "cross", "--position", "rope", "-o", str(out)]) == 2
+    assert "--position does not apply to variant cross" in capsys.readouterr().err and not out.exists()

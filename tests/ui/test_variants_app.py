@@ -84,3 +84,35 @@ def test_differential_preset_draws_signed_maps(window, qtbot):
     wait_shown(qtbot, window)
     assert len(shown_tiles(window)) == 8  # two score maps per head
     assert window.headGrid.tiles[3].title.startswith("head 1.2")
+
+
+def test_the_view_box_offers_only_the_stages_the_configuration_has(window, qtbot):
+    items = window.viewCombo.model()
+
+    def offered(view):
+        return items.item(window.viewCombo.findData(view)).isEnabled()
+
+    assert offered("scores") and not offered("biased") and not offered("capped")
+    window.panel.set_config(load_preset("alibi-distance-decay"))
+    wait_shown(qtbot, window)
+    assert offered("biased") and not offered("capped")
+
+
+def test_signed_maps_start_on_a_linear_scale_after_random_weights(window, qtbot):
+    assert window.scaleCombo.currentData() == "log"  # random weights: nearly flat, log shows them
+    window.panel.set_config(load_preset("differential-cancel"))
+    wait_shown(qtbot, window)
+    qtbot.waitUntil(lambda: window.frames.options.scale_mode == "linear")
+    assert window.scaleCombo.currentData() == "linear"
+
+
+def test_toy_presets_open_on_their_own_layer_and_the_model_view_follows(window, qtbot):
+    window.panel.set_config(load_preset("toy-induction"))  # 2 layers: the layer box is bounded to 0..1
+    wait_shown(qtbot, window)
+    assert window.modelDock.isVisible()
+    window.panel.set_config(load_preset("toy-reverse"))  # its caption is about layer 2: not clamped to 1
+    wait_shown(qtbot, window)
+    assert window.result.config.layer == 2 and window.panel.widgets["layer"].value() == 2
+    window.panel.set_config(load_preset("default"))  # random weights: no model view
+    wait_shown(qtbot, window)
+    assert not window.modelDock.isVisible()
