@@ -149,7 +149,7 @@ def bench_edit(folder: Path, size: ModelSize, repeats: int, lowered: bool = True
     from attnviz.ui import MainWindow
 
     if not lowered:
-        worker_module.lower_priority = lambda: None
+        worker_module.lower_priority = lambda *_: None  # any step: stay at the GUI's priority
 
     app = QApplication.instance() or QApplication([])
     w = MainWindow()
