@@ -272,7 +272,8 @@ def code_state() -> dict:
         import attnviz
 
         pkg = Path(attnviz.__file__).resolve().parent
-        state["imported_from"] = str(pkg)
+        # where the code came from, without this machine's paths (results.json is committed)
+        state["imported_from"] = str(pkg.relative_to(ROOT)) if pkg.is_relative_to(ROOT) else f"snapshot/{pkg.name}"
         state["attnviz_tree_sha256"] = tree_hash(pkg)
     except ImportError:
         pass
@@ -288,7 +289,7 @@ def make_snapshot(rev: str | None = None) -> tuple[Path, dict]:
     """
     snap = Path(tempfile.mkdtemp(prefix="attnviz-bench-snap-"))
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    state: dict = {"git_head": _git(ROOT, "rev-parse", "--short", "HEAD"), "snapshot_dir": str(snap)}
+    state: dict = {"git_head": _git(ROOT, "rev-parse", "--short", "HEAD"), "snapshot_dir": snap.name}
     if rev:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "attnviz", "resources"],
                                  capture_output=True, check=True)

@@ -46,6 +46,11 @@ def _timed(cmd: list[str], env: dict, timeout: float) -> tuple[float, subprocess
     return time.perf_counter() - t0, proc
 
 
+def _portable(arg: str, tmp: str) -> str:
+    """A command argument without this machine's temporary folders (results.json is committed)."""
+    return arg.replace(tmp, "OUT").replace(str(BENCH_DIR), "benchmarks")
+
+
 def bench_export(heads: int = 16, seq: int = 512, width: int = 1024, repeats: int = 5, warmup: int = 1,
                  timeout: float = 600, matplotlib: bool = True) -> dict:
     env = _env()
@@ -77,7 +82,7 @@ def bench_export(heads: int = 16, seq: int = 512, width: int = 1024, repeats: in
     result: dict = {
         "status": "ok" if not errors and times["attnviz_render"] else "failed",
         "heads": heads, "seq": seq, "width": width, "repeats": repeats, "warmup": warmup,
-        "commands": {n: " ".join(Path(c).name if i == 0 else c for i, c in enumerate(cmd))
+        "commands": {n: " ".join(Path(c).name if i == 0 else _portable(c, tmp) for i, c in enumerate(cmd))
                      for n, cmd in routes.items()},
         "median_s": {n: median(ts) for n, ts in times.items()},
         "samples_s": times,

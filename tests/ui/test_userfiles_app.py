@@ -140,7 +140,7 @@ def test_saved_configuration_records_the_hash_and_notes_a_changed_file(window, q
     window.save_config(saved)
     with open(saved) as f:
         assert json.load(f)["files"]["weights"]["name"] == "seed000.pt"
-    torch.save({k: v * 2 for k, v in torch.load(weights).items()}, weights)
+    torch.save({k: v * 2 for k, v in torch.load(weights, weights_only=True).items()}, weights)
     window.open_config(saved)
     assert "changed" in window.statusBar().currentMessage()
     assert window.panel.config().weights == weights  # opened anyway, with the note
