@@ -80,22 +80,7 @@ class MainWindow(QMainWindow):
 
         self.headGrid = HeadGrid()
         self.outputView = TensorView()
-        maps = QWidget()
-        maps_layout = QVBoxLayout(maps)
-        maps_layout.setContentsMargins(0, 0, 0, 0)
-        maps_layout.addLayout(self._view_controls())
-        self.staleLabel = named(QLabel(), "staleLabel")
-        self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
-        self.staleLabel.setWordWrap(True)
-        self.staleLabel.hide()
-        maps_layout.addWidget(self.staleLabel)
-        self.captionLabel = named(QLabel(), "captionLabel")  # a trained toy's "what to look for"
-        self.captionLabel.setWordWrap(True)
-        self.captionLabel.setStyleSheet("color: palette(window-text); font-weight: bold; padding: 2px 4px;")
-        self.captionLabel.setToolTip("What to look for in this trained model's maps")
-        self.captionLabel.hide()
-        maps_layout.addWidget(self.captionLabel)
-        maps_layout.addWidget(self.headGrid, 1)
+        maps, maps_layout = self._maps_column()
         tensor = QWidget()
         tensor_layout = QVBoxLayout(tensor)
         tensor_layout.setContentsMargins(0, 0, 0, 0)
@@ -153,6 +138,26 @@ class MainWindow(QMainWindow):
         # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
         # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
         gc.freeze()
+
+    def _maps_column(self) -> tuple[QWidget, QVBoxLayout]:
+        """View controls, the stale banner, a trained model's caption, then the head grid."""
+        maps = QWidget()
+        maps_layout = QVBoxLayout(maps)
+        maps_layout.setContentsMargins(0, 0, 0, 0)
+        maps_layout.addLayout(self._view_controls())
+        self.staleLabel = named(QLabel(), "staleLabel")
+        self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
+        self.staleLabel.setWordWrap(True)
+        self.staleLabel.hide()
+        maps_layout.addWidget(self.staleLabel)
+        self.captionLabel = named(QLabel(), "captionLabel")  # a trained toy's "what to look for"
+        self.captionLabel.setWordWrap(True)
+        self.captionLabel.setStyleSheet("color: palette(window-text); font-weight: bold; padding: 2px 4px;")
+        self.captionLabel.setToolTip("What to look for in this trained model's maps")
+        self.captionLabel.hide()
+        maps_layout.addWidget(self.captionLabel)
+        maps_layout.addWidget(self.headGrid, 1)
+        return maps, maps_layout
 
     # --- controls ----------------------------------------------------------------------------
 
