@@ -556,42 +556,10 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
 
     right = grid_x + max(grid_w, math.ceil(m.width(xname, LABEL_PX)) if options.axis_labels else 0)
     if options.colorbar:
-        bx = right + 24
-        ta = m.ascent(TICK_PX)
-        lift = math.ceil(ta * 0.64) + 6  # the caption clears the top tick label
-        cap_h = m.height(LABEL_PX) + lift
-        first_img_top = grid_y + tt_h
-        last_img_bottom = grid_y + (nrows - 1) * (block_h + GAP) + tt_h + img_h
-        bar_top = max(first_img_top, grid_y + cap_h)
-        bar_h = max(BAR_MIN_HEIGHT, last_img_bottom - bar_top)
         bar_caption = caption if shared else f"{caption} (per-head scale)"
-        items.append(Text(bx, bar_top - lift - m.fm(LABEL_PX).descent(), bar_caption, LABEL_PX, color=SOFT_INK))
-        items.append(Bar(bx, bar_top, BAR_WIDTH, bar_h, lut))
-        items.append(Box(bx, bar_top, BAR_WIDTH, bar_h, stroke=FRAME))
-        lo, hi = tiles[0].levels if shared else (0.0, 1.0)
-        if shared and colour_scale.ticks:  # a non-linear scale: its ticks sit at fractions of the bar
-            lo, hi = 0.0, 1.0
-            values, labels = [t[0] for t in colour_scale.ticks], [t[1] for t in colour_scale.ticks]
-        elif shared:
-            values, labels = _value_ticks(lo, hi, bar_h)
-        else:
-            values, labels = [0.0, 1.0], ["low", "high"]
-        label_w = 0.0
-        for v, text in zip(values, labels):
-            y = bar_top + bar_h - (v - lo) / (hi - lo) * bar_h
-            y = min(max(y, bar_top), bar_top + bar_h)
-            items.append(Line(bx + BAR_WIDTH, y, bx + BAR_WIDTH + 4, y, FRAME))
-            items.append(Text(bx + BAR_WIDTH + 7, y + ta * 0.36, text, TICK_PX, color=TICK_INK))
-            label_w = max(label_w, m.width(text, TICK_PX))
-        bar_col_w = max(BAR_WIDTH + 7 + math.ceil(label_w), math.ceil(m.width(bar_caption, LABEL_PX)))
-        y = bar_top + bar_h + 14
-        for index, text in legend:
-            items.append(Box(bx, y, 12, 12, fill=_hex(lut[index]), stroke=FRAME))
-            items.append(Text(bx + 18, y + 6 + ta * 0.36, text, TICK_PX, color=TICK_INK))
-            bar_col_w = max(bar_col_w, 18 + math.ceil(m.width(text, TICK_PX)))
-            y += 18
-        bar_bottom = y if legend else bar_top + bar_h + ta  # room for the lowest tick label
-        right = bx + bar_col_w
+        last_img_bottom = grid_y + (nrows - 1) * (block_h + GAP) + tt_h + img_h
+        right, bar_bottom = _colour_bar(items, m, right + 24, (grid_y, grid_y + tt_h, last_img_bottom), bar_caption,
+                                        lut, tiles[0].levels if shared else None, colour_scale.ticks, legend)
         content_bottom = max(content_bottom, bar_bottom)
 
     width = right + margin
@@ -603,6 +571,49 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     height = content_bottom + margin
     _check_size(width, height)
     return Layout(int(width), int(height), items, tile_rects, s, summary)
+
+
+def _colour_bar(items: list, m: _Metrics, bx: float, span: tuple[float, float, float], bar_caption: str,
+                lut: np.ndarray, levels: tuple[float, float] | None, scale_ticks: tuple,
+                legend: list[tuple[int, str]]) -> tuple[float, float]:
+    """The colour bar column at x = bx beside the tiles: caption, bar, ticks, then the legend swatches.
+
+    span: (grid top, first image top, last image bottom); levels: the shared levels, or None for
+    per-head scales (the bar then reads low..high). Returns (right edge, bottom) of the column.
+    """
+    grid_y, first_img_top, last_img_bottom = span
+    ta = m.ascent(TICK_PX)
+    lift = math.ceil(ta * 0.64) + 6  # the caption clears the top tick label
+    cap_h = m.height(LABEL_PX) + lift
+    bar_top = max(first_img_top, grid_y + cap_h)
+    bar_h = max(BAR_MIN_HEIGHT, last_img_bottom - bar_top)
+    items.append(Text(bx, bar_top - lift - m.fm(LABEL_PX).descent(), bar_caption, LABEL_PX, color=SOFT_INK))
+    items.append(Bar(bx, bar_top, BAR_WIDTH, bar_h, lut))
+    items.append(Box(bx, bar_top, BAR_WIDTH, bar_h, stroke=FRAME))
+    lo, hi = levels if levels is not None else (0.0, 1.0)
+    if levels is not None and scale_ticks:  # a non-linear scale: its ticks sit at fractions of the bar
+        lo, hi = 0.0, 1.0
+        values, labels = [t[0] for t in scale_ticks], [t[1] for t in scale_ticks]
+    elif levels is not None:
+        values, labels = _value_ticks(lo, hi, bar_h)
+    else:
+        values, labels = [0.0, 1.0], ["low", "high"]
+    label_w = 0.0
+    for v, text in zip(values, labels):
+        y = bar_top + bar_h - (v - lo) / (hi - lo) * bar_h
+        y = min(max(y, bar_top), bar_top + bar_h)
+        items.append(Line(bx + BAR_WIDTH, y, bx + BAR_WIDTH + 4, y, FRAME))
+        items.append(Text(bx + BAR_WIDTH + 7, y + ta * 0.36, text, TICK_PX, color=TICK_INK))
+        label_w = max(label_w, m.width(text, TICK_PX))
+    bar_col_w = max(BAR_WIDTH + 7 + math.ceil(label_w), math.ceil(m.width(bar_caption, LABEL_PX)))
+    y = bar_top + bar_h + 14
+    for index, text in legend:
+        items.append(Box(bx, y, 12, 12, fill=_hex(lut[index]), stroke=FRAME))
+        items.append(Text(bx + 18, y + 6 + ta * 0.36, text, TICK_PX, color=TICK_INK))
+        bar_col_w = max(bar_col_w, 18 + math.ceil(m.width(text, TICK_PX)))
+        y += 18
+    bottom = y if legend else bar_top + bar_h + ta  # room for the lowest tick label
+    return bx + bar_col_w, bottom
 
 
 def _check_size(width: int, height: int) -> None:
