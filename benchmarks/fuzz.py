@@ -234,9 +234,11 @@ def final_state(h) -> dict:
         config = w.panel.config()
     except ConfigError as exc:
         return {"final_valid": False, "final_ok": w.failed_id == w.latest_id and w.last_error == str(exc)}
-    ok = (w.result is not None and w.result.config == config and w.shown_id == w.latest_id
-          and h.tiles_show_frames())
-    return {"final_valid": True, "final_ok": bool(ok)}
+    if w.failed_id == w.latest_id and w.last_error:  # valid fields the worker refused (e.g. memory)
+        return {"final_valid": True, "final_ok": True, "final_failed": w.last_error}
+    checks = {"result_is_panel": w.result is not None and w.result.config == config,
+              "latest_shown": w.shown_id == w.latest_id, "tiles_show_frames": bool(h.tiles_show_frames())}
+    return {"final_valid": True, "final_ok": all(checks.values()), "final_checks": checks}
 
 
 def main(argv: list[str] | None = None) -> int:

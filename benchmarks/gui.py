@@ -51,12 +51,12 @@ def _make_classes():
             self.calls = 0
             self._first = on_first_call  # runs once, on the worker thread (experiments)
 
-        def __call__(self, config, cancel=None):
+        def __call__(self, config, cancel=None, **kwargs):  # kwargs: `record` for views of other stages
             if self._first is not None:
                 self._first, first = None, self._first
                 first()
             self.calls += 1
-            return self._run(config, cancel=cancel)
+            return self._run(config, cancel=cancel, **kwargs)
 
     class StallMonitor(QObject):
         """A GUI-thread timer every `interval_ms`; a stall is a gap between ticks minus the interval."""

@@ -358,8 +358,11 @@ def field_applies(name: str, variant: str, mask: str, position: str = "none") ->
     return True
 
 
+_FIELD_META = {f.name: f.metadata for f in fields(RunConfig)}  # the panel asks per field on every edit
+
+
 def field_meta(name: str) -> dict[str, Any]:
-    return next(f.metadata for f in fields(RunConfig) if f.name == name)
+    return _FIELD_META[name]
 
 
 def load_config(path: str | os.PathLike, check_files: bool = True) -> RunConfig:

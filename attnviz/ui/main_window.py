@@ -45,7 +45,7 @@ from . import lifecycle
 from .explain_views import ExplainViews
 from .model_view import ModelView
 from .panel import ParameterPanel, named
-from .views import HeadGrid, TensorView
+from .views import HeadGrid, OverlayBanner, TensorView
 from .worker import Failure, Outcome, Request, Worker
 
 SETTINGS_VERSION = 1
@@ -109,7 +109,11 @@ class MainWindow(QMainWindow):
         self.busyIndicator.hide()
         self.statusBar().addWidget(self.statusLabel, 1)
         self.statusBar().addPermanentWidget(self.busyIndicator)
-        maps_layout.insertWidget(2, self.hoverLabel)
+        # Two lines, always: a hover text that wrapped to another line resized the head grid,
+        # which lays out and re-renders every tile (30-50 ms) while the mouse moves.
+        self.hoverLabel.setFixedHeight(2 * self.hoverLabel.fontMetrics().lineSpacing() + 4)
+        self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        maps_layout.insertWidget(1, self.hoverLabel)
 
         self._make_model_dock()
         self._make_actions()
@@ -145,11 +149,9 @@ class MainWindow(QMainWindow):
         maps_layout = QVBoxLayout(maps)
         maps_layout.setContentsMargins(0, 0, 0, 0)
         maps_layout.addLayout(self._view_controls())
-        self.staleLabel = named(QLabel(), "staleLabel")
+        self.staleLabel = named(OverlayBanner(self.headGrid), "staleLabel")  # over the grid: never resizes it
         self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
-        self.staleLabel.setWordWrap(True)
         self.staleLabel.hide()
-        maps_layout.addWidget(self.staleLabel)
         self.captionLabel = named(QLabel(), "captionLabel")  # a trained toy's "what to look for"
         self.captionLabel.setWordWrap(True)
         self.captionLabel.setStyleSheet("color: palette(window-text); font-weight: bold; padding: 2px 4px;")
@@ -425,6 +427,9 @@ class MainWindow(QMainWindow):
         rid = outcome.request.id
         if rid <= self.shown_id:
             return  # older than what is on screen: never shown
+        if rid < self.worker.done_id:  # a newer result is queued right behind: show only that one
+            self.worker.release(outcome.result, outcome.frames)
+            return
         t0 = time.perf_counter()
         if self.result is None or outcome.result.config != self.result.config:
             self.hoverLabel.clear()  # it described cells of the previous run

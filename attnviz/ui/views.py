@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QWidget
 
 from .. import colormaps
 from ..core import RunResult
@@ -168,6 +169,31 @@ def _swatch_html(lut: np.ndarray) -> str:
     return sw(lut[colormaps.MASKED_INDEX], "masked") + "&nbsp;&nbsp;" + sw(lut[colormaps.NAN_INDEX], "no key")
 
 
+class OverlayBanner(QLabel):
+    """A message laid over the top edge of `host`: showing, hiding or rewording it never resizes
+    the host. (As a row above the head grid, the stale banner resized the grid each time it came
+    or went, and a resized grid lays out and re-renders every tile: 30-50 ms on the GUI thread.)"""
+
+    def __init__(self, host: QWidget):
+        super().__init__(host)
+        self.setWordWrap(True)
+        host.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize:
+            self._place()
+        return False
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        super().setText(text)
+        self._place()
+
+    def _place(self) -> None:
+        width = self.parentWidget().width()
+        self.setGeometry(0, 0, width, self.heightForWidth(width))
+        self.raise_()
+
+
 class HeadGrid(pg.GraphicsLayoutWidget):
     """One tile per head of the shown batch item (plus an optional mean tile) and a colour bar."""
 
@@ -197,6 +223,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.frames: Frames | None = None
         self.stale = False
         self._layout_key = None
+        self._column_px: float | None = None
         self.scene().sigMouseMoved.connect(self._hovered)
         self.scene().sigMouseClicked.connect(self._clicked)
         # Building a tile costs 5-40 ms (2 cores): building 16 when the head count first rises
@@ -242,30 +269,49 @@ class HeadGrid(pg.GraphicsLayoutWidget):
 
     def _relayout(self, heads: list[int], rows: int, cols: int) -> None:
         gr, gc = self.grid_shape(len(heads), rows, cols)
-        key = (tuple(heads), gr, gc, self.focus is not None)
-        if key == self._layout_key:
-            return
-        self._layout_key = key
-        # A fresh layout each time: a reused QGraphicsGridLayout keeps old column widths.
+        key = (gc, self.focus is not None)  # what one layout serves; tiles come and go inside it
+        if key != self._layout_key:
+            self._layout_key = key
+            self._new_grid()
+        self._place_tiles(len(heads), gc)
+        self.tile_heads = heads
+        self._fit_columns(gc)
+
+    def _new_grid(self) -> None:
+        """An empty layout: a reused QGraphicsGridLayout keeps the widths of columns it no longer has."""
         self.grid.clear()
         self.ci.removeItem(self.grid)
         self.grid = pg.GraphicsLayout()
-        while len(self.tiles) < len(heads):  # built tiles are kept: building one costs ~5 ms
-            self.tiles.append(self._spare.pop() if self._spare else Tile())
-        self._spare.extend(self.tiles[len(heads):])
-        del self.tiles[len(heads):]
-        self.tile_heads = heads
+        self.ci.addItem(self.grid, row=0, col=0)
+        self._spare.extend(reversed(self.tiles))  # built tiles are kept: building one costs ~5 ms
+        self.tiles = []
+        self._column_px = None
+
+    def _place_tiles(self, n: int, gc: int) -> None:
+        """Take tiles off the end of the grid or add them there: tile k shows the k-th wanted map, so
+        a head-count change within one column count touches only the tiles that come or go."""
+        for tile in self.tiles[n:]:
+            self.grid.removeItem(tile.plot)
+        self._spare.extend(reversed(self.tiles[n:]))
+        del self.tiles[n:]
         # pyqtgraph's addItem activates the whole layout after each item, resizing every tile
         # added so far: O(n^2) resizes, 0.3-0.9 s for 16 tiles on 2 cores. Lay out once instead.
         self.grid.layout.activate = _no_op
-        for n, tile in enumerate(self.tiles):
-            self.grid.addItem(tile.plot, row=n // gc, col=n % gc)
+        while len(self.tiles) < n:
+            k = len(self.tiles)
+            tile = self._spare.pop() if self._spare else Tile()
+            self.grid.addItem(tile.plot, row=k // gc, col=k % gc)
             tile.set_axes(self.focus is not None)
             tile.title, tile._geometry = "", None
+            self.tiles.append(tile)
         del self.grid.layout.activate  # pyqtgraph's own again
-        self.ci.addItem(self.grid, row=0, col=0)
-        # Equal columns: a grid column otherwise grows with its widest title ("mean over heads").
+
+    def _fit_columns(self, gc: int) -> None:
+        """Equal columns: a grid column otherwise grows with its widest title ("mean over heads")."""
         column = max(self.width() - 90, 50) / gc
+        if column == self._column_px:
+            return
+        self._column_px = column
         for c in range(gc):
             self.grid.layout.setColumnPreferredWidth(c, column)
             self.grid.layout.setColumnMaximumWidth(c, column)
@@ -273,8 +319,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         if getattr(self, "frames", None) is not None and self.result is not None:
-            self._layout_key = None
-            self.show_frames(self.result, self.frames)
+            self.show_frames(self.result, self.frames)  # refits the columns; a new layout only for a new shape
             self.sigResized.emit()
 
     # --- content -----------------------------------------------------------------------------

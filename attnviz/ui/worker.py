@@ -165,8 +165,8 @@ def lower_priority(step: int | None = None) -> None:
 def _malloc_trim():
     """glibc's malloc_trim, or None. After a free, glibc keeps medium blocks (up to 32 MiB, its
     dynamic mmap threshold) in the heap: 1,000 random edits grew RSS by 80-100 MiB that was free
-    inside the process, 13 MiB with the threshold fixed (benchmarks/fuzz.py). Trimming after the
-    reaper frees a result hands those pages back."""
+    inside the process, 13 MiB with the threshold fixed (benchmarks/fuzz.py). Trimming when the
+    reaper frees the last replaced result of a burst of edits hands those pages back."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -219,13 +219,14 @@ class Reaper:
             except queue.Empty:
                 item = None
             freeing = held is not None
-            if isinstance(item, _Flush):
-                item.freed, held = held is not None, None  # freed here, before the waiter goes on
-                item.done.set()
-            else:
-                held = item  # the previous `held` is freed here, on this thread
-            if freeing and trim is not None:
+            held = item if isinstance(item, tuple) else None  # the previous `held` is freed here
+            # Trim only when results stop coming (timed out) or flush() asks: malloc_trim walks the
+            # whole heap under the allocator's locks; during a drag it slowed the next forward.
+            if freeing and held is None and trim is not None:
                 trim(0)
+            if isinstance(item, _Flush):
+                item.freed = freeing
+                item.done.set()
 
 
 class Worker(QObject):
@@ -248,6 +249,7 @@ class Worker(QObject):
         self._running = False  # a thread is serving requests (changed under _cond only)
         self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
         self.threads_used = 0  # torch threads of the last run (benchmarks report it)
+        self.done_id = 0  # the newest request whose result was sent (sigDone)
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -386,4 +388,5 @@ class Worker(QObject):
         frames = render(self._last, request.options, self._pools)
         if self._stopping:
             return
+        self.done_id = request.id  # before the signal: the GUI skips results with a newer one queued
         self.sigDone.emit(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0))

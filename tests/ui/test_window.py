@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -390,3 +392,50 @@ def test_memory_fix_never_lengthens_and_batch_change_keeps_lengths(window):
     assert p.config().kv_lengths == (8, 4)
     p.widgets["batch"].setValue(4)
     assert p.config().kv_lengths == (8, 4, 4, 4)
+
+
+def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window, qtbot):
+    # a resized grid lays out and re-renders every tile: banners and hover lines must not cause one
+    size = window.headGrid.size()
+    window.headGrid.sigHover.emit("a long hover text " * 40)
+    window.panel.widgets["heads"].setValue(3)  # 3 heads do not divide 64: the stale banner shows
+    qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
+    qtbot.wait(50)
+    assert window.headGrid.size() == size
+    banner = window.staleLabel.geometry()
+    assert banner.top() == 0 and banner.width() == size.width() and banner.height() > 0  # over the grid
+    window.panel.widgets["heads"].setValue(4)
+    wait_shown(qtbot, window)
+    assert not window.staleLabel.isVisibleTo(window) and window.headGrid.size() == size
+
+
+def test_a_head_count_change_keeps_the_tiles_already_placed(window, qtbot):
+    window.panel.widgets["heads"].setValue(8)
+    wait_shown(qtbot, window)
+    first, grid, columns = [t.plot for t in tiles(window)], window.headGrid.grid, window.headGrid._layout_key
+    window.panel.widgets["heads"].setValue(4)
+    wait_shown(qtbot, window)
+    if window.headGrid._layout_key == columns:  # the same number of columns: no new layout
+        assert window.headGrid.grid is grid and [t.plot for t in tiles(window)] == first[:4]
+    expected = run(window.result.config).weights[0]
+    for h, tile in enumerate(tiles(window)):  # each tile shows its own head, in the engine's order
+        order = np.argsort(expected[h][np.tril(np.ones((16, 16), bool))], kind="stable")
+        idx = tile.image.image[np.tril(np.ones((16, 16), bool))].astype(int)
+        assert np.all(np.diff(idx[order]) >= 0)
+
+
+def test_a_result_with_a_newer_one_queued_behind_it_is_skipped(window, qtbot):
+    shown: list[int] = []
+    window.sigShown.connect(shown.append)
+    ids = []
+    for seed in (5, 6):  # both results arrive while the GUI thread is busy elsewhere
+        window.panel.widgets["seed"].blockSignals(True)
+        window.panel.widgets["seed"].setValue(seed)
+        window.panel.widgets["seed"].blockSignals(False)
+        ids.append(window.request())
+        deadline = time.monotonic() + 15
+        while window.worker.done_id != ids[-1] and time.monotonic() < deadline:
+            time.sleep(0.01)  # no event processing: the worker's sigDone stays queued
+    wait_shown(qtbot, window)
+    assert shown == [ids[1]]  # the older result was never swapped in (nor painted)
+    assert window.result.config.seed == 6

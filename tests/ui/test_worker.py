@@ -16,6 +16,7 @@ from uihelpers import wait_shown
 from attnviz.core import RunConfig, run
 from attnviz.core.runner import MemoryBudgetError
 from attnviz.frames import ViewOptions
+from attnviz.ui import worker as worker_module
 from attnviz.ui.worker import BUSY_NICE_STEP, MAX_NICE, Reaper, Request, Worker, lower_priority
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
@@ -176,3 +177,20 @@ def test_threads_started_after_lowering_inherit_it():
     assert seen["self"] >= lowered and seen["child"] >= lowered
     if torch.get_num_threads() > 1:
         assert seen["pool"] >= 1
+
+
+def test_the_reaper_trims_the_heap_only_once_results_stop_coming(qapp, monkeypatch):
+    trims: list[float] = []
+    monkeypatch.setattr(worker_module, "_malloc_trim", lambda: lambda pad: trims.append(time.monotonic()))
+    reaper = Reaper()
+    reaper.HOLD_S = 0.3
+    for _ in range(5):  # a drag: each result replaces the previous one within HOLD_S
+        reaper.drop(Big([]))
+        time.sleep(0.05)
+    assert trims == []  # malloc_trim walks the heap under the allocator's locks: not mid-drag
+    deadline = time.monotonic() + 10
+    while not trims and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(trims) == 1  # the last replaced result freed after HOLD_S, then one trim
+    reaper.drop(Big([]))
+    assert reaper.flush() and len(trims) == 2  # flush() asks for memory: it trims before returning
