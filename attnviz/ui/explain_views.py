@@ -123,7 +123,8 @@ class ExplainViews(QObject):
             self.pipeline.show_frames(result, extras["pipeline"])
         if "stats" in extras:
             self.stats.show_frames(extras["stats"], frames.options.batch_index)
-        self.focus.set_tokens(token_labels(result))
+        if self.shown("focusDock"):  # opening it asks for a result, which fills the list then
+            self.focus.set_tokens(token_labels(result))
         if "focus" in extras:
             self.focus.show_frames(extras["focus"])
         self._mark_row(extras["focus"].row if "focus" in extras else None)

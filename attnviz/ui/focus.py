@@ -32,6 +32,7 @@ class FocusView(QWidget):
         self.row: int | None = None
         self.frames: FocusFrames | None = None
         self.tokenList = named(QListWidget(), "focusTokenList")
+        self._labels: list[str] = []  # what tokenList holds
         self.tokenList.setToolTip("The query tokens: click one to see where every head sends it; click it again "
                                   "to clear. While this panel is open a click on a map row picks that token too.")
         self.tokenList.setFlow(QListView.LeftToRight)
@@ -64,8 +65,9 @@ class FocusView(QWidget):
         layout.addWidget(self.plot, 1)
 
     def set_tokens(self, labels: list[str]) -> None:
-        if [self.tokenList.item(i).text() for i in range(self.tokenList.count())] == labels:
+        if labels == self._labels:
             return
+        self._labels = list(labels)
         self.tokenList.clear()
         self.tokenList.addItems(labels)
         for i in range(self.tokenList.count()):

@@ -123,6 +123,11 @@ class MainWindow(QMainWindow):
         self._timer.setSingleShot(True)
         self._timer.setInterval(0)
         self._timer.timeout.connect(self.request)
+        self._arrived: Outcome | None = None  # the newest result not yet on screen
+        self._swap_timer = QTimer(self)  # a timer, not a queued call: the event loop runs in between
+        self._swap_timer.setSingleShot(True)
+        self._swap_timer.setInterval(1)
+        self._swap_timer.timeout.connect(self._swap_in)
 
         self.worker = Worker(compute, parent=self)
         self.worker.sigDone.connect(self._on_done)
@@ -382,7 +387,8 @@ class MainWindow(QMainWindow):
 
     def is_settled(self) -> bool:
         """True when no edit waits to be sent and the newest request sent is on screen (or failed)."""
-        return not self._timer.isActive() and self.latest_id in (self.shown_id, self.failed_id)
+        return (not self._timer.isActive() and self._arrived is None
+                and self.latest_id in (self.shown_id, self.failed_id))
 
     def view_options(self, config: RunConfig) -> ViewOptions:
         config = self._shapes(config)
@@ -424,22 +430,33 @@ class MainWindow(QMainWindow):
             items.item(i).setEnabled(view_stage(self.viewCombo.itemData(i)) in have)
 
     def _on_done(self, outcome: Outcome) -> None:
-        rid = outcome.request.id
-        if rid <= self.shown_id:
-            return  # older than what is on screen: never shown
-        if rid < self.worker.done_id:  # a newer result is queued right behind: show only that one
-            self.worker.release(outcome.result, outcome.frames)
+        """A result arrived: keep the newest and swap it in on the next timer turn. Qt delivers
+        every signal queued by then in one go, so results that arrive together (a fast worker, a
+        busy GUI thread) are swapped and painted once, and the loop breathes between swaps."""
+        waiting = self._arrived
+        if outcome.request.id <= max(self.shown_id, waiting.request.id if waiting else 0):
+            self.worker.release(outcome.result, outcome.frames)  # never shown
             return
+        if waiting is not None:
+            self.worker.release(waiting.result, waiting.frames)
+        self._arrived = outcome
+        self._swap_timer.start()
+
+    def _swap_in(self) -> None:
+        outcome, self._arrived = self._arrived, None
+        if outcome is None:
+            return
+        rid = outcome.request.id
         t0 = time.perf_counter()
         if self.result is None or outcome.result.config != self.result.config:
             self.hoverLabel.clear()  # it described cells of the previous run
         previous = (self.result, self.frames)
         self.result, self.frames = outcome.result, outcome.frames
+        self._show_model(outcome.result)  # first: a dock or caption that comes or goes resizes the grid
+        self._show_caption(outcome.result)
         self.headGrid.show_frames(outcome.result, outcome.frames)
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
-        self._show_model(outcome.result)
-        self._show_caption(outcome.result)
         self._follow_default_scale(outcome.result.config)
         if rid == self.latest_id and self.panel.adopt_files(outcome.result.config):  # what the files set
             self.schedule()  # (bias flags, batch, lengths) shown; a view-only re-render sized for them

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QWidget
 
 from .. import colormaps
@@ -24,7 +24,7 @@ STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": 
               "weights": "softmax"}  # one cell's path, as hover spells it
 TOKEN_ROW_PX, TOKEN_CHAR_PX = 18, 7  # room a token label needs: a row's height (with spacing), a character's width
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
-PREBUILT_TILES = 17  # tiles built ahead, one per idle event-loop turn: 16 heads + the mean tile
+PREBUILT_TILES = 33  # built ahead, one per idle event-loop turn: 16 heads x 2 maps (differential) + the mean
 TITLE_PX = 22
 
 
@@ -57,8 +57,7 @@ class Tile:
     """One heatmap: a PlotItem (axes hidden in the grid) holding one ImageItem."""
 
     def __init__(self):
-        self.plot = pg.PlotItem()
-        self.plot.setMenuEnabled(False)
+        self.plot = pg.PlotItem(enableMenu=False)  # no context menus built: 13 -> 8 ms a tile
         self.plot.setMouseEnabled(False, False)
         self.plot.hideButtons()
         self.plot.invertY(True)
@@ -319,7 +318,11 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         if getattr(self, "frames", None) is not None and self.result is not None:
-            self.show_frames(self.result, self.frames)  # refits the columns; a new layout only for a new shape
+            # The tiles stretch the maps they hold; the re-render this asks for (pooled to the new
+            # tile size) re-lays the grid out if its shape changes. Nothing heavier here: a dock
+            # coming or going resizes the grid, and the tiles' full update took 30-50 ms.
+            if self._layout_key is not None:  # None: the next result builds a new layout anyway
+                self._fit_columns(self._layout_key[0])
             self.sigResized.emit()
 
     # --- content -----------------------------------------------------------------------------
@@ -355,6 +358,11 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self.bar.show_levels(frames.lut, span, f"{what}, per-head scale", relative=True)
         more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
         self.legend.setText(more + _swatch_html(frames.lut))
+        # Lay the grid out and set the tiles' view transforms now. Left to the event loop, the
+        # layout ran after the first paint and each ViewBox set its transform inside the paint,
+        # so one swap painted the whole grid two or three times.
+        QCoreApplication.sendPostedEvents(None, QEvent.LayoutRequest)
+        self.scene().prepareForPaint()
 
     def _token_axes(self, result: RunResult, heads: list[int]) -> None:
         """Token-labelled runs: the tokens along the grid's left column and bottom row."""

@@ -249,7 +249,6 @@ class Worker(QObject):
         self._running = False  # a thread is serving requests (changed under _cond only)
         self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
         self.threads_used = 0  # torch threads of the last run (benchmarks report it)
-        self.done_id = 0  # the newest request whose result was sent (sigDone)
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -388,5 +387,4 @@ class Worker(QObject):
         frames = render(self._last, request.options, self._pools)
         if self._stopping:
             return
-        self.done_id = request.id  # before the signal: the GUI skips results with a newer one queued
         self.sigDone.emit(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0))

@@ -424,9 +424,11 @@ def test_a_head_count_change_keeps_the_tiles_already_placed(window, qtbot):
         assert np.all(np.diff(idx[order]) >= 0)
 
 
-def test_a_result_with_a_newer_one_queued_behind_it_is_skipped(window, qtbot):
+def test_results_that_arrive_together_are_swapped_in_once(window, qtbot):
     shown: list[int] = []
     window.sigShown.connect(shown.append)
+    sent: list[int] = []
+    window.worker.sigDone.connect(lambda o: sent.append(o.request.id), Qt.DirectConnection)  # worker thread
     ids = []
     for seed in (5, 6):  # both results arrive while the GUI thread is busy elsewhere
         window.panel.widgets["seed"].blockSignals(True)
@@ -434,8 +436,32 @@ def test_a_result_with_a_newer_one_queued_behind_it_is_skipped(window, qtbot):
         window.panel.widgets["seed"].blockSignals(False)
         ids.append(window.request())
         deadline = time.monotonic() + 15
-        while window.worker.done_id != ids[-1] and time.monotonic() < deadline:
-            time.sleep(0.01)  # no event processing: the worker's sigDone stays queued
+        while ids[-1] not in sent and time.monotonic() < deadline:
+            time.sleep(0.01)  # no event processing: the window's queued slot waits
     wait_shown(qtbot, window)
     assert shown == [ids[1]]  # the older result was never swapped in (nor painted)
     assert window.result.config.seed == 6
+
+
+def test_a_result_with_a_new_head_count_paints_the_grid_once(window, qtbot, monkeypatch):
+    # the layout and the tiles' view transforms are settled before the paint, not inside it
+    window.show()
+    paints = []
+    original = window.headGrid.paintEvent
+    monkeypatch.setattr(window.headGrid, "paintEvent", lambda event: (paints.append(1), original(event)))
+    for heads in (8, 2, 16, 4):
+        qtbot.wait(100)
+        paints.clear()
+        window.panel.widgets["heads"].setValue(heads)
+        wait_shown(qtbot, window)
+        qtbot.wait(200)
+        assert len(paints) == 1, heads
+
+
+def test_the_focus_token_list_is_filled_only_while_its_panel_is_open(window, qtbot):
+    focus = window.explain.focus
+    window.panel.widgets["seq_q"].setValue(12)
+    wait_shown(qtbot, window)
+    assert focus.tokenList.count() == 0  # hidden: 512 list items per length change were built for nothing
+    window.explain.docks["focusDock"].show()
+    qtbot.waitUntil(lambda: focus.tokenList.count() == 12, timeout=10000)
