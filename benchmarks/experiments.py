@@ -6,7 +6,7 @@
 Nothing in attnviz/ is modified: each variant is a subclass or a compute wrapper made here.
   baseline  MainWindow as it is
   release   the previous RunResult is freed on a helper thread instead of the GUI thread
-            (freeing the maps costs ~40 ms at L and ~300 ms at XL, inside MainWindow._on_done)
+            (freeing the maps costs ~40 ms at L and ~300 ms at XL, inside MainWindow._swap_in)
   nice      the worker thread (and the torch/OpenMP threads it starts) runs at nice +10, so the
             GUI thread wins the 2 cores whenever it has work
   release+nice  both
@@ -56,9 +56,9 @@ def releasing_window_class():
     class ReleasingMainWindow(MainWindow):
         """MainWindow whose replaced result is handed to a helper thread to free."""
 
-        def _on_done(self, outcome) -> None:
+        def _swap_in(self) -> None:
             old = [self.result, self.headGrid.result, self.outputView.result]
-            super()._on_done(outcome)
+            super()._swap_in()
             keep = [r for r in old if r is not None and r is not self.result]
             del old
             if keep:

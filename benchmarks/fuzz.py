@@ -123,7 +123,7 @@ class Timings:
 def instrument(w, timings: Timings) -> None:
     grid = w.headGrid
     for obj, name, label in [
-        (w, "_on_done", "window._on_done"), (w, "request", "window.request"),
+        (w, "_swap_in", "window._swap_in"), (w, "request", "window.request"),
         (w, "_show_failure", "window._show_failure"), (w, "_clear_failure", "window._clear_failure"),
         (grid, "show_frames", "headGrid.show_frames"), (grid, "_relayout", "headGrid._relayout"),
         (grid.bar, "show_levels", "colourBar.show_levels"), (w.outputView, "show_frames", "outputView.show_frames"),
@@ -195,6 +195,7 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     final = final_state(h)
     # RSS growth is measured back on the starting configuration: the last random one may hold
     # hundreds of MiB of maps by design (batch 4 x 16 heads x 512 x 512), which is not a leak.
+    w.viewCombo.setCurrentIndex(w.viewCombo.findData("weights"))  # a stage the start config has
     w.panel.set_config(start_config)
     settle_by_polling(h)
     gc.collect()
