@@ -7,7 +7,7 @@ process, interleaved, per worker thread policy; and the 300-change storm stall w
 A policy is `threads[@nice]`: threads = adaptive (cores other programs leave free, measured before
 each run; attnviz's default), all (one per core: torch's default) or a number; nice = how much nicer
 than the GUI both compute lanes run, or "QUIET/BUSY" (e.g. 10/3: 10 with every core free, 3 when
-other programs hold some). Without @nice: attnviz's rule, 10/0 (see attnviz/ui/worker.py).
+other programs hold some). Without @nice: attnviz's rule, 10/4 (see attnviz/ui/worker.py).
 "all@10" is the policy before issue 9. One size's window is reused for all policies;
 rounds alternate busy-first and idle-first; each block records /proc/loadavg and the CPU share other
 processes used (from /proc/stat) so a noisy "idle" is visible. Target: busy/idle p50 <= 2.0.
@@ -26,6 +26,7 @@ from .common import SIZES, load_average, median, parse_sizes
 
 BUSY_CODE = "while True: pass"
 RATIO_TARGET = 2.0
+_DEFAULT_NICE: dict[str, str] = {}  # attnviz's own rule, read before any policy changes it
 
 
 def _proc_stat() -> tuple[int, int]:
@@ -41,7 +42,8 @@ def _apply_policy(policy: str) -> None:
 
     threads, _, nice = policy.partition("@")
     worker.THREAD_POLICY = threads if threads in ("adaptive", "all") else int(threads)
-    quiet, _, busy = (nice or "10/0").partition("/")  # "N" or "QUIET/BUSY"
+    default = _DEFAULT_NICE.setdefault("rule", f"{worker.BACKGROUND_NICE_STEP}/{worker.BUSY_NICE_STEP}")
+    quiet, _, busy = (nice or default).partition("/")  # "N" or "QUIET/BUSY"
     worker.BACKGROUND_NICE_STEP, worker.BUSY_NICE_STEP = int(quiet), int(busy or quiet)
 
 

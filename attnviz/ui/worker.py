@@ -68,9 +68,11 @@ MAX_NICE = 19
 # BACKGROUND_NICE_STEP nicer than the GUI (the GUI thread then wins every core it wants: XL storm
 # stalls 0.1-0.4 s -> 31-39 ms, issue 5). Some cores busy: it runs with the cores left on the
 # `busy` lane, BUSY_NICE_STEP nicer: at nice 10 the worker got ~10% of any core it shared with
-# another program, 2.5-4.7x slower than idle; at nice 0 with the cores left, 1.3-2.3x.
+# another program, 2.5-4.7x slower than idle; with the cores left at nice 0 or 4, 0.9-2.0x, and at 4
+# the GUI thread, which shares a core with the worker then, stalled 20-28 ms in a storm of edits
+# against 26-63 ms at 0 (quiet machine, one busy process).
 # Niceness cannot be lowered again without privileges, hence two threads, each at a fixed level.
-BUSY_NICE_STEP = 0
+BUSY_NICE_STEP = 4
 # torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
 # "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
 THREAD_POLICY: str | int = "adaptive"
@@ -87,7 +89,7 @@ def thread_count(share: CpuShare) -> int:
 
 def model_threads(threads: int) -> int:
     """Threads for a model forward: one core fewer, left to this app's own GUI thread, so it runs
-    on the lane at the GUI's priority, as when another program holds a core.
+    on the busy lane, as when another program holds a core.
 
     A model forward is a chain of many mid-sized ops, and while it runs the window is usually still
     painting the previous result; a forward thread sharing that core makes every op wait, and at
