@@ -369,6 +369,9 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         c = result.config
         axes = result.axis_tokens()
         if axes is None:
+            for tile in self.tiles:
+                if tile._token_key is not None:  # a tokenised run showed before: plain axes again
+                    tile.set_axes(self.focus is not None)
             return
         gr, gc = self.grid_shape(len(heads), c.seq_q, c.lkv)
         px = self.tile_pixels(c.seq_q, c.lkv, len(heads))

@@ -465,3 +465,22 @@ def test_the_focus_token_list_is_filled_only_while_its_panel_is_open(window, qtb
     assert focus.tokenList.count() == 0  # hidden: 512 list items per length change were built for nothing
     window.explain.docks["focusDock"].show()
     qtbot.waitUntil(lambda: focus.tokenList.count() == 12, timeout=10000)
+
+
+def test_token_axes_go_when_the_next_run_has_no_tokens(qtbot):
+    from attnviz.core import load_preset
+    from attnviz.frames import ViewOptions, render
+    from attnviz.ui.views import HeadGrid
+
+    grid = HeadGrid()
+    qtbot.addWidget(grid)
+    grid.resize(900, 500)
+    toy = run(load_preset("toy-reverse"))  # tokens along the tiles' axes
+    grid.show_frames(toy, render(toy, ViewOptions()))
+    assert any(t.plot.getAxis("bottom").isVisible() for t in grid.tiles)
+    plain = run(RunConfig.for_variant("causal", heads=toy.config.heads, seq_q=toy.config.seq_q, d_model=64))
+    key = grid._layout_key
+    grid.show_frames(plain, render(plain, ViewOptions()))
+    assert grid._layout_key == key  # the same grid: the tiles stay in place, their token axes must not
+    for tile in grid.tiles:
+        assert not tile.plot.getAxis("left").isVisible() and not tile.plot.getAxis("bottom").isVisible()
