@@ -89,6 +89,8 @@ class ExplainViews(QObject):
 
     def _visibility_changed(self, name: str, visible: bool) -> None:
         self._visible[name] = visible
+        if name == "focusDock" and visible and self.window.result is not None:  # also while stale
+            self.focus.set_tokens(token_labels(self.window.result))
         if visible and not self._sized:  # the first panel opened takes ~40% of the height, not half
             self._sized = True
             self.window.resizeDocks([self.docks[name]], [int(self.window.height() * 0.4)], Qt.Vertical)

@@ -109,9 +109,9 @@ class MainWindow(QMainWindow):
         self.busyIndicator.hide()
         self.statusBar().addWidget(self.statusLabel, 1)
         self.statusBar().addPermanentWidget(self.busyIndicator)
-        # Two lines, always: a hover text that wrapped to another line resized the head grid,
-        # which lays out and re-renders every tile (30-50 ms) while the mouse moves.
-        self.hoverLabel.setFixedHeight(2 * self.hoverLabel.fontMetrics().lineSpacing() + 4)
+        # At least two lines, and it never shrinks: a hover text that wrapped to another line and
+        # back resized the head grid, which lays out and re-renders every tile, as the mouse moved.
+        self.hoverLabel.setFixedHeight(self._hover_lines(2))
         self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
         maps_layout.insertWidget(1, self.hoverLabel)
 
@@ -135,8 +135,8 @@ class MainWindow(QMainWindow):
         self.worker.sigBusy.connect(self._on_busy)
         self.panel.sigChanged.connect(self.schedule)
         self.panel.sigBatchIndexChanged.connect(self.schedule)
-        self.headGrid.sigHover.connect(self.hoverLabel.setText)
-        self.outputView.sigHover.connect(self.hoverLabel.setText)
+        self.headGrid.sigHover.connect(self._show_hover)
+        self.outputView.sigHover.connect(self._show_hover)
         self.headGrid.sigFocusChanged.connect(self.schedule)
         self.headGrid.sigResized.connect(self.schedule)  # re-pool to the new tile size (no recompute)
 
@@ -313,7 +313,7 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
         self.modelDock.hide()
         self.modelView.sigOpen.connect(self._open_tile)
-        self.modelView.sigHover.connect(self.hoverLabel.setText)
+        self.modelView.sigHover.connect(self._show_hover)
 
     def _show_model(self, result) -> None:
         """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
@@ -351,6 +351,17 @@ class MainWindow(QMainWindow):
             text += f"  (this is layer {result.config.layer}; the pattern is in layer {focus})"
         self.captionLabel.setText(text)
         self.captionLabel.setVisible(bool(text))
+
+    HOVER_MAX_LINES = 4
+
+    def _hover_lines(self, lines: int) -> int:
+        return lines * self.hoverLabel.fontMetrics().lineSpacing() + 4
+
+    def _show_hover(self, text: str) -> None:
+        self.hoverLabel.setText(text)
+        needed = min(self.hoverLabel.heightForWidth(self.hoverLabel.width()), self._hover_lines(self.HOVER_MAX_LINES))
+        if needed > self.hoverLabel.height():  # grows once for longer texts; never shrinks back
+            self.hoverLabel.setFixedHeight(needed)
 
     def _open_tile(self, layer: int, head: int) -> None:
         self.panel.widgets["layer"].setValue(layer)
@@ -440,7 +451,8 @@ class MainWindow(QMainWindow):
         if waiting is not None:
             self.worker.release(waiting.result, waiting.frames)
         self._arrived = outcome
-        self._swap_timer.start()
+        if not self._swap_timer.isActive():  # a stream of results must not keep postponing it
+            self._swap_timer.start()
 
     def _swap_in(self) -> None:
         outcome, self._arrived = self._arrived, None
@@ -466,6 +478,8 @@ class MainWindow(QMainWindow):
         swap = time.perf_counter() - t0
         if rid == self.latest_id:
             self._clear_failure()
+        elif self.last_error is not None and self.failed_id == self.latest_id:
+            self._mark_stale(self.last_error)  # the newest request failed before this older one came
         self._update_status(outcome, swap)
         self.sigShown.emit(rid)
 
@@ -481,10 +495,13 @@ class MainWindow(QMainWindow):
         self.panel.show_error(message, field, suggestions)
         self.statusBar().showMessage(f"Not updated: {message}")
         if self.result is not None:
-            self.staleLabel.setText("Stale: the maps show the last valid configuration. " + message)
-            self.staleLabel.show()
-            self.headGrid.set_stale(True)
-            self.outputView.set_stale(True)
+            self._mark_stale(message)
+
+    def _mark_stale(self, message: str) -> None:
+        self.staleLabel.setText("Stale: the maps show the last valid configuration. " + message)
+        self.staleLabel.show()
+        self.headGrid.set_stale(True)
+        self.outputView.set_stale(True)
 
     def _clear_failure(self) -> None:
         if self.last_error is None:
@@ -654,5 +671,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.save_settings()
         self._timer.stop()
+        self._swap_timer.stop()
+        if self._arrived is not None:  # a result that came too late to be shown
+            self.worker.release(self._arrived.result, self._arrived.frames)
+            self._arrived = None
         self.worker.stop(timeout=1.5)  # a forward in flight finishes in the background; see app.run_app
         super().closeEvent(event)

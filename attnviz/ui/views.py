@@ -176,6 +176,7 @@ class OverlayBanner(QLabel):
     def __init__(self, host: QWidget):
         super().__init__(host)
         self.setWordWrap(True)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)  # hover and clicks reach the maps below
         host.installEventFilter(self)
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
@@ -321,8 +322,12 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             # The tiles stretch the maps they hold; the re-render this asks for (pooled to the new
             # tile size) re-lays the grid out if its shape changes. Nothing heavier here: a dock
             # coming or going resizes the grid, and the tiles' full update took 30-50 ms.
-            if self._layout_key is not None:  # None: the next result builds a new layout anyway
-                self._fit_columns(self._layout_key[0])
+            c = self.result.config
+            columns = self.grid_shape(len(self.tile_heads), c.seq_q, c.lkv)[1]
+            if self._layout_key is None or columns != self._layout_key[0]:
+                self.show_frames(self.result, self.frames)  # a new shape now: no result may come (stale)
+            else:
+                self._fit_columns(columns)
             self.sigResized.emit()
 
     # --- content -----------------------------------------------------------------------------

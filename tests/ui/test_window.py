@@ -396,8 +396,11 @@ def test_memory_fix_never_lengthens_and_batch_change_keeps_lengths(window):
 
 def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window, qtbot):
     # a resized grid lays out and re-renders every tile: banners and hover lines must not cause one
+    window.headGrid.sigHover.emit("a long hover text " * 40)  # the hover line grows once (4 lines at most)
+    qtbot.wait(50)
     size = window.headGrid.size()
-    window.headGrid.sigHover.emit("a long hover text " * 40)
+    window.headGrid.sigHover.emit("short")  # and never shrinks back
+    window.headGrid.sigHover.emit("a long hover text " * 60)
     window.panel.widgets["heads"].setValue(3)  # 3 heads do not divide 64: the stale banner shows
     qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
     qtbot.wait(50)
@@ -410,13 +413,13 @@ def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window
 
 
 def test_a_head_count_change_keeps_the_tiles_already_placed(window, qtbot):
-    window.panel.widgets["heads"].setValue(8)
+    window.panel.set_config(window.panel.config().replace(d_model=56, heads=8))
     wait_shown(qtbot, window)
     first, grid, columns = [t.plot for t in tiles(window)], window.headGrid.grid, window.headGrid._layout_key
-    window.panel.widgets["heads"].setValue(4)
+    window.panel.widgets["heads"].setValue(7)  # 8 and 7 tiles: the same number of columns
     wait_shown(qtbot, window)
-    if window.headGrid._layout_key == columns:  # the same number of columns: no new layout
-        assert window.headGrid.grid is grid and [t.plot for t in tiles(window)] == first[:4]
+    assert window.headGrid._layout_key == columns
+    assert window.headGrid.grid is grid and [t.plot for t in tiles(window)] == first[:7]  # no new layout
     expected = run(window.result.config).weights[0]
     for h, tile in enumerate(tiles(window)):  # each tile shows its own head, in the engine's order
         order = np.argsort(expected[h][np.tril(np.ones((16, 16), bool))], kind="stable")
@@ -484,3 +487,54 @@ def test_token_axes_go_when_the_next_run_has_no_tokens(qtbot):
     assert grid._layout_key == key  # the same grid: the tiles stay in place, their token axes must not
     for tile in grid.tiles:
         assert not tile.plot.getAxis("left").isVisible() and not tile.plot.getAxis("bottom").isVisible()
+
+
+def test_a_resize_while_stale_still_regrids(window, qtbot):
+    window.panel.set_config(window.panel.config().replace(heads=16))
+    wait_shown(qtbot, window)
+    window.panel.widgets["heads"].setValue(3)  # invalid: no new result will come to regrid
+    qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
+    before = window.headGrid._layout_key
+    window.headGrid.resize(300, 1200)  # tall and narrow: fewer columns fit
+    assert window.headGrid._layout_key != before
+    assert window.headGrid._layout_key[0] == window.headGrid.grid_shape(16, 16, 16)[1]
+
+
+def test_the_stale_banner_lets_the_mouse_through_to_the_maps(window, qtbot):
+    window.panel.widgets["heads"].setValue(3)
+    qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
+    assert window.staleLabel.testAttribute(Qt.WA_TransparentForMouseEvents)
+
+
+def test_opening_the_focus_panel_while_stale_lists_the_shown_tokens(window, qtbot):
+    focus = window.explain.focus
+    window.panel.widgets["seq_q"].setValue(12)
+    wait_shown(qtbot, window)
+    window.panel.widgets["heads"].setValue(3)  # no result will come
+    qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
+    window.explain.docks["focusDock"].show()
+    qtbot.waitUntil(lambda: focus.tokenList.count() == 12, timeout=5000)
+
+
+def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot):
+    from attnviz.ui.worker import Failure, Outcome, Request
+
+    result, frames = window.result, window.frames
+    window.result = None  # as at start-up: the first result not yet on screen
+    older, newer = window.latest_id + 1, window.latest_id + 2
+    window.latest_id = newer  # two requests sent; the newer one fails first
+    window._on_failed(Failure(Request(newer, result.config, frames.options), "refused", None))
+    window._on_done(Outcome(Request(older, result.config, frames.options), result, frames, False, 0.0))
+    qtbot.waitUntil(lambda: window.shown_id == older)
+    assert window.staleLabel.isVisibleTo(window) and window.headGrid.stale  # not shown as current
+
+
+def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
+    from attnviz.ui.worker import Outcome, Request
+
+    result, frames, shown = window.result, window.frames, window.shown_id
+    window._on_done(Outcome(Request(window.latest_id + 1, result.config, frames.options), result, frames, False, 0.0))
+    assert window._arrived is not None and window._swap_timer.isActive()
+    window.close()
+    qtbot.wait(20)
+    assert window._arrived is None and window.shown_id == shown  # nothing swapped into a closed window
