@@ -464,6 +464,10 @@ class MainWindow(QMainWindow):
             self.hoverLabel.clear()  # it described cells of the previous run
         previous = (self.result, self.frames)
         self.result, self.frames = outcome.result, outcome.frames
+        if rid == self.latest_id:  # before the grid lays out: a stale grid regrids on every resize
+            self._clear_failure()
+        elif self.last_error is not None and self.failed_id == self.latest_id:
+            self._mark_stale(self.last_error)  # the newest request failed before this older one came
         self._show_model(outcome.result)  # first: a dock or caption that comes or goes resizes the grid
         self._show_caption(outcome.result)
         self.headGrid.show_frames(outcome.result, outcome.frames)
@@ -476,10 +480,6 @@ class MainWindow(QMainWindow):
         del previous
         self.shown_id = rid
         swap = time.perf_counter() - t0
-        if rid == self.latest_id:
-            self._clear_failure()
-        elif self.last_error is not None and self.failed_id == self.latest_id:
-            self._mark_stale(self.last_error)  # the newest request failed before this older one came
         self._update_status(outcome, swap)
         self.sigShown.emit(rid)
 

@@ -228,6 +228,10 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.scene().sigMouseClicked.connect(self._clicked)
         # Building a tile costs 5-40 ms (2 cores): building 16 when the head count first rises
         # stalled the window ~0.7 s. Build them ahead instead, one per turn of the event loop.
+        self._regrid = QTimer(self)  # a resize while no new result will come (stale) regrids here
+        self._regrid.setSingleShot(True)
+        self._regrid.setInterval(30)
+        self._regrid.timeout.connect(lambda: self.result and self.frames and self.show_frames(self.result, self.frames))
         self._prebuild = QTimer(self)
         self._prebuild.setInterval(0)
         self._prebuild.timeout.connect(self._build_spare)
@@ -322,12 +326,10 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             # The tiles stretch the maps they hold; the re-render this asks for (pooled to the new
             # tile size) re-lays the grid out if its shape changes. Nothing heavier here: a dock
             # coming or going resizes the grid, and the tiles' full update took 30-50 ms.
-            c = self.result.config
-            columns = self.grid_shape(len(self.tile_heads), c.seq_q, c.lkv)[1]
-            if self._layout_key is None or columns != self._layout_key[0]:
-                self.show_frames(self.result, self.frames)  # a new shape now: no result may come (stale)
+            if self.stale or self._layout_key is None:  # no result will come to regrid: do it soon,
+                self._regrid.start()  # once for a burst of resizes, and never inside a swap
             else:
-                self._fit_columns(columns)
+                self._fit_columns(self._layout_key[0])
             self.sigResized.emit()
 
     # --- content -----------------------------------------------------------------------------
