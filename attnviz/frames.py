@@ -262,23 +262,24 @@ def _row_normalised(x: torch.Tensor, signed: bool) -> torch.Tensor:
     return torch.where(top > 0, x / torch.where(top > 0, top, 1.0), torch.zeros((), dtype=x.dtype))
 
 
-def _group_values(p: PooledMaps, shared: bool) -> list[tuple[slice, torch.Tensor]]:
-    """(maps of the group, their data values flattened) per colour group: all maps, or each its own."""
-    n = p.values.shape[0]
-    data = p.data.expand_as(p.values)
-    groups = [slice(0, n)] if shared else [slice(i, i + 1) for i in range(n)]
-    return [(g, p.values[g][data[g]]) for g in groups]
-
-
 def _tick(value: float) -> str:
     return f"{value:.3g}".replace("-", "\u2212")  # a real minus sign
 
 
-def _log_fraction(x: torch.Tensor, values: torch.Tensor, signed: bool):
-    """Fractions 0..1 of the LUT on a log scale, the levels (data units) and the bar's ticks."""
-    finite = values[torch.isfinite(values)]
+def _masked(x: torch.Tensor, where: torch.Tensor, op: str) -> float:
+    """max or min of x where `where` holds: -inf / inf when it holds nowhere."""
+    if op == "max":
+        return float(torch.where(where, x, -math.inf).amax()) if x.numel() else -math.inf
+    return float(torch.where(where, x, math.inf).amin()) if x.numel() else math.inf
+
+
+def _log_fraction(x: torch.Tensor, data: torch.Tensor, signed: bool):
+    """Fractions 0..1 of the LUT on a log scale, the levels (data units) and the bar's ticks.
+    The levels come from the finite values where `data` holds; masked reductions, not boolean
+    indexing (a copy of every value, 3-5 ms per render at S and M)."""
+    valid = data & torch.isfinite(x)
     if signed:  # symmetric log: linear within m / 10^SYMLOG_DECADES of zero, log beyond
-        m = float(finite.abs().max()) if finite.numel() else 0.0
+        m = _masked(x.abs(), valid, "max")
         m = m if m > 0 else 1.0
         c = m * 10.0 ** -SYMLOG_DECADES
 
@@ -289,10 +290,10 @@ def _log_fraction(x: torch.Tensor, values: torch.Tensor, signed: bool):
         marks = [m * 10.0 ** -k for k in range(SYMLOG_DECADES + 1)]
         ticks = [(0.5, "0")] + [(float((f(torch.tensor(s * v)) + 1) / 2), _tick(s * v)) for v in marks for s in (-1, 1)]
         return frac, (-m, m), tuple(sorted(ticks))
-    hi = float(finite.max()) if finite.numel() else 0.0
+    hi = _masked(x, valid, "max")
     hi = hi if hi > 0 else 1.0
-    positive = finite[finite > 0]
-    lo = max(float(positive.min()) if positive.numel() else hi, hi * 10.0 ** -LOG_DECADES)
+    smallest = _masked(x, valid & (x > 0), "min")
+    lo = max(smallest if math.isfinite(smallest) else hi, hi * 10.0 ** -LOG_DECADES)
     lo = lo if lo < hi else hi / 10
     span = math.log(hi / lo)
     frac = (torch.log(x.clamp(lo, hi)) - math.log(lo)) / span
@@ -346,13 +347,14 @@ def quantise_scaled(p: PooledMaps, shared: bool = True, mode: str = "linear"):
     images: list = [None] * n
     levels: list = [None] * n
     scale = ColourScale(mode)
-    for g, values in _group_values(p, shared):
+    for g in [slice(0, n)] if shared else [slice(i, i + 1) for i in range(n)]:  # the colour groups
         if mode == "log":
-            frac, lv, ticks = _log_fraction(p.values[g], values, p.signed)
+            frac, lv, ticks = _log_fraction(p.values[g], data[g], p.signed)
         else:
-            frac, lv, ticks = _rank_fraction(p.values[g], values)
+            frac, lv, ticks = _rank_fraction(p.values[g], p.values[g][data[g]])
+        indices = _indices(frac, data[g], hidden[g], (0.0, 1.0))  # the whole group at once
         for k, i in enumerate(range(n)[g]):
-            images[i], levels[i] = _indices(frac[k], data[i], hidden[i], (0.0, 1.0)), lv
+            images[i], levels[i] = indices[k], lv
         if g.start == 0:
             scale = ColourScale(mode, ticks, "(log scale)" if mode == "log" else "(rank scale)")
     return images, levels, scale
@@ -362,7 +364,10 @@ def quantise_pooled(p: PooledMaps, shared: bool = True) -> tuple[list[np.ndarray
     """Pooled maps -> uint8 LUT-index images and their levels (shared, or one pair per map)."""
     n = p.values.shape[0]
     data, hidden = p.data.expand_as(p.values), p.hidden.expand_as(p.values)
-    levels = _levels(p.values, data, p.signed) * n if shared else _levels(p.values, data, p.signed, dims=0)
+    if shared:  # one set of levels: every map quantised at once
+        levels = _levels(p.values, data, p.signed) * n
+        return list(_indices(p.values, data, hidden, levels[0])), levels
+    levels = _levels(p.values, data, p.signed, dims=0)
     return [_indices(p.values[i], data[i], hidden[i], levels[i]) for i in range(n)], levels
 
 
