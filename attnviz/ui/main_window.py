@@ -98,36 +98,15 @@ class MainWindow(QMainWindow):
         self.mainSplit.setStretchFactor(1, 1)
         self.setCentralWidget(self.mainSplit)
 
-        self.statusLabel = named(QLabel(), "statusLabel")
-        self.hoverLabel = named(QLabel(), "hoverLabel")
-        self.hoverLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.hoverLabel.setWordWrap(True)
-        self.busyIndicator = named(QProgressBar(), "busyIndicator")
-        self.busyIndicator.setRange(0, 0)  # indeterminate
-        self.busyIndicator.setMaximumWidth(110)
-        self.busyIndicator.setToolTip("Computing in the background; the window stays usable")
-        self.busyIndicator.hide()
-        self.statusBar().addWidget(self.statusLabel, 1)
-        self.statusBar().addPermanentWidget(self.busyIndicator)
-        # At least two lines, and it never shrinks: a hover text that wrapped to another line and
-        # back resized the head grid, which lays out and re-renders every tile, as the mouse moved.
-        self.hoverLabel.setFixedHeight(self._hover_lines(2))
-        self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self._make_status_bar()
         maps_layout.insertWidget(1, self.hoverLabel)
-
         self._make_model_dock()
         self._make_actions()
         self.resize(1280, 820)
 
-        self._timer = QTimer(self)  # coalesces a burst of edits into one request per event-loop turn
-        self._timer.setSingleShot(True)
-        self._timer.setInterval(0)
-        self._timer.timeout.connect(self.request)
+        self._timer = self._single_shot(0, self.request)  # a burst of edits: one request per loop turn
         self._arrived: Outcome | None = None  # the newest result not yet on screen
-        self._swap_timer = QTimer(self)  # a timer, not a queued call: the event loop runs in between
-        self._swap_timer.setSingleShot(True)
-        self._swap_timer.setInterval(1)
-        self._swap_timer.timeout.connect(self._swap_in)
+        self._swap_timer = self._single_shot(1, self._swap_in)  # a timer, not a queued call: the loop runs between
 
         self.worker = Worker(compute, parent=self)
         self.worker.sigDone.connect(self._on_done)
@@ -147,6 +126,31 @@ class MainWindow(QMainWindow):
         # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
         # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
         gc.freeze()
+
+    def _single_shot(self, interval_ms: int, slot) -> QTimer:
+        timer = QTimer(self)
+        timer.setSingleShot(True)
+        timer.setInterval(interval_ms)
+        timer.timeout.connect(slot)
+        return timer
+
+    def _make_status_bar(self) -> None:
+        """The status line and busy indicator, and the hover line (placed above the maps)."""
+        self.statusLabel = named(QLabel(), "statusLabel")
+        self.hoverLabel = named(QLabel(), "hoverLabel")
+        self.hoverLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.hoverLabel.setWordWrap(True)
+        # At least two lines, and it never shrinks: a hover text that wrapped to another line and
+        # back resized the head grid, which lays out and re-renders every tile, as the mouse moved.
+        self.hoverLabel.setFixedHeight(self._hover_lines(2))
+        self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.busyIndicator = named(QProgressBar(), "busyIndicator")
+        self.busyIndicator.setRange(0, 0)  # indeterminate
+        self.busyIndicator.setMaximumWidth(110)
+        self.busyIndicator.setToolTip("Computing in the background; the window stays usable")
+        self.busyIndicator.hide()
+        self.statusBar().addWidget(self.statusLabel, 1)
+        self.statusBar().addPermanentWidget(self.busyIndicator)
 
     def _maps_column(self) -> tuple[QWidget, QVBoxLayout]:
         """View controls, the stale banner, a trained model's caption, then the head grid."""
