@@ -59,6 +59,7 @@ MARGIN = 16  # around everything, when anything besides the tiles is drawn
 FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]
 SVG_FONT = "'DejaVu Sans', Helvetica, Arial, sans-serif"
 TITLE_PX, SUBTITLE_PX, TILE_PX, TICK_PX, LABEL_PX = 16, 12, 13, 11, 12
+TICK_LEN = 4  # tick marks, px
 INK, SOFT_INK, TICK_INK, FRAME = "#1a1a1a", "#4d4d4d", "#404040", "#808080"
 BACKGROUND = "#ffffff"
 BAR_WIDTH, BAR_MIN_HEIGHT = 16, 140
@@ -439,6 +440,112 @@ def auto_scale(rows: int, cols: int) -> int:
     return max(1, min(MAX_AUTO_SCALE, s))
 
 
+def _legend(tiles, options: ExportOptions) -> list[tuple[int, str]]:
+    """The swatches the colour bar explains: masked and no-key cells, where any tile has them."""
+    present = {i for i in (colormaps.MASKED_INDEX, colormaps.NAN_INDEX) if any((t.image == i).any() for t in tiles)}
+    legend = []
+    if colormaps.MASKED_INDEX in present:
+        legend.append((colormaps.MASKED_INDEX, "masked"))
+    if colormaps.NAN_INDEX in present:
+        legend.append((colormaps.NAN_INDEX, "no key (NaN)" if options.what != "output" else "NaN"))
+    return legend
+
+
+def _title_lines(m: _Metrics, heading: str, parts: list[str], wrap_w: float) -> list[tuple[str, int, bool, str]]:
+    """(text, px, bold, colour) per title line: the heading, then the parts wrapped to wrap_w."""
+    wrapped = _wrap(parts, wrap_w, lambda t: m.width(t, SUBTITLE_PX))
+    return [(heading, TITLE_PX, True, INK)] + [(line, SUBTITLE_PX, False, SOFT_INK) for line in wrapped]
+
+
+def _tick_texts(result: RunResult, options: ExportOptions, rows: int, cols: int,
+                s: int) -> tuple[dict[int, str], dict[int, str], bool]:
+    """(x, y) tick labels by cell index, and whether they are tokens: positions where labels are
+    on; token labels, thinned to what fits, for token-labelled maps."""
+    x_ticks = _position_ticks(cols, cols * s) if options.axis_labels else []
+    y_ticks = _position_ticks(rows, rows * s) if options.axis_labels else []
+    names = _token_labels(result, options)
+    if names is not None:
+        y_ticks, x_ticks = _token_ticks(rows, s), _token_ticks(cols, s)
+    ytext = {j: names[0][j] if names else str(j) for j in y_ticks}
+    xtext = {j: names[1][j] if names else str(j) for j in x_ticks}
+    return xtext, ytext, names is not None
+
+
+def _tick_extent(m: _Metrics, xtext: dict, ytext: dict, rotated: bool) -> tuple[int, int]:
+    """(width of a tile block's y tick column, height of its x tick row)."""
+    ytick_w = (math.ceil(max(m.width(t, TICK_PX) for t in ytext.values())) + TICK_LEN + 4) if ytext else 0
+    if not xtext:
+        return ytick_w, 0
+    if rotated:  # x labels stand rotated, reading bottom to top
+        return ytick_w, math.ceil(max(m.width(t, TICK_PX) for t in xtext.values())) + TICK_LEN + 4
+    return ytick_w, m.height(TICK_PX) + TICK_LEN + 2
+
+
+def _axis_name_items(items: list, m: _Metrics, grid: tuple, margin: int, xname: str, yname: str) -> None:
+    """The axis names: x centred below the grid (never left of it), y rotated at the left margin."""
+    grid_x, grid_y, grid_w, grid_h = grid
+    x_mid = max(grid_x + grid_w / 2, grid_x + m.width(xname, LABEL_PX) / 2)
+    items.append(Text(x_mid, grid_y + grid_h + 2 + m.ascent(LABEL_PX), xname, LABEL_PX,
+                      anchor="middle", color=SOFT_INK))
+    items.append(Text(margin + m.ascent(LABEL_PX), grid_y + grid_h / 2, yname, LABEL_PX,
+                      anchor="middle", color=SOFT_INK, rotated=True))
+
+
+def _title_items(items: list, m: _Metrics, lines: list, x: int, top: int) -> int:
+    """Draw the title lines from `top`; returns the right edge of the widest."""
+    right, y = 0, top
+    for text, px, bold, color in lines:
+        items.append(Text(x, y + m.ascent(px, bold), text, px, bold, color=color))
+        y += m.height(px, bold) + 2
+        right = max(right, x + math.ceil(m.width(text, px, bold)))
+    return right
+
+
+def _tile_items(items: list, m: _Metrics, tiles, titles: list[str] | None, grid: tuple, block: tuple,
+                ticks: tuple | None) -> list[tuple[int, int, int, int]]:
+    """Each tile's image (cells upscaled s times), title and ticks at its place in the grid
+    (x, y, columns); block = (y tick column, inner width, block width and height, title height, s).
+    Returns the images' rectangles."""
+    grid_x, grid_y, ncols = grid
+    ytick_w, inner_w, block_w, block_h, tt_h, s = block
+    rects = []
+    for i, t in enumerate(tiles):
+        r, col = divmod(i, ncols)
+        img_h, img_w = (n * s for n in t.image.shape)
+        by = grid_y + r * (block_h + GAP)
+        ix = grid_x + col * (block_w + GAP) + ytick_w + (inner_w - img_w) // 2
+        iy = by + tt_h
+        rgba = t.lut[t.image]
+        if s > 1:
+            rgba = np.repeat(np.repeat(rgba, s, axis=0), s, axis=1)
+        items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
+        rects.append((ix, iy, img_w, img_h))
+        if titles is not None:
+            items.append(Text(ix + img_w / 2, by + m.ascent(TILE_PX, True), titles[i], TILE_PX, True, "middle"))
+        if ticks is not None:
+            _tick_items(items, m, (ix, iy, img_w, img_h, s), *ticks)
+    return rects
+
+
+def _tick_items(items: list, m: _Metrics, image: tuple, xtext: dict, ytext: dict, rotated: bool) -> None:
+    """Tick marks and labels below and left of one tile's image (x, y, width, height, cell px)."""
+    ix, iy, img_w, img_h, s = image
+    tick_len = TICK_LEN
+    ta = m.ascent(TICK_PX)
+    for j, text in xtext.items():
+        x = ix + (j + 0.5) * s
+        items.append(Line(x, iy + img_h, x, iy + img_h + tick_len, FRAME))
+        if rotated:  # token labels stand, reading bottom to top
+            items.append(Text(x + ta * 0.36, iy + img_h + tick_len + 3, text, TICK_PX, anchor="end",
+                              color=TICK_INK, rotated=True))
+        else:
+            items.append(Text(x, iy + img_h + tick_len + 1 + ta, text, TICK_PX, anchor="middle", color=TICK_INK))
+    for j, text in ytext.items():
+        y = iy + (j + 0.5) * s
+        items.append(Line(ix - tick_len, y, ix, y, FRAME))
+        items.append(Text(ix - tick_len - 3, y + ta * 0.36, text, TICK_PX, anchor="end", color=TICK_INK))
+
+
 def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     """Compose the export: sizes, positions and drawing items. ValueError for bad options or a too-large image."""
     options = options or ExportOptions()
@@ -453,27 +560,12 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     decorated = options.title or options.colorbar or options.axis_labels
     margin = MARGIN if decorated else 0
 
-    tile_titles = []
-    for t in tiles:
-        label = t.title
-        if not shared:
-            label += f" ({_fmt(t.levels[0])} to {_fmt(t.levels[1])})"
-        tile_titles.append(label)
+    tile_titles = [t.title if shared else f"{t.title} ({_fmt(t.levels[0])} to {_fmt(t.levels[1])})" for t in tiles]
 
     # one tile block: [y ticks][image] with the tile title above and x ticks below
     tt_h = m.height(TILE_PX, True) + 4 if show_tile_titles else 0
-    x_ticks = _position_ticks(cols, img_w) if options.axis_labels else []
-    y_ticks = _position_ticks(rows, img_h) if options.axis_labels else []
-    names = _token_labels(result, options)
-    if names is not None:  # token labels instead of positions, thinned to what fits
-        y_ticks, x_ticks = _token_ticks(rows, s), _token_ticks(cols, s)
-    ytext = {j: names[0][j] if names else str(j) for j in y_ticks}
-    xtext = {j: names[1][j] if names else str(j) for j in x_ticks}
-    tick_len = 4
-    ytick_w = (math.ceil(max(m.width(t, TICK_PX) for t in ytext.values())) + tick_len + 4) if y_ticks else 0
-    xtick_h = (m.height(TICK_PX) + tick_len + 2) if x_ticks else 0
-    if names:  # x labels stand rotated, reading bottom to top
-        xtick_h = (math.ceil(max(m.width(xtext[j], TICK_PX) for j in x_ticks)) + tick_len + 4) if x_ticks else 0
+    xtext, ytext, tokens = _tick_texts(result, options, rows, cols, s)
+    ytick_w, xtick_h = _tick_extent(m, xtext, ytext, tokens)
     title_w = max((math.ceil(m.width(t, TILE_PX, True)) for t in tile_titles), default=0) if show_tile_titles else 0
     inner_w = max(img_w, title_w)
     block_w, block_h = ytick_w + inner_w, tt_h + img_h + xtick_h
@@ -483,19 +575,14 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     _check_size(grid_w, grid_h)  # before allocating any upscaled tile
 
     label_h = m.height(LABEL_PX) + 4 if options.axis_labels else 0  # x label below, y label left
-    xname, yname = _axis_names(options, bool(names))
+    xname, yname = _axis_names(options, tokens)
     # a grid shorter than the rotated y label gets room above and below so the label never overhangs
     pad = max(0, math.ceil(m.width(yname, LABEL_PX)) + 8 - grid_h) if options.axis_labels else 0
     content_w_left = label_h + grid_w  # y label column + grid
 
     # colour bar column
     lut = tiles[0].lut
-    present = {i for i in (colormaps.MASKED_INDEX, colormaps.NAN_INDEX) if any((t.image == i).any() for t in tiles)}
-    legend = []
-    if colormaps.MASKED_INDEX in present:
-        legend.append((colormaps.MASKED_INDEX, "masked"))
-    if colormaps.NAN_INDEX in present:
-        legend.append((colormaps.NAN_INDEX, "no key (NaN)" if options.what != "output" else "NaN"))
+    legend = _legend(tiles, options)
 
     # title block
     title_lines: list[tuple[str, int, bool, str]] = []
@@ -504,54 +591,19 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
 
     top = margin
     if options.title:
-        wrap_w = max(content_w_left + 200, 520)
-        title_lines.append((heading, TITLE_PX, True, INK))
-        for line in _wrap(parts, wrap_w, lambda t: m.width(t, SUBTITLE_PX)):
-            title_lines.append((line, SUBTITLE_PX, False, SOFT_INK))
+        title_lines = _title_lines(m, heading, parts, max(content_w_left + 200, 520))
     title_h = sum(m.height(px, bold) + 2 for _, px, bold, _ in title_lines) + (8 if title_lines else 0)
     grid_x = margin + label_h
     grid_y = top + title_h + pad // 2
 
     items: list = []
-    tile_rects = []
-    for i, t in enumerate(tiles):
-        r, col = divmod(i, ncols)
-        bx = grid_x + col * (block_w + GAP)
-        by = grid_y + r * (block_h + GAP)
-        ix = bx + ytick_w + (inner_w - img_w) // 2
-        iy = by + tt_h
-        rgba = t.lut[t.image]
-        if s > 1:
-            rgba = np.repeat(np.repeat(rgba, s, axis=0), s, axis=1)
-        items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
-        tile_rects.append((ix, iy, img_w, img_h))
-        if show_tile_titles:
-            items.append(Text(ix + img_w / 2, by + m.ascent(TILE_PX, True), tile_titles[i], TILE_PX, True,
-                              "middle"))
-        if options.axis_labels:
-            ta = m.ascent(TICK_PX)
-            for j in x_ticks:
-                x = ix + (j + 0.5) * s
-                items.append(Line(x, iy + img_h, x, iy + img_h + tick_len, FRAME))
-                if names:
-                    items.append(Text(x + ta * 0.36, iy + img_h + tick_len + 3, xtext[j], TICK_PX, anchor="end",
-                                      color=TICK_INK, rotated=True))
-                else:
-                    items.append(Text(x, iy + img_h + tick_len + 1 + ta, str(j), TICK_PX, anchor="middle",
-                                      color=TICK_INK))
-            for j in y_ticks:
-                y = iy + (j + 0.5) * s
-                items.append(Line(ix - tick_len, y, ix, y, FRAME))
-                items.append(Text(ix - tick_len - 3, y + ta * 0.36, ytext[j], TICK_PX, anchor="end",
-                                  color=TICK_INK))
+    tile_rects = _tile_items(items, m, tiles, tile_titles if show_tile_titles else None, (grid_x, grid_y, ncols),
+                             (ytick_w, inner_w, block_w, block_h, tt_h, s),
+                             (xtext, ytext, tokens) if options.axis_labels else None)
 
     content_bottom = grid_y + grid_h
     if options.axis_labels:
-        x_mid = max(grid_x + grid_w / 2, grid_x + m.width(xname, LABEL_PX) / 2)  # never left of the grid
-        items.append(Text(x_mid, content_bottom + 2 + m.ascent(LABEL_PX), xname, LABEL_PX,
-                          anchor="middle", color=SOFT_INK))
-        items.append(Text(margin + m.ascent(LABEL_PX), grid_y + grid_h / 2, yname, LABEL_PX,
-                          anchor="middle", color=SOFT_INK, rotated=True))
+        _axis_name_items(items, m, (grid_x, grid_y, grid_w, grid_h), margin, xname, yname)
         content_bottom = max(content_bottom + label_h, grid_y + grid_h + pad - pad // 2)
 
     right = grid_x + max(grid_w, math.ceil(m.width(xname, LABEL_PX)) if options.axis_labels else 0)
@@ -562,12 +614,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
                                         lut, tiles[0].levels if shared else None, colour_scale.ticks, legend)
         content_bottom = max(content_bottom, bar_bottom)
 
-    width = right + margin
-    y = top
-    for text, px, bold, color in title_lines:
-        items.append(Text(margin, y + m.ascent(px, bold), text, px, bold, color=color))
-        y += m.height(px, bold) + 2
-        width = max(width, margin + math.ceil(m.width(text, px, bold)) + margin)
+    width = max(right + margin, _title_items(items, m, title_lines, margin, top) + margin)
     height = content_bottom + margin
     _check_size(width, height)
     return Layout(int(width), int(height), items, tile_rects, s, summary)
