@@ -461,9 +461,10 @@ def _tick_texts(result: RunResult, options: ExportOptions, rows: int, cols: int,
                 s: int) -> tuple[dict[int, str], dict[int, str], bool]:
     """(x, y) tick labels by cell index, and whether they are tokens: positions where labels are
     on; token labels, thinned to what fits, for token-labelled maps."""
-    x_ticks = _position_ticks(cols, cols * s) if options.axis_labels else []
-    y_ticks = _position_ticks(rows, rows * s) if options.axis_labels else []
     names = _token_labels(result, options)
+    if not options.axis_labels:  # no ticks, and no room kept for them
+        return {}, {}, names is not None
+    x_ticks, y_ticks = _position_ticks(cols, cols * s), _position_ticks(rows, rows * s)
     if names is not None:
         y_ticks, x_ticks = _token_ticks(rows, s), _token_ticks(cols, s)
     ytext = {j: names[0][j] if names else str(j) for j in y_ticks}

@@ -273,3 +273,13 @@ def test_default_filename(causal):
     assert export.default_filename(causal) == "attnviz-causal-weights-grid.png"
     assert export.default_filename(causal, ExportOptions(what="head", head=2), ".svg") == \
         "attnviz-causal-weights-head2.svg"
+
+
+def test_a_bare_token_labelled_grid_keeps_no_room_for_ticks():
+    toy = run(load_preset("toy-reverse"))  # token labels along its axes
+    s = 4
+    lay = export.layout(toy, ExportOptions(scale=s, **BARE))
+    w, h = toy.config.lkv * s, toy.config.seq_q * s
+    assert [r[:2] for r in lay.tiles] == [(0, 0), (w + export.GAP, 0), (0, h + export.GAP),
+                                         (w + export.GAP, h + export.GAP)]
+    assert (lay.width, lay.height) == (2 * w + export.GAP, 2 * h + export.GAP)
