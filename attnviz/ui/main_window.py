@@ -42,6 +42,7 @@ from ..core.runner import run_stages
 from ..core.userfiles import FileChanged
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
 from . import lifecycle
+from .choices import add_choice
 from .explain_views import ExplainViews
 from .model_view import ModelView
 from .panel import ParameterPanel, named
@@ -176,20 +177,16 @@ class MainWindow(QMainWindow):
         row = QHBoxLayout()
         self.viewCombo = named(QComboBox(), "viewCombo")
         for key, text in MAP_VIEWS.items():
-            self.viewCombo.addItem(key, key)
-            self.viewCombo.setItemData(self.viewCombo.count() - 1, text, Qt.ToolTipRole)
+            add_choice(self.viewCombo, key, key, text)
         self.viewCombo.setToolTip("Which stage the maps show: softmax weights (Ctrl+1), pre-softmax scores (Ctrl+2), "
                                   "or an earlier stage of the scores (raw Q·Kᵀ, scaled, +bias, capped)")
         self.colormapCombo = named(QComboBox(), "colormapCombo")
         for name in colormaps.names("sequential"):
-            self.colormapCombo.addItem(name, name)
-            self.colormapCombo.setItemData(self.colormapCombo.count() - 1, colormaps.description(name),
-                                           Qt.ToolTipRole)
+            add_choice(self.colormapCombo, name, name, colormaps.description(name))
         self.colormapCombo.setToolTip("Colormap for the weights (scores and tensors use blue-white-red)")
         self.scaleCombo = named(QComboBox(), "scaleCombo")
         for key, text in SCALE_MODES.items():
-            self.scaleCombo.addItem(key, key)
-            self.scaleCombo.setItemData(self.scaleCombo.count() - 1, text, Qt.ToolTipRole)
+            add_choice(self.scaleCombo, key, key, text)
         self.scaleCombo.setToolTip("Colour scale of the maps: linear, log, row (each query row over its maximum) "
                                    "or rank (quantiles); each view starts with the one that shows its structure")
         self._scales: dict[str, str] = {}  # the scale chosen per view (else default_scale)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QToolButton, QWidget
 
 from ..models.discover import find_model_folders, hub_cache, supported_text
+from .choices import add_choice
 
 
 class ModelChooser(QWidget):
@@ -45,8 +46,7 @@ class ModelChooser(QWidget):
         self.combo.clear()
         self.combo.addItem("(choose a model folder)", "")
         for label, path in find_model_folders():
-            self.combo.addItem(label, str(path))
-            self.combo.setItemData(self.combo.count() - 1, str(path), Qt.ToolTipRole)
+            add_choice(self.combo, label, str(path), str(path))
         self.combo.blockSignals(False)
         self.set_folder(current, emit=False)
 
@@ -57,8 +57,7 @@ class ModelChooser(QWidget):
         index = self.combo.findData(folder)
         if index < 0 and folder:
             path = Path(folder)
-            self.combo.addItem(path.name or folder, folder)
-            self.combo.setItemData(self.combo.count() - 1, folder, Qt.ToolTipRole)
+            add_choice(self.combo, path.name or folder, folder, folder)
             index = self.combo.count() - 1
         self.combo.blockSignals(not emit)
         self.combo.setCurrentIndex(max(index, 0))

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
 from ..core.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
 from ..core.userfiles import file_fields
+from .choices import add_choice
 from .file_chooser import FileChooser
 from .model_chooser import ModelChooser
 
@@ -75,8 +76,7 @@ class ParameterPanel(QWidget):
         self.presetCombo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.presetCombo.addItem("Presets…", None)
         for preset, description in list_presets().items():
-            self.presetCombo.addItem(preset, preset)
-            self.presetCombo.setItemData(self.presetCombo.count() - 1, description, Qt.ToolTipRole)
+            add_choice(self.presetCombo, preset, preset, description)
         self.presetCombo.activated.connect(self._preset_chosen)
         self.resetButton = named(QPushButton("Reset"), "resetButton")
         self.resetButton.setToolTip("Reset every parameter to the defaults (Ctrl+R)")
@@ -133,14 +133,12 @@ class ParameterPanel(QWidget):
         if name == "variant":
             w = QComboBox()
             for spec in VARIANTS.values():
-                w.addItem(spec.label, spec.id)
-                w.setItemData(w.count() - 1, f"{spec.seed}: {spec.description}", Qt.ToolTipRole)
+                add_choice(w, spec.label, spec.id, f"{spec.seed}: {spec.description}")
             w.currentIndexChanged.connect(self._variant_changed)
         elif meta.get("choices"):  # mask, position: the registries' kinds, described in tooltips
             w = QComboBox()
             for kind_id, text in meta["choices"].items():
-                w.addItem(kind_id, kind_id)
-                w.setItemData(w.count() - 1, text, Qt.ToolTipRole)
+                add_choice(w, kind_id, kind_id, text)
             w.currentIndexChanged.connect(self._edited)
         elif name == "device":
             w = QComboBox()

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from ..core.stats import STATS, stats_csv
 from ..explain import StatsFrames
+from .choices import add_choice
 from .panel import named
 from .views import _image_item, set_heat_image
 
@@ -53,8 +54,7 @@ class StatsView(QWidget):
 
         self.columnCombo = named(QComboBox(), "statsColumnCombo")
         for name, (header, tip) in STATS.items():
-            self.columnCombo.addItem(header, name)
-            self.columnCombo.setItemData(self.columnCombo.count() - 1, tip, Qt.ToolTipRole)
+            add_choice(self.columnCombo, header, name, tip)
         self.columnCombo.setToolTip("The statistic the layer x head overview shows")
         self.columnCombo.currentIndexChanged.connect(self._show_overview)
         self.copyButton = named(QPushButton("Copy"), "statsCopyButton")
