@@ -125,14 +125,14 @@ def instrument(w, timings: Timings) -> None:
     for obj, name, label in [
         (w, "_swap_in", "window._swap_in"), (w, "request", "window.request"),
         (w, "_show_failure", "window._show_failure"), (w, "_clear_failure", "window._clear_failure"),
-        (grid, "show_frames", "headGrid.show_frames"), (grid, "_relayout", "headGrid._relayout"),
+        (grid, "show_frames", "headGrid.show_frames"), (grid.mosaic, "set_tiles", "mosaic.set_tiles"),
         (grid.bar, "show_levels", "colourBar.show_levels"), (w.outputView, "show_frames", "outputView.show_frames"),
         (w.panel, "_refresh_visibility", "panel._refresh_visibility"), (w.panel, "show_error", "panel.show_error"),
         (w.panel, "clear_error", "panel.clear_error"), (w.panel, "_edited", "panel._edited"),
         (grid, "paintEvent", "headGrid.paintEvent"), (w.outputView, "paintEvent", "outputView.paintEvent"),
         (w.panel, "_variant_changed", "panel._variant_changed"), (w.panel, "apply_fix", "panel.apply_fix"),
         (grid, "resizeEvent", "headGrid.resizeEvent"), (w, "view_options", "window.view_options"),
-        (grid, "_build_spare", "headGrid._build_spare"), (w.panel, "config", "panel.config"),
+        (w.panel, "config", "panel.config"),
     ]:
         timings.wrap(obj, name, label)
 
@@ -150,8 +150,6 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     timings = Timings()
     instrument(w, timings)
     start_config = w.panel.config()
-    while w.headGrid._prebuild.isActive():  # the tiles built ahead are a bounded cache, not growth
-        h.app.processEvents()
     gc.collect()
     w.worker.reaper.flush()
     rss0 = rss_now_bytes()

@@ -210,7 +210,7 @@ class Harness:
         return time.perf_counter() - t0
 
     def tiles_show_frames(self) -> bool:
-        """Every head tile holds this result's frame and has been rendered to a QImage."""
+        """Every head tile holds this result's frame and has been converted to a QImage."""
         import numpy as np
 
         grid, frames = self.window.headGrid, self.window.frames
@@ -218,11 +218,11 @@ class Harness:
             return False
         for tile, h in zip(grid.tiles, grid.tile_heads):
             heat = frames.mean if h == -1 else frames.heads[h]
-            img = tile.image.image
-            if img is None or img.shape != heat.image.shape or not np.array_equal(img, heat.image):
+            if tile.heat.image.shape != heat.image.shape or not np.array_equal(tile.heat.image, heat.image):
                 return False
-            if tile.image.qimage is None:
-                return False
+        drawn = [grid.focus_tile.image.qimage] if grid.focus is not None else grid.mosaic.pictures
+        if len(drawn) != len(grid.tiles) or any(image is None for image in drawn):
+            return False
         return len(grid.tiles) == len(grid._wanted_heads(self.window.result.config.heads))
 
     def change(self, action: Callable[[], None]) -> dict:

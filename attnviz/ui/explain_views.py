@@ -10,7 +10,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog, QMainWindow
@@ -49,7 +48,6 @@ class ExplainViews(QObject):
         self.docks: dict[str, QDockWidget] = {}
         self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
         self._sized = False
-        self._row_marks: dict[int, pg.InfiniteLine] = {}  # tile id -> its focused-row line
         widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout)
         first = None
         for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
@@ -129,25 +127,11 @@ class ExplainViews(QObject):
             self.focus.set_tokens(token_labels(result))
         if "focus" in extras:
             self.focus.show_frames(extras["focus"])
-        self._mark_row(extras["focus"].row if "focus" in extras else None)
+        self.window.headGrid.mark_row(extras["focus"].row if "focus" in extras else None)
         if "compare" in extras:
             self.compare.show_frames(extras["compare"])
         if "rollout" in extras:
             self.rollout.show_frames(extras["rollout"])
-
-    def _mark_row(self, row: int | None) -> None:
-        """Outline the focused query row in every tile of the grid."""
-        for tile in self.window.headGrid.tiles:
-            line = self._row_marks.get(id(tile))
-            if line is None and row is None:
-                continue
-            if line is None:
-                line = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen("#ff2020", width=1.5))
-                tile.plot.addItem(line, ignoreBounds=True)
-                self._row_marks[id(tile)] = line
-            line.setVisible(row is not None)
-            if row is not None:
-                line.setPos(row)
 
     # --- export ------------------------------------------------------------------------------
 

@@ -384,7 +384,6 @@ class MainWindow(QMainWindow):
         if not on and self.headGrid.focus == -1:
             self.headGrid.set_focus(None)  # the focused mean tile is going away
         self.headGrid.show_mean = on
-        self.headGrid._layout_key = None
         self.schedule()
 
     def _tensor_changed(self) -> None:

@@ -1,7 +1,8 @@
 """The heatmap views: the per-head grid with its colour bar, and the output tensor view.
 
 They only swap in display-ready uint8 images prepared by the worker (frames.py), through a
-256-entry LUT: Qt's Indexed8 fast path. Hover reads exact values from the full-resolution result.
+256-entry LUT: Qt's Indexed8 fast path (the grid's maps: mosaic.py). Hover reads exact values from
+the full-resolution result.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtWidgets import QLabel, QWidget
 
 from .. import colormaps
@@ -18,14 +19,12 @@ from ..core import RunResult
 from ..core.cells import cell_path
 from ..frames import Frames, HeatImage, head_title, tensor_data, view_stage
 from ..models.tokens import display
+from .mosaic import ROW_MARK, STALE_OPACITY, TITLE_PX, TOKEN_CHAR_PX, TOKEN_ROW_PX, MapTile, Mosaic, image_rects
 from .panel import named
 
 STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
               "weights": "softmax"}  # one cell's path, as hover spells it
-TOKEN_ROW_PX, TOKEN_CHAR_PX = 18, 7  # room a token label needs: a row's height (with spacing), a character's width
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
-PREBUILT_TILES = 33  # built ahead, one per idle event-loop turn: 16 heads x 2 maps (differential) + the mean
-TITLE_PX = 22
 
 
 def _image_item() -> pg.ImageItem:
@@ -47,10 +46,6 @@ def _fmt(x: float) -> str:
     if np.isinf(x):
         return "-inf" if x < 0 else "inf"
     return f"{x:.4g}"
-
-
-def _no_op() -> None:
-    pass
 
 
 class Tile:
@@ -195,7 +190,9 @@ class OverlayBanner(QLabel):
 
 
 class HeadGrid(pg.GraphicsLayoutWidget):
-    """One tile per head of the shown batch item (plus an optional mean tile) and a colour bar."""
+    """The maps of the shown batch item, one per head (plus an optional mean), and a colour bar.
+
+    The grid is drawn by one Mosaic item; a focused head is shown large in a PlotItem with axes."""
 
     sigHover = Signal(str)
     sigFocusChanged = Signal()
@@ -208,10 +205,16 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.setToolTip("Attention maps: rows are query positions (top to bottom), columns key positions. "
                         "Hover a cell for its values; click a head to show it large (click again or Esc for the grid).")
         self.setBackground("w")
-        self.tiles: list[Tile] = []
-        self._spare: list[Tile] = []  # tiles built earlier and not shown now
-        self.tile_heads: list[int] = []  # head index per tile; -1 = the mean tile
-        self.grid = self.ci.addLayout(row=0, col=0)
+        self.tiles: list[MapTile] = []  # what is shown, in order
+        self.mosaic = Mosaic()
+        self.ci.addItem(self.mosaic, row=0, col=0)
+        self.focus_tile = Tile()  # the focused head, large with its axes, over the mosaic
+        self.focus_tile.plot.setParentItem(self.mosaic)
+        self.focus_tile.plot.hide()
+        self._focus_row = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(ROW_MARK, width=1.5))
+        self._focus_row.hide()
+        self.focus_tile.plot.addItem(self._focus_row, ignoreBounds=True)
+        self.mosaic.geometryChanged.connect(self._fit_focus_tile)
         self.bar = ColourBar()
         self.ci.addItem(self.bar, row=0, col=1)
         self.legend = pg.LabelItem(justify="right", size="8pt")
@@ -222,26 +225,17 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.result: RunResult | None = None
         self.frames: Frames | None = None
         self.stale = False
-        self._layout_key = None
-        self._column_px: float | None = None
         self.scene().sigMouseMoved.connect(self._hovered)
         self.scene().sigMouseClicked.connect(self._clicked)
-        # Building a tile costs 5-40 ms (2 cores): building 16 when the head count first rises
-        # stalled the window ~0.7 s. Build them ahead instead, one per turn of the event loop.
-        self._regrid = QTimer(self)  # a resize while no new result will come (stale) regrids here
-        self._regrid.setSingleShot(True)
-        self._regrid.setInterval(30)
-        self._regrid.timeout.connect(lambda: self.result and self.frames and self.show_frames(self.result, self.frames))
-        self._prebuild = QTimer(self)
-        self._prebuild.setInterval(0)
-        self._prebuild.timeout.connect(self._build_spare)
-        self._prebuild.start()
 
-    def _build_spare(self) -> None:
-        if len(self.tiles) + len(self._spare) >= PREBUILT_TILES:
-            self._prebuild.stop()
-            return
-        self._spare.append(Tile())
+    def _fit_focus_tile(self) -> None:
+        if self.focus_tile.plot.isVisible():  # a hidden PlotItem is not laid out for nothing
+            self.focus_tile.plot.setGeometry(self.mosaic.rect())
+
+    @property
+    def tile_heads(self) -> list[int]:
+        """Head index per shown map; -1 = the mean."""
+        return [t.head for t in self.tiles]
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -251,86 +245,27 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         shown = list(range(min(heads, MAX_TILES)))
         return shown + ([-1] if self.show_mean else [])
 
-    def grid_shape(self, n: int, rows: int, cols: int) -> tuple[int, int]:
-        """(grid rows, grid cols) that make n tiles of rows x cols cells as large as possible."""
-        w, h = max(self.width() - 90, 50), max(self.height() - 30, 50)
-        best, best_scale = (1, n), -1.0
-        for gc in range(1, n + 1):
-            gr = math.ceil(n / gc)
-            scale = min(w / gc / cols, (h / gr - TITLE_PX) / rows)
-            if scale > best_scale:
-                best, best_scale = (gr, gc), scale
-        return best
+    def _map_area(self) -> QRectF:
+        """The mosaic's area; before the first layout, the widget less the colour bar and legend."""
+        rect = self.mosaic.rect()
+        if rect.width() < 2 or rect.height() < 2:
+            rect = QRectF(0, 0, max(self.width() - 90, 50), max(self.height() - 30, 50))
+        return rect
 
     def tile_pixels(self, rows: int, cols: int, heads: int) -> tuple[int, int]:
-        """On-screen size (rows, cols) of one tile, in device pixels: what the worker pools to."""
-        n = len(self._wanted_heads(heads))
-        gr, gc = self.grid_shape(n, rows, cols)
+        """On-screen size (rows, cols) of one map, in device pixels: what the worker pools to."""
+        area = self._map_area()
+        if self.focus is not None:
+            size = area.adjusted(0, 0, 0, -TITLE_PX).size()
+        else:
+            size = image_rects(len(self._wanted_heads(heads)), rows, cols, self.mosaic.tile_area(area))[0].size()
         ratio = self.devicePixelRatioF()
-        w = (max(self.width() - 90, 50) / gc) * ratio
-        h = (max(self.height() - 30, 50) / gr - TITLE_PX) * ratio
-        return max(int(h), 16), max(int(w), 16)
-
-    def _relayout(self, heads: list[int], rows: int, cols: int) -> None:
-        gr, gc = self.grid_shape(len(heads), rows, cols)
-        key = (gc, self.focus is not None)  # what one layout serves; tiles come and go inside it
-        if key != self._layout_key:
-            self._layout_key = key
-            self._new_grid()
-        self._place_tiles(len(heads), gc)
-        self.tile_heads = heads
-        self._fit_columns(gc)
-
-    def _new_grid(self) -> None:
-        """An empty layout: a reused QGraphicsGridLayout keeps the widths of columns it no longer has."""
-        self.grid.clear()
-        self.ci.removeItem(self.grid)
-        self.grid = pg.GraphicsLayout()
-        self.ci.addItem(self.grid, row=0, col=0)
-        self._spare.extend(reversed(self.tiles))  # built tiles are kept: building one costs ~5 ms
-        self.tiles = []
-        self._column_px = None
-
-    def _place_tiles(self, n: int, gc: int) -> None:
-        """Take tiles off the end of the grid or add them there: tile k shows the k-th wanted map, so
-        a head-count change within one column count touches only the tiles that come or go."""
-        for tile in self.tiles[n:]:
-            self.grid.removeItem(tile.plot)
-        self._spare.extend(reversed(self.tiles[n:]))
-        del self.tiles[n:]
-        # pyqtgraph's addItem activates the whole layout after each item, resizing every tile
-        # added so far: O(n^2) resizes, 0.3-0.9 s for 16 tiles on 2 cores. Lay out once instead.
-        self.grid.layout.activate = _no_op
-        while len(self.tiles) < n:
-            k = len(self.tiles)
-            tile = self._spare.pop() if self._spare else Tile()
-            self.grid.addItem(tile.plot, row=k // gc, col=k % gc)
-            tile.set_axes(self.focus is not None)
-            tile.title, tile._geometry = "", None
-            self.tiles.append(tile)
-        del self.grid.layout.activate  # pyqtgraph's own again
-
-    def _fit_columns(self, gc: int) -> None:
-        """Equal columns: a grid column otherwise grows with its widest title ("mean over heads")."""
-        column = max(self.width() - 90, 50) / gc
-        if column == self._column_px:
-            return
-        self._column_px = column
-        for c in range(gc):
-            self.grid.layout.setColumnPreferredWidth(c, column)
-            self.grid.layout.setColumnMaximumWidth(c, column)
+        return max(int(size.height() * ratio), 16), max(int(size.width() * ratio), 16)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().resizeEvent(event)
+        super().resizeEvent(event)  # the mosaic re-places its maps when the layout resizes it
         if getattr(self, "frames", None) is not None and self.result is not None:
-            # The tiles stretch the maps they hold; the re-render this asks for (pooled to the new
-            # tile size) re-lays the grid out if its shape changes. Nothing heavier here: a dock
-            # coming or going resizes the grid, and the tiles' full update took 30-50 ms.
-            if self.stale or self._layout_key is None:  # no result will come to regrid: do it soon,
-                self._regrid.start()  # once for a burst of resizes, and never inside a swap
-            else:
-                self._fit_columns(self._layout_key[0])
-            self.sigResized.emit()
+            self.sigResized.emit()  # re-pool to the new size
 
     # --- content -----------------------------------------------------------------------------
 
@@ -338,24 +273,44 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.result, self.frames = result, frames
         c = result.config
         maps = len(frames.heads)  # heads, or 2 maps per head before differential attention combines them
-        heads = self._wanted_heads(maps)
         if self.focus is not None and self.focus >= maps:
             self.focus = None
-            heads = self._wanted_heads(maps)
-        self._relayout(heads, c.seq_q, c.lkv)
-        self._token_axes(result, heads)
-        view = frames.options.view
-        what = view
-        if view == "weights" and c.dropout_active:
-            what = "weights after dropout"
-        for tile, h in zip(self.tiles, heads):
+        shared = frames.options.shared_scale
+        self.tiles = []
+        for h in self._wanted_heads(maps):
             heat = frames.mean if h == -1 else frames.heads[h]
-            if heat is None:  # the mean tile was not rendered for this request
-                continue
-            lo, hi = heat.levels
-            scale = "" if frames.options.shared_scale else f" ({_fmt(lo)}..{_fmt(hi)})"
-            tile.show(heat, heat.title + scale, lock_aspect=self.focus is None)
-            tile.image.setOpacity(0.35 if self.stale else 1.0)
+            if heat is not None:  # None: the mean was not rendered for this request
+                lo, hi = heat.levels
+                self.tiles.append(MapTile(h, heat, heat.title + ("" if shared else f" ({_fmt(lo)}..{_fmt(hi)})")))
+        axes = result.axis_tokens()
+        labels = None if axes is None else tuple(tuple(display(t) for t in axis) for axis in axes)
+        focused = self.focus is not None and bool(self.tiles)
+        self.mosaic.set_tiles([] if focused else self.tiles, (c.seq_q, c.lkv), None if focused else labels)
+        self.focus_tile.plot.setVisible(focused)
+        if focused:
+            self._fit_focus_tile()
+            self._show_focused(self.tiles[0], axes, c)
+        self._show_bar(frames, c)
+        more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
+        self.legend.setText(more + _swatch_html(frames.lut))
+        # Lay out and set view transforms now: left to the event loop they ran after the first paint
+        # and one swap painted the grid twice.
+        QCoreApplication.sendPostedEvents(None, QEvent.LayoutRequest)
+        self.scene().prepareForPaint()
+
+    def _show_focused(self, tile: MapTile, axes, c) -> None:
+        focus = self.focus_tile
+        focus.show(tile.heat, tile.title, lock_aspect=False)
+        focus.image.setOpacity(STALE_OPACITY if self.stale else 1.0)
+        if axes is None:
+            if focus._token_key is not None or not focus.plot.getAxis("left").isVisible():
+                focus.set_axes(True)
+        else:
+            focus.set_token_axes(axes, True, True, self.tile_pixels(c.seq_q, c.lkv, 1))
+
+    def _show_bar(self, frames: Frames, c) -> None:
+        view = frames.options.view
+        what = "weights after dropout" if view == "weights" and c.dropout_active else view
         if frames.scale.unit:
             what = f"{what} {frames.scale.unit}"
         if frames.options.shared_scale:
@@ -363,50 +318,44 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         else:
             span = (-1.0, 1.0) if frames.signed else (0.0, 1.0)
             self.bar.show_levels(frames.lut, span, f"{what}, per-head scale", relative=True)
-        more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
-        self.legend.setText(more + _swatch_html(frames.lut))
-        # Lay the grid out and set the tiles' view transforms now. Left to the event loop, the
-        # layout ran after the first paint and each ViewBox set its transform inside the paint,
-        # so one swap painted the whole grid two or three times.
-        QCoreApplication.sendPostedEvents(None, QEvent.LayoutRequest)
-        self.scene().prepareForPaint()
-
-    def _token_axes(self, result: RunResult, heads: list[int]) -> None:
-        """Token-labelled runs: the tokens along the grid's left column and bottom row."""
-        c = result.config
-        axes = result.axis_tokens()
-        if axes is None:
-            for tile in self.tiles:
-                if tile._token_key is not None:  # a tokenised run showed before: plain axes again
-                    tile.set_axes(self.focus is not None)
-            return
-        gr, gc = self.grid_shape(len(heads), c.seq_q, c.lkv)
-        px = self.tile_pixels(c.seq_q, c.lkv, len(heads))
-        for n, tile in enumerate(self.tiles):
-            single = self.focus is not None
-            tile.set_token_axes(axes, single or n % gc == 0, single or n + gc >= len(heads), px,
-                                named_axes=single or n == 0 or n == (gr - 1) * gc)
 
     def set_stale(self, stale: bool) -> None:
         self.stale = stale
-        for tile in self.tiles:
-            tile.image.setOpacity(0.35 if stale else 1.0)
+        self.mosaic.set_stale(stale)
+        self.focus_tile.image.setOpacity(STALE_OPACITY if stale else 1.0)
 
     def set_focus(self, head: int | None) -> None:
         if head != self.focus:
             self.focus = head
-            self._layout_key = None
             self.sigFocusChanged.emit()
+
+    def mark_row(self, row: int | None) -> None:
+        """Outline query row `row` in every map (token focus); None removes the outline."""
+        self.mosaic.set_row(row)
+        self._focus_row.setVisible(row is not None)
+        if row is not None:
+            self._focus_row.setPos(row)
 
     # --- interaction -------------------------------------------------------------------------
 
     def _tile_at(self, pos: QPointF) -> tuple[int, float, float] | None:
-        for tile, h in zip(self.tiles, self.tile_heads):
-            vb = tile.plot.getViewBox()
-            if vb.sceneBoundingRect().contains(pos):
-                p = vb.mapSceneToView(pos)
-                return h, p.x(), p.y()
-        return None
+        """(head, x, y) under scene position `pos`: cell (i, j) spans y, x in i +- 0.5, j +- 0.5."""
+        if not self.tiles:
+            return None
+        if self.focus_tile.plot.isVisible():
+            vb = self.focus_tile.plot.getViewBox()
+            if not vb.sceneBoundingRect().contains(pos):
+                return None
+            p = vb.mapSceneToView(pos)
+            return self.tiles[0].head, p.x(), p.y()
+        hit = self.mosaic.cell_at(self.mosaic.mapFromScene(pos))
+        return None if hit is None else (self.tiles[hit[0]].head, hit[1], hit[2])
+
+    def cell_scene_pos(self, k: int, x: float, y: float) -> QPointF:
+        """Where cell coordinates (x, y) of the k-th shown map lie in the scene (the inverse of hovering)."""
+        if self.focus_tile.plot.isVisible():
+            return self.focus_tile.plot.getViewBox().mapViewToScene(QPointF(x, y))
+        return self.mosaic.mapToScene(self.mosaic.cell_pos(k, x, y))
 
     def cell_text(self, head: int, i: int, j: int) -> str:
         """Exact values of one cell; token-labelled runs lead with "L3 H5  'cat' → 'the'  0.41"."""
@@ -525,7 +474,7 @@ class TensorView(pg.PlotWidget):
             self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
     def set_stale(self, stale: bool) -> None:
-        self.image.setOpacity(0.35 if stale else 1.0)
+        self.image.setOpacity(STALE_OPACITY if stale else 1.0)
 
     def _hovered(self, pos: QPointF) -> None:
         if self.result is None:

@@ -57,8 +57,8 @@ def test_choosing_the_variant_shows_a_model_on_a_sentence(model_window, tiny_mod
     r = w.result
     assert r.config.variant == "pretrained" and r.tokens[0] == "[CLS]" and len(w.headGrid.tiles) == 4
     assert not w.panel.widgets["heads"].isVisible()
-    left = w.headGrid.tiles[0].plot.getAxis("left")
-    assert "[CLS]" in [label for _, label in left._tickLevels[0]]
+    left = w.headGrid.mosaic.tick_labels(0)[0]  # the query tokens beside the first map
+    assert (0, "[CLS]") in left
 
 
 def test_typing_updates_and_a_layer_change_reuses_the_forward(model_window, qtbot):

@@ -77,8 +77,8 @@ def test_the_window_shows_a_toy_with_its_caption_and_token_axes(qtbot):
     assert window.scaleCombo.currentData() == "linear"  # trained maps are peaked: linear by default
     text = window.headGrid.cell_text(0, 0, 7)
     assert "'6' → '6'" in text  # output 0 ('6') reads the last input ('6')
-    axis = window.headGrid.tiles[0].plot.getAxis("bottom")
-    assert [label for _, label in axis._tickLevels[0]][:3] == ["3", "1", "4"]
+    bottom = window.headGrid.mosaic.tick_labels(0)[1]  # the key tokens under the first map
+    assert [label for _, label in bottom][:3] == ["3", "1", "4"]
     window.panel.widgets["layer"].setValue(0)
     wait_shown(qtbot, window)
     assert "the pattern is in layer 2" in window.captionLabel.text()

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import Qt
 from uihelpers import CountingRun, wait_shown
 
 from attnviz import colormaps
@@ -41,7 +41,7 @@ def test_a_256_token_causal_tile_shows_structure(window, qtbot, mode):
     select(window.scaleCombo, mode)
     wait_shown(qtbot, window)
     assert window.result.config.seq_q == 256 and window.frames.options.scale_mode == mode
-    image = window.headGrid.tiles[0].image.image
+    image = window.headGrid.tiles[0].heat.image
     lower = np.tril(np.ones(image.shape, bool))
     levels = np.unique(image[lower])
     assert (levels < colormaps.DATA_LEVELS).all()
@@ -95,7 +95,7 @@ def test_pipeline_shows_every_stage_of_a_causal_head(window, qtbot, counting_run
     assert names[:7] == ["x", "q", "k", "v", "qk", "scaled", "scores"]
     softmax = pipe.stage("weights")
     np.testing.assert_array_equal(softmax.data, window.result.weights[0, 2])
-    np.testing.assert_array_equal(softmax.image.image, window.headGrid.tiles[2].image.image)
+    np.testing.assert_array_equal(softmax.image.image, window.headGrid.tiles[2].heat.image)
     tile = pipe.tiles[names.index("weights")]
     np.testing.assert_array_equal(tile.image.image, softmax.image.image)
     text = pipe.show_path(7, 3)
@@ -117,8 +117,7 @@ def test_token_focus_draws_one_line_per_head(window, qtbot, counting_run):
     open_dock(window, qtbot, "focusDock")
     computed = len(counting_run.calls)
     grid = window.headGrid
-    vb = grid.tiles[1].plot.getViewBox()
-    pos = grid.mapFromScene(vb.mapViewToScene(QPointF(2.0, 5.0)))
+    pos = grid.mapFromScene(grid.cell_scene_pos(1, 2.0, 5.0))
     qtbot.mouseClick(grid.viewport(), Qt.LeftButton, pos=pos)
     wait_shown(qtbot, window)
     focus = window.explain.focus

@@ -40,7 +40,7 @@ def check_final_view(window) -> None:
     grid, frames = window.headGrid, window.frames
     for tile, head in zip(grid.tiles, grid.tile_heads):
         heat = frames.mean if head == -1 else frames.heads[head]
-        assert (tile.image.image == heat.image).all()
+        assert (tile.heat.image == heat.image).all()
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -7,13 +7,14 @@ import time
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QComboBox, QWidget
 from uihelpers import CountingRun, wait_shown
 
 from attnviz import colormaps
 from attnviz.core import RunConfig, run
 from attnviz.ui import MainWindow
+from attnviz.ui.mosaic import grid_shape
 
 OBJECT_NAMES = [
     "variantCombo", "dModelSpin", "dOutSpin", "dCrossSpin", "headsSpin", "batchSpin", "batchIndexSpin",
@@ -47,9 +48,9 @@ def test_default_view_shows_causal_heads(window):
     expected = run(config)
     np.testing.assert_array_equal(window.result.weights, expected.weights)
     for h, tile in enumerate(tiles(window)):
-        image = tile.image.image
+        image = tile.heat.image
         assert image.shape == (16, 16)
-        colours = tile.image.lut[image]  # what is painted
+        colours = tile.heat.lut[image]  # what is painted
         masked_colour = colormaps.lut("viridis")[colormaps.MASKED_INDEX]
         is_masked = (colours == masked_colour).all(-1)
         np.testing.assert_array_equal(is_masked, np.triu(np.ones((16, 16), bool), 1))
@@ -67,7 +68,7 @@ def test_heads_and_lengths_follow_the_spin_boxes(window, qtbot):
     assert len(tiles(window)) == 8
     window.panel.widgets["seq_q"].setValue(24)
     wait_shown(qtbot, window)
-    assert all(t.image.image.shape == (24, 24) for t in tiles(window))
+    assert all(t.heat.image.shape == (24, 24) for t in tiles(window))
     assert window.result.weights.shape == (1, 8, 24, 24)
 
 
@@ -87,7 +88,7 @@ def test_cross_attention_with_padding_shows_lq_by_lkv(window, qtbot):
     assert (config.seq_q, config.seq_kv, config.kv_lengths) == (6, 10, (10, 7))
     p.batchIndexSpin.setValue(1)
     wait_shown(qtbot, window)
-    image = tiles(window)[0].image.image
+    image = tiles(window)[0].heat.image
     assert image.shape == (6, 10)
     assert (image[:, 7:] == colormaps.MASKED_INDEX).all()
     assert (image[:, :7] < colormaps.DATA_LEVELS).all()
@@ -100,7 +101,7 @@ def test_view_only_changes_do_not_recompute(window, qtbot, counting_run):
     computed = len(counting_run.calls)
     select(window.colormapCombo, "magma")
     wait_shown(qtbot, window)
-    assert (tiles(window)[0].image.lut == colormaps.lut("magma")).all()
+    assert (tiles(window)[0].heat.lut == colormaps.lut("magma")).all()
     window.perHeadCheck.setChecked(True)
     wait_shown(qtbot, window)
     p.batchIndexSpin.setValue(2)
@@ -115,8 +116,8 @@ def test_scores_view_uses_diverging_map_and_masked_colour(window, qtbot):
     select(window.viewCombo, "scores")
     wait_shown(qtbot, window)
     tile = tiles(window)[1]
-    assert (tile.image.lut == colormaps.lut(colormaps.DEFAULT_DIVERGING)).all()
-    image = tile.image.image
+    assert (tile.heat.lut == colormaps.lut(colormaps.DEFAULT_DIVERGING)).all()
+    image = tile.heat.image
     upper = np.triu(np.ones(image.shape, bool), 1)
     assert (image[upper] == colormaps.MASKED_INDEX).all()
     assert (image[~upper] < colormaps.DATA_LEVELS).all()
@@ -138,7 +139,7 @@ def test_burst_of_200_changes_ends_on_the_last_request(window, qtbot):
     assert shown == sorted(shown) and len(set(shown)) == len(shown)
     assert shown[-1] == window.latest_id
     assert window.result.config.seq_q == 33
-    assert tiles(window)[0].image.image.shape == (33, 33)
+    assert tiles(window)[0].heat.image.shape == (33, 33)
 
 
 def test_heads_not_dividing_width_keeps_last_view_and_offers_fixes(window, qtbot):
@@ -176,16 +177,15 @@ def test_run_over_memory_budget_is_refused_by_the_worker(qtbot):
 
 
 def test_hover_reads_exact_values(window, qtbot):
-    tile = tiles(window)[2]
-    vb = tile.plot.getViewBox()
+    grid = window.headGrid
     texts = []
-    window.headGrid.sigHover.connect(texts.append)
-    window.headGrid._hovered(vb.mapViewToScene(QPointF(3.2, 4.8)))
+    grid.sigHover.connect(texts.append)
+    grid._hovered(grid.cell_scene_pos(2, 3.2, 4.8))
     w = window.result.weights[0, 2, 5, 3]
     s = window.result.scores[0, 2, 5, 3]
     assert "head 2" in texts[-1] and "query i=5, key j=3" in texts[-1]
     assert f"{w:.4g}" in texts[-1] and f"{s:.4g}" in texts[-1]
-    window.headGrid._hovered(vb.mapViewToScene(QPointF(9.0, 2.0)))
+    grid._hovered(grid.cell_scene_pos(2, 9.0, 2.0))
     assert "masked" in texts[-1] and "may not attend key 9" in texts[-1]
     assert window.hoverLabel.text() == texts[-1]
 
@@ -195,13 +195,12 @@ def test_fully_masked_rows_get_their_own_colour_and_hover(window, qtbot):
 
     window.panel.set_config(load_preset("no-key-rows"))
     wait_shown(qtbot, window)
-    image = tiles(window)[0].image.image
+    image = tiles(window)[0].heat.image
     assert (image[:4] == colormaps.NAN_INDEX).all()
     assert (image[4:] != colormaps.NAN_INDEX).all()
     texts = []
     window.headGrid.sigHover.connect(texts.append)
-    vb = tiles(window)[0].plot.getViewBox()
-    window.headGrid._hovered(vb.mapViewToScene(QPointF(0.0, 1.0)))
+    window.headGrid._hovered(window.headGrid.cell_scene_pos(0, 0.0, 1.0))
     assert "no key to attend to" in texts[-1] and "NaN" in texts[-1]
 
 
@@ -210,7 +209,7 @@ def test_click_focuses_a_head_and_escape_returns(window, qtbot):
     grid.set_focus(3)
     wait_shown(qtbot, window)
     assert len(tiles(window)) == 1 and grid.tile_heads == [3]
-    assert tiles(window)[0].plot.getAxis("left").isVisible()
+    assert grid.focus_tile.plot.isVisible() and grid.focus_tile.plot.getAxis("left").isVisible()
     qtbot.keyClick(window, Qt.Key_Escape)
     wait_shown(qtbot, window)
     assert len(tiles(window)) == 4
@@ -412,19 +411,36 @@ def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window
     assert not window.staleLabel.isVisibleTo(window) and window.headGrid.size() == size
 
 
-def test_a_head_count_change_keeps_the_tiles_already_placed(window, qtbot):
-    window.panel.set_config(window.panel.config().replace(d_model=56, heads=8))
+def test_a_head_count_change_adds_no_scene_items(window, qtbot):
+    # The maps are drawn by one item: a head-count change used to add and remove a PlotItem per head
+    window.panel.set_config(window.panel.config().replace(d_model=64, heads=8))
     wait_shown(qtbot, window)
-    first, grid, columns = [t.plot for t in tiles(window)], window.headGrid.grid, window.headGrid._layout_key
-    window.panel.widgets["heads"].setValue(7)  # 8 and 7 tiles: the same number of columns
-    wait_shown(qtbot, window)
-    assert window.headGrid._layout_key == columns
-    assert window.headGrid.grid is grid and [t.plot for t in tiles(window)] == first[:7]  # no new layout
+    items = len(window.headGrid.scene().items())
+    for heads in (16, 2, 8):
+        window.panel.widgets["heads"].setValue(heads)
+        wait_shown(qtbot, window)
+        assert len(tiles(window)) == heads and len(window.headGrid.scene().items()) == items
     expected = run(window.result.config).weights[0]
     for h, tile in enumerate(tiles(window)):  # each tile shows its own head, in the engine's order
         order = np.argsort(expected[h][np.tril(np.ones((16, 16), bool))], kind="stable")
-        idx = tile.image.image[np.tril(np.ones((16, 16), bool))].astype(int)
+        idx = tile.heat.image[np.tril(np.ones((16, 16), bool))].astype(int)
         assert np.all(np.diff(idx[order]) >= 0)
+
+
+def test_the_grid_paints_each_cell_in_its_colour(window, qtbot):
+    window.panel.set_config(window.panel.config().replace(d_model=64, heads=8))
+    wait_shown(qtbot, window)
+    window.show()
+    qtbot.wait(50)
+    grid = window.headGrid
+    shot = grid.grab().toImage()
+    ratio = shot.devicePixelRatio()
+    for k, tile in enumerate(tiles(window)):
+        for i, j in ((0, 0), (5, 3), (15, 15), (2, 11)):  # 16 x 16 maps are not pooled: a pixel per cell
+            p = grid.mapFromScene(grid.cell_scene_pos(k, j, i))
+            painted = shot.pixelColor(int(p.x() * ratio), int(p.y() * ratio))
+            expected = tile.heat.lut[tile.heat.image[i, j]]
+            assert (painted.red(), painted.green(), painted.blue()) == tuple(int(c) for c in expected[:3]), (k, i, j)
 
 
 def test_results_that_arrive_together_are_swapped_in_once(window, qtbot):
@@ -470,7 +486,7 @@ def test_the_focus_token_list_is_filled_only_while_its_panel_is_open(window, qtb
     qtbot.waitUntil(lambda: focus.tokenList.count() == 12, timeout=10000)
 
 
-def test_token_axes_go_when_the_next_run_has_no_tokens(qtbot):
+def test_token_labels_go_when_the_next_run_has_no_tokens(qtbot):
     from attnviz.core import load_preset
     from attnviz.frames import ViewOptions, render
     from attnviz.ui.views import HeadGrid
@@ -478,26 +494,40 @@ def test_token_axes_go_when_the_next_run_has_no_tokens(qtbot):
     grid = HeadGrid()
     qtbot.addWidget(grid)
     grid.resize(900, 500)
-    toy = run(load_preset("toy-reverse"))  # tokens along the tiles' axes
+    grid.show()
+
+    def ink_left_of_maps() -> int:  # dark pixels in the strip left of the first map: token labels
+        qtbot.wait(20)
+        left = grid.mapFromScene(grid.cell_scene_pos(0, -0.5, 0)).x()
+        strip = grid.grab().toImage().copy(0, 0, int(left) - 2, grid.height() - 40)
+        return sum(strip.pixelColor(x, y).lightness() < 160
+                   for x in range(0, strip.width(), 2) for y in range(0, strip.height(), 2))
+
+    toy = run(load_preset("toy-reverse"))  # tokens along the maps' edges
     grid.show_frames(toy, render(toy, ViewOptions()))
-    assert any(t.plot.getAxis("bottom").isVisible() for t in grid.tiles)
+    assert grid.mosaic.tokens is not None and ink_left_of_maps() > 20
     plain = run(RunConfig.for_variant("causal", heads=toy.config.heads, seq_q=toy.config.seq_q, d_model=64))
-    key = grid._layout_key
     grid.show_frames(plain, render(plain, ViewOptions()))
-    assert grid._layout_key == key  # the same grid: the tiles stay in place, their token axes must not
-    for tile in grid.tiles:
-        assert not tile.plot.getAxis("left").isVisible() and not tile.plot.getAxis("bottom").isVisible()
+    assert grid.mosaic.tokens is None and ink_left_of_maps() == 0
 
 
-def test_a_resize_while_stale_still_regrids(window, qtbot):
+def test_a_resize_while_stale_regrids(window, qtbot):
     window.panel.set_config(window.panel.config().replace(heads=16))
     wait_shown(qtbot, window)
     window.panel.widgets["heads"].setValue(3)  # invalid: no new result will come to regrid
     qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
-    before = window.headGrid._layout_key
-    window.headGrid.resize(300, 1200)  # tall and narrow: fewer columns fit
-    qtbot.waitUntil(lambda: window.headGrid._layout_key != before, timeout=2000)
-    assert window.headGrid._layout_key[0] == window.headGrid.grid_shape(16, 16, 16)[1]
+    grid = window.headGrid
+    grid.resize(300, 1200)  # tall and narrow: fewer columns fit
+
+    def columns() -> int:
+        return len({round(r.left()) for r in grid.mosaic.rects})
+
+    def fitting() -> int:
+        area = grid.mosaic.tile_area()
+        return grid_shape(16, 16, 16, area.width(), area.height())[1]
+
+    qtbot.waitUntil(lambda: grid.mosaic.rect().width() < 300 and columns() == fitting(), timeout=2000)
+    assert columns() < 8 and all(grid.mosaic.rect().contains(r) for r in grid.mosaic.rects)
 
 
 def test_the_stale_banner_lets_the_mouse_through_to_the_maps(window, qtbot):

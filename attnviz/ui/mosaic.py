@@ -1,0 +1,239 @@
+"""The head grid's maps drawn by one graphics item: per map an image and a title, placed by arithmetic.
+
+The grid used to be one pyqtgraph PlotItem per map. A result with another head count, or a resized
+window, then added and removed scene items, laid out nested layouts and re-rendered title HTML:
+15-70 ms on the GUI thread per swap, and as long again to paint up to 33 PlotItems. Here a swap
+converts the worker's uint8 images to QImages and a paint draws them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
+from PySide6.QtWidgets import QGraphicsWidget, QSizePolicy
+
+from ..frames import HeatImage
+
+TITLE_PX = 22  # a map's title row
+TOKEN_ROW_PX, TOKEN_CHAR_PX = 18, 7  # room a token label needs: a row's height (with spacing), a character's width
+TOKEN_LABEL_MAX_PX = 120  # longer token labels are elided (the hover names them in full)
+AXIS_NAME_PX = 16  # the strip for "query token" / "key token"
+STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls
+INK, SOFT_INK, ROW_MARK = QColor(70, 70, 70), QColor(110, 110, 110), QColor("#ff2020")
+
+
+@dataclass
+class MapTile:
+    """One map the grid shows."""
+
+    head: int  # head (or map) index; -1 = the mean over heads
+    heat: HeatImage
+    title: str
+
+
+def grid_shape(n: int, rows: int, cols: int, width: float, height: float) -> tuple[int, int]:
+    """(grid rows, grid cols) that make n maps of rows x cols cells as large as possible in width x height px."""
+    w, h = max(width, 50.0), max(height, 50.0)
+    best, best_scale = (1, max(n, 1)), -1.0
+    for gc in range(1, n + 1):
+        gr = math.ceil(n / gc)
+        scale = min(w / gc / cols, (h / gr - TITLE_PX) / rows)
+        if scale > best_scale:
+            best, best_scale = (gr, gc), scale
+    return best
+
+
+def image_rects(n: int, rows: int, cols: int, area: QRectF) -> list[QRectF]:
+    """Where each of n maps is drawn inside `area`, row by row. Square cells unless a map is more than
+    8x longer than wide (it then fills its box): the title sits right above each image."""
+    gr, gc = grid_shape(n, rows, cols, area.width(), area.height())
+    box_w, box_h = area.width() / gc, area.height() / gr
+    square = max(rows, cols) <= 8 * min(rows, cols)
+    rects = []
+    for k in range(n):
+        box = QRectF(area.left() + (k % gc) * box_w + 2, area.top() + (k // gc) * box_h + TITLE_PX,
+                     box_w - 4, max(box_h - TITLE_PX - 2, 1.0))
+        if square:
+            scale = min(box.width() / cols, box.height() / rows)
+            w, h = cols * scale, rows * scale
+            box = QRectF(box.center().x() - w / 2, box.top() + (box.height() - h) / 2, w, h)
+        rects.append(box)
+    return rects
+
+
+def colour_table(lut: np.ndarray) -> list[int]:
+    """A (256, 4) RGBA LUT as the ARGB ints QImage's Indexed8 format reads."""
+    c = lut.astype(np.uint32)
+    return ((c[:, 3] << 24) | (c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]).tolist()
+
+
+def picture(heat: HeatImage, table: list[int]) -> QImage:
+    """The map's colour indices through its LUT, converted once here rather than in every paint."""
+    image = np.ascontiguousarray(heat.image)
+    rows, cols = image.shape
+    indexed = QImage(image.data, cols, rows, image.strides[0], QImage.Format_Indexed8)
+    indexed.setColorTable(table)
+    return indexed.convertToFormat(QImage.Format_ARGB32_Premultiplied)  # a copy: `image` may go
+
+
+def _font(points: float) -> QFont:
+    font = QFont()
+    font.setPointSizeF(points)
+    return font
+
+
+class Mosaic(QGraphicsWidget):
+    """Draws the grid's maps with their titles; token labels along the left column and bottom row."""
+
+    def __init__(self):
+        super().__init__()
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+        self.tiles: list[MapTile] = []
+        self.map_shape = (1, 1)  # full-resolution (rows, cols) of every map
+        self.tokens: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (query labels, key labels)
+        self.stale = False
+        self.row: int | None = None  # a query row outlined in every map (token focus)
+        self.rects: list[QRectF] = []  # where each tile is drawn, in this item's coordinates
+        self.pictures: list[QImage] = []  # the tiles' images, ready to draw
+        self._columns = 1
+        self._label_px = (0.0, 0.0)  # widest query and key label drawn
+        self.title_font, self.label_font = _font(9), _font(8)
+
+    # --- content and layout ------------------------------------------------------------------
+
+    def set_tiles(self, tiles: list[MapTile], shape: tuple[int, int],
+                  tokens: tuple[tuple[str, ...], tuple[str, ...]] | None) -> None:
+        tables: dict[int, list[int]] = {}  # one colour table per LUT of this result
+        self.pictures = [picture(t.heat, tables.setdefault(id(t.heat.lut), colour_table(t.heat.lut)))
+                          for t in tiles]
+        self.tiles, self.map_shape = tiles, shape
+        if tokens != self.tokens:
+            self.tokens = tokens
+            self._label_px = self._widest_labels()
+        self._place()
+        self.update()
+
+    def set_stale(self, stale: bool) -> None:
+        if stale != self.stale:
+            self.stale = stale
+            self.update()
+
+    def set_row(self, row: int | None) -> None:
+        if row != self.row:
+            self.row = row
+            self.update()
+
+    def tile_area(self, rect: QRectF | None = None) -> QRectF:
+        """The part of `rect` (this item's) left for the maps once token labels have their room."""
+        rect = self.rect() if rect is None else rect
+        if not self.tokens:
+            return rect
+        line = QFontMetricsF(self.label_font).height()
+        return rect.adjusted(self._label_px[0] + 6 + AXIS_NAME_PX, 0, 0, -(line + 4 + AXIS_NAME_PX))
+
+    def _widest_labels(self) -> tuple[float, float]:
+        if not self.tokens:
+            return 0.0, 0.0
+        metrics = QFontMetricsF(self.label_font)
+        return tuple(min(max((metrics.horizontalAdvance(t) for t in labels), default=0.0), TOKEN_LABEL_MAX_PX)
+                     for labels in self.tokens)
+
+    def _place(self) -> None:
+        area = self.tile_area()
+        self._columns = grid_shape(len(self.tiles), *self.map_shape, area.width(), area.height())[1]
+        self.rects = image_rects(len(self.tiles), *self.map_shape, area)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._place()
+
+    # --- cells -------------------------------------------------------------------------------
+
+    def cell_at(self, pos: QPointF) -> tuple[int, float, float] | None:
+        """(tile index, x, y) at `pos` (this item's coordinates): cell (i, j) spans y, x in i +- 0.5, j +- 0.5."""
+        rows, cols = self.map_shape
+        for k, rect in enumerate(self.rects):
+            if rect.contains(pos):
+                return (k, (pos.x() - rect.left()) / rect.width() * cols - 0.5,
+                        (pos.y() - rect.top()) / rect.height() * rows - 0.5)
+        return None
+
+    def cell_pos(self, k: int, x: float, y: float) -> QPointF:
+        """The inverse of cell_at: where (x, y) of tile k lies in this item's coordinates."""
+        rect, (rows, cols) = self.rects[k], self.map_shape
+        return QPointF(rect.left() + (x + 0.5) * rect.width() / cols, rect.top() + (y + 0.5) * rect.height() / rows)
+
+    # --- painting ----------------------------------------------------------------------------
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        painter.setRenderHint(QPainter.SmoothPixmapTransform, False)  # a cell is a block of one colour
+        painter.setOpacity(STALE_OPACITY if self.stale else 1.0)
+        for rect, image in zip(self.rects, self.pictures):
+            painter.drawImage(rect, image)
+        painter.setOpacity(1.0)
+        self._paint_titles(painter)
+        if self.row is not None and 0 <= self.row < self.map_shape[0]:
+            painter.setPen(QPen(ROW_MARK, 1.5))
+            for rect in self.rects:
+                y = rect.top() + (self.row + 0.5) * rect.height() / self.map_shape[0]
+                painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
+        if self.tokens and self.rects:
+            self._paint_tokens(painter)
+
+    def _paint_titles(self, painter: QPainter) -> None:
+        painter.setFont(self.title_font)
+        painter.setPen(INK)
+        metrics = QFontMetricsF(self.title_font)
+        box_w = self.tile_area().width() / self._columns
+        for tile, rect in zip(self.tiles, self.rects):
+            title_rect = QRectF(rect.center().x() - box_w / 2, rect.top() - TITLE_PX, box_w, TITLE_PX)
+            text = metrics.elidedText(tile.title, Qt.ElideRight, box_w - 4)
+            painter.drawText(title_rect, Qt.AlignHCenter | Qt.AlignVCenter, text)
+
+    def tick_labels(self, k: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """Token labels drawn beside tile k: (query row, label) on its left if it is in the first column,
+        (key column, label) under it if nothing is below; every n-th where the cells are too small for all."""
+        if not self.tokens or k >= len(self.rects):
+            return [], []
+        (queries, keys), (rows, cols), rect = self.tokens, self.map_shape, self.rects[k]
+        left, bottom = [], []
+        if k % self._columns == 0:
+            step = max(1, math.ceil(TOKEN_ROW_PX * rows / max(rect.height(), 1.0)))
+            left = [(i, queries[i]) for i in range(0, min(rows, len(queries)), step)]
+        if k + self._columns >= len(self.rects):
+            step = max(1, math.ceil((self._label_px[1] + 8) * cols / max(rect.width(), 1.0)))
+            bottom = [(j, keys[j]) for j in range(0, min(cols, len(keys)), step)]
+        return left, bottom
+
+    def _paint_tokens(self, painter: QPainter) -> None:
+        painter.setFont(self.label_font)
+        painter.setPen(SOFT_INK)
+        metrics = QFontMetricsF(self.label_font)
+        line = metrics.height()
+        (rows, cols), (query_w, key_w) = self.map_shape, self._label_px
+        for k, rect in enumerate(self.rects):
+            left, bottom = self.tick_labels(k)
+            for i, label in left:
+                y = rect.top() + (i + 0.5) * rect.height() / rows
+                painter.drawText(QRectF(rect.left() - query_w - 4, y - line / 2, query_w, line),
+                                 Qt.AlignRight | Qt.AlignVCenter, metrics.elidedText(label, Qt.ElideRight, query_w))
+            for j, label in bottom:
+                x = rect.left() + (j + 0.5) * rect.width() / cols
+                painter.drawText(QRectF(x - key_w / 2 - 4, rect.bottom() + 2, key_w + 8, line),
+                                 Qt.AlignHCenter | Qt.AlignTop, metrics.elidedText(label, Qt.ElideRight, key_w))
+        self._paint_axis_names(painter)
+
+    def _paint_axis_names(self, painter: QPainter) -> None:
+        area = self.tile_area()
+        painter.setPen(INK)
+        painter.drawText(QRectF(area.left(), self.rect().bottom() - AXIS_NAME_PX, area.width(), AXIS_NAME_PX),
+                         Qt.AlignCenter, "key token")
+        painter.save()
+        painter.translate(self.rect().left(), area.center().y())
+        painter.rotate(-90)
+        painter.drawText(QRectF(-area.height() / 2, 0, area.height(), AXIS_NAME_PX), Qt.AlignCenter, "query token")
+        painter.restore()
