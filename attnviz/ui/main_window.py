@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -107,6 +107,7 @@ class MainWindow(QMainWindow):
 
         self._timer = self._single_shot(0, self.request)  # a burst of edits: one request per loop turn
         self._arrived: Outcome | None = None  # the newest result not yet on screen
+        self._unpainted: int | None = None  # the id of the result swapped in and not yet painted
         self._swap_timer = self._single_shot(1, self._swap_in)  # a timer, not a queued call: the loop runs between
 
         self.worker = Worker(compute, parent=self)
@@ -447,6 +448,7 @@ class MainWindow(QMainWindow):
         waiting = self._arrived
         if outcome.request.id <= max(self.shown_id, waiting.request.id if waiting else 0):
             self.worker.release(outcome.result, outcome.frames)  # never shown
+            self.worker.resume(outcome.request.id)  # nothing to paint
             return
         if waiting is not None:
             self.worker.release(waiting.result, waiting.frames)
@@ -481,6 +483,9 @@ class MainWindow(QMainWindow):
         self.shown_id = rid
         swap = time.perf_counter() - t0
         self._update_status(outcome, swap)
+        self._unpainted = rid  # the worker yields until it is painted (see event())
+        if not self.isVisible():
+            self._resume_worker()
         self.sigShown.emit(rid)
 
     def _on_failed(self, failure: Failure) -> None:
@@ -667,6 +672,17 @@ class MainWindow(QMainWindow):
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())
         s.sync()
+
+    def event(self, event) -> bool:
+        handled = super().event(event)
+        if event.type() == QEvent.UpdateRequest:  # the window has painted what changed, maps included
+            self._resume_worker()
+        return handled
+
+    def _resume_worker(self) -> None:
+        if self._unpainted is not None:
+            self.worker.resume(self._unpainted)
+            self._unpainted = None
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.save_settings()

@@ -73,6 +73,12 @@ MAX_NICE = 19
 # against 26-63 ms at 0 (quiet machine, one busy process).
 # Niceness cannot be lowered again without privileges, hence two threads, each at a fixed level.
 BUSY_NICE_STEP = 4
+# After delivering a result the worker yields to the window while it swaps the result in and paints
+# it: computing the next request waits at its next stage boundary (at most this long per result).
+# The GUI thread's paint calls back into Python (pyqtgraph items) for every item, and each callback
+# waited for the GIL behind the worker's Python between torch ops: swap + paint 15 ms alone, 40-80 ms
+# with a forward running, in a stream of edits (benchmarks/README.md, fuzz).
+YIELD_MAX_S = 0.05
 # torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
 # "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
 THREAD_POLICY: str | int = "adaptive"
@@ -251,6 +257,10 @@ class Worker(QObject):
         self._running = False  # a thread is serving requests (changed under _cond only)
         self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
         self.threads_used = 0  # torch threads of the last run (benchmarks report it)
+        self._window_done = threading.Event()  # clear while the window swaps in and paints a result
+        self._window_done.set()
+        self._yield_until = 0.0  # monotonic deadline of the current yield
+        self._yield_for = 0  # the request id of the result the window is given
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -280,6 +290,7 @@ class Worker(QObject):
         with self._cond:
             self._stopping = True
             self._pending = None
+            self._window_done.set()  # a yielding run stops at once
             self._cond.notify()
             thread = self._thread
         if thread is not threading.current_thread():
@@ -293,7 +304,21 @@ class Worker(QObject):
         with self._cond:
             return self._pending is not None or self._stopping
 
-    def _cancelled(self) -> bool:
+    def resume(self, request_id: int) -> None:
+        """The window has painted (or dropped) the result of `request_id`: when that is the newest
+        result delivered, the worker computes again without waiting."""
+        if request_id >= self._yield_for:
+            self._window_done.set()
+
+    def yielding(self) -> bool:
+        """Whether the next stage boundary waits for the window (resume() or YIELD_MAX_S)."""
+        return not self._window_done.is_set() and time.monotonic() < self._yield_until
+
+    def _checkpoint(self) -> bool:
+        """Between stages: let the window paint first; True when the run should stop (closing)."""
+        wait = self._yield_until - time.monotonic()
+        if wait > 0 and not self._stopping:
+            self._window_done.wait(wait)
         return self._stopping
 
     def _loop(self) -> None:
@@ -343,12 +368,12 @@ class Worker(QObject):
         # take (config, cancel)); the pipeline view asks for every stage
         extra = {} if needed <= DEFAULT_RECORD else {"record": DEFAULT_RECORD | needed}
         try:
-            return self._compute(config, cancel=self._cancelled, **extra)
+            return self._compute(config, cancel=self._checkpoint, **extra)
         except MemoryBudgetError:
             if not self.reaper.flush():
                 raise
             # a replaced result the reaper was holding made the budget look smaller than it is
-            return self._compute(config, cancel=self._cancelled, **extra)
+            return self._compute(config, cancel=self._checkpoint, **extra)
 
     def _stale(self, config: RunConfig, needed: frozenset[str]) -> bool:
         """Whether the last result cannot show `config` (a model-backed result is kept by its
@@ -384,9 +409,11 @@ class Worker(QObject):
             self._pools.clear()
             self._last = reused or self._run(request.config, needed)
             self._last_request = request.config
-        if self._stopping:
+        if self._checkpoint():
             return
         frames = render(self._last, request.options, self._pools)
         if self._stopping:
             return
+        self._window_done.clear()  # the window swaps this in and paints: the next run yields to it
+        self._yield_for, self._yield_until = request.id, time.monotonic() + YIELD_MAX_S
         self.sigDone.emit(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0))

@@ -194,3 +194,53 @@ def test_the_reaper_trims_the_heap_only_once_results_stop_coming(qapp, monkeypat
     assert len(trims) == 1  # the last replaced result freed after HOLD_S, then one trim
     reaper.drop(Big([]))
     assert reaper.flush() and len(trims) == 2  # flush() asks for memory: it trims before returning
+
+
+def test_after_a_result_the_next_run_waits_until_the_window_has_painted_it(qapp, qtbot, monkeypatch):
+    """The GUI thread's paint needs the GIL for every pyqtgraph item: the worker's next run waits at
+    its first stage boundary until resume() (bounded by YIELD_MAX_S, here made long)."""
+    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
+    passed: list[int] = []
+
+    def compute(config, cancel=None):
+        cancel()  # a stage boundary
+        passed.append(config.seed)
+        return run(config, cancel=cancel)
+
+    worker = Worker(compute=compute)
+    try:
+        with qtbot.waitSignal(worker.sigDone, timeout=10000) as done:
+            worker.submit(Request(1, RunConfig(seq_q=8, heads=2, d_model=16), ViewOptions()))
+        assert worker.yielding()
+        worker.submit(Request(2, RunConfig(seq_q=8, heads=2, d_model=16, seed=5), ViewOptions()))
+        time.sleep(0.3)
+        assert passed == [0]  # the second run waits at its boundary
+        worker.resume(done.args[0].request.id - 1)  # an older result painted: still waiting
+        time.sleep(0.1)
+        assert passed == [0]
+        worker.resume(done.args[0].request.id)
+        qtbot.waitUntil(lambda: passed == [0, 5], timeout=5000)
+    finally:
+        assert worker.stop()
+
+
+def test_closing_ends_a_yielding_run_at_once(qapp, qtbot, monkeypatch):
+    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
+    worker = Worker(compute=run)
+    with qtbot.waitSignal(worker.sigDone, timeout=10000):
+        worker.submit(Request(1, RunConfig(seq_q=8, heads=2, d_model=16), ViewOptions()))
+    worker.submit(Request(2, RunConfig(seq_q=8, heads=2, d_model=16, seed=5), ViewOptions()))
+    time.sleep(0.1)  # waiting for the window at a stage boundary
+    assert worker.stop(timeout=5)
+
+
+def test_the_window_lets_the_worker_go_on_once_a_result_is_painted(window, qtbot, monkeypatch):
+    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
+    window.show()
+    window.panel.widgets["seed"].setValue(7)
+    wait_shown(qtbot, window)
+    qtbot.waitUntil(lambda: not window.worker.yielding(), timeout=2000)  # long before YIELD_MAX_S (60 s)
+    window.hide()
+    window.panel.widgets["seed"].setValue(8)  # hidden: nothing will paint, the swap lets it go on
+    wait_shown(qtbot, window)
+    assert not window.worker.yielding()
