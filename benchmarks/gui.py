@@ -216,11 +216,16 @@ class Harness:
         grid, frames = self.window.headGrid, self.window.frames
         if frames is None or not grid.tiles:
             return False
+        mosaic = getattr(grid, "mosaic", None)  # None: attnviz before the mosaic (--code-from), a PlotItem a tile
         for tile, h in zip(grid.tiles, grid.tile_heads):
             heat = frames.mean if h == -1 else frames.heads[h]
-            if tile.heat.image.shape != heat.image.shape or not np.array_equal(tile.heat.image, heat.image):
+            shown = tile.image.image if mosaic is None else tile.heat.image
+            if shown is None or shown.shape != heat.image.shape or not np.array_equal(shown, heat.image):
                 return False
-        drawn = [grid.focus_tile.image.qimage] if grid.focus is not None else grid.mosaic.pictures
+        if mosaic is None:
+            drawn = [tile.image.qimage for tile in grid.tiles]
+        else:
+            drawn = [grid.focus_tile.image.qimage] if grid.focus is not None else mosaic.pictures
         if len(drawn) != len(grid.tiles) or any(image is None for image in drawn):
             return False
         return len(grid.tiles) == len(grid._wanted_heads(self.window.result.config.heads))

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QGraphicsWidget, QSizePolicy
 from ..frames import HeatImage
 
 TITLE_PX = 22  # a map's title row
-TOKEN_ROW_PX, TOKEN_CHAR_PX = 18, 7  # room a token label needs: a row's height (with spacing), a character's width
+TOKEN_ROW_PX = 18  # the height a token label needs, with spacing
 TOKEN_LABEL_MAX_PX = 120  # longer token labels are elided (the hover names them in full)
 AXIS_NAME_PX = 16  # the strip for "query token" / "key token"
 STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls

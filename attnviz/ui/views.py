@@ -19,12 +19,13 @@ from ..core import RunResult
 from ..core.cells import cell_path
 from ..frames import Frames, HeatImage, head_title, tensor_data, view_stage
 from ..models.tokens import display
-from .mosaic import ROW_MARK, STALE_OPACITY, TITLE_PX, TOKEN_CHAR_PX, TOKEN_ROW_PX, MapTile, Mosaic, image_rects
+from .mosaic import ROW_MARK, STALE_OPACITY, TITLE_PX, TOKEN_ROW_PX, MapTile, Mosaic, image_rects
 from .panel import named
 
 STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
               "weights": "softmax"}  # one cell's path, as hover spells it
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
+TOKEN_CHAR_PX = 7  # a token label character's width on the focused map's key axis
 
 
 def _image_item() -> pg.ImageItem:
@@ -61,6 +62,7 @@ class Tile:
         self.plot.addItem(self.image)
         self.title = ""
         self._geometry = None  # (rows, cols, aspect locked) last applied
+        self._axes_key = None  # what set_axes / set_token_axes last applied
         for axis in ("left", "bottom", "top", "right"):
             # Positions are whole numbers; and with the prefix on, every range change of a tile
             # re-renders its (hidden) axis labels as HTML: ~0.3 ms each, thousands per regrid.
@@ -68,33 +70,34 @@ class Tile:
         self.set_axes(False)
 
     def set_axes(self, shown: bool) -> None:
-        self._token_key = None
+        """Position axes ("query position i", "key position j") or none."""
+        if self._axes_key == shown:  # labels and ticks re-render as HTML: only on a change
+            return
+        self._axes_key = shown
         for axis in ("left", "bottom"):
             self.plot.showAxis(axis, shown)
             self.plot.getAxis(axis).setTicks(None)
+            self.plot.getAxis(axis).showLabel(shown)
         if shown:
             self.plot.setLabel("left", "query position i")
             self.plot.setLabel("bottom", "key position j")
 
-    def set_token_axes(self, tokens: tuple[tuple[str, ...], tuple[str, ...]], left: bool, bottom: bool,
-                       px: tuple[int, int], named_axes: bool = True) -> None:
+    def set_token_axes(self, tokens: tuple[tuple[str, ...], tuple[str, ...]], px: tuple[int, int]) -> None:
         """Token labels on the left (queries) and bottom (keys) axes, every k-th one where the cells
-        are too small for all (the hover always names both tokens in full)."""
+        (px: the map's size on screen) are too small for all (the hover always names both in full)."""
         rows, cols = ([display(t) for t in axis] for axis in tokens)
         widest = max((len(t) for t in cols), default=1)
         steps = (max(1, math.ceil(TOKEN_ROW_PX * max(len(rows), 1) / max(px[0], 1))),
                  max(1, math.ceil((widest * TOKEN_CHAR_PX + 8) * max(len(cols), 1) / max(px[1], 1))))
-        key = (tokens, left, bottom, steps, named_axes)
-        if key == getattr(self, "_token_key", None):
+        key = (tokens, steps)
+        if key == self._axes_key:
             return
-        self._token_key = key
-        for axis, on, step, name, labels in (("left", left, steps[0], "query token", rows),
-                                             ("bottom", bottom, steps[1], "key token", cols)):
-            self.plot.showAxis(axis, on)
-            if on:
-                self.plot.getAxis(axis).setTicks([[(k, labels[k]) for k in range(0, len(labels), step)], []])
-                self.plot.setLabel(axis, name if named_axes else None)
-                self.plot.getAxis(axis).showLabel(named_axes)
+        self._axes_key = key
+        for axis, step, name, labels in (("left", steps[0], "query token", rows),
+                                         ("bottom", steps[1], "key token", cols)):
+            self.plot.showAxis(axis, True)
+            self.plot.getAxis(axis).setTicks([[(k, labels[k]) for k in range(0, len(labels), step)], []])
+            self.plot.setLabel(axis, name)
 
     def show(self, heat: HeatImage, title: str, lock_aspect: bool = True) -> None:
         set_heat_image(self.image, heat)
@@ -303,10 +306,9 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         focus.show(tile.heat, tile.title, lock_aspect=False)
         focus.image.setOpacity(STALE_OPACITY if self.stale else 1.0)
         if axes is None:
-            if focus._token_key is not None or not focus.plot.getAxis("left").isVisible():
-                focus.set_axes(True)
+            focus.set_axes(True)
         else:
-            focus.set_token_axes(axes, True, True, self.tile_pixels(c.seq_q, c.lkv, 1))
+            focus.set_token_axes(axes, self.tile_pixels(c.seq_q, c.lkv, 1))
 
     def _show_bar(self, frames: Frames, c) -> None:
         view = frames.options.view

@@ -511,6 +511,25 @@ def test_token_labels_go_when_the_next_run_has_no_tokens(qtbot):
     assert grid.mosaic.tokens is None and ink_left_of_maps() == 0
 
 
+def test_a_focused_map_has_token_axes_then_position_axes_again(qtbot):
+    from attnviz.core import load_preset
+    from attnviz.frames import ViewOptions, render
+    from attnviz.ui.views import HeadGrid
+
+    grid = HeadGrid()
+    qtbot.addWidget(grid)
+    grid.resize(900, 500)
+    grid.set_focus(1)
+    toy = run(load_preset("toy-reverse"))
+    grid.show_frames(toy, render(toy, ViewOptions()))
+    left = grid.focus_tile.plot.getAxis("left")
+    assert grid.tile_heads == [1] and grid.mosaic.tiles == []  # drawn large with axes, not in the mosaic
+    assert [label for _, label in left._tickLevels[0]] == list(toy.axis_tokens()[0])
+    plain = run(RunConfig.for_variant("causal", heads=toy.config.heads, seq_q=toy.config.seq_q, d_model=64))
+    grid.show_frames(plain, render(plain, ViewOptions()))
+    assert left._tickLevels is None and left.labelText == "query position i"
+
+
 def test_a_resize_while_stale_regrids(window, qtbot):
     window.panel.set_config(window.panel.config().replace(heads=16))
     wait_shown(qtbot, window)
