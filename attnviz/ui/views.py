@@ -26,6 +26,7 @@ STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": 
               "weights": "softmax"}  # one cell's path, as hover spells it
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 TOKEN_CHAR_PX = 7  # a token label character's width on the focused map's key axis
+TICK_TEXT_PX = 36  # room for numeric tick labels ("0.0307", "-1.5", "4000") on the colour bar and tensor view
 
 
 def _image_item() -> pg.ImageItem:
@@ -39,6 +40,13 @@ def set_heat_image(item: pg.ImageItem, heat: HeatImage) -> None:
     item.setImage(heat.image, lut=heat.lut, levels=(0, 255), autoLevels=False)
     rows, cols = heat.shape
     item.setRect(QRectF(-0.5, -0.5, cols, rows))  # cell (i, j) centred on (j, i): ticks mark cells
+
+
+def settle_before_paint(view: pg.GraphicsView) -> None:
+    """Lay out and set the view transforms now. Left to the event loop, the layout ran after the first
+    paint and each ViewBox set its transform inside the paint, which asked for another paint."""
+    QCoreApplication.sendPostedEvents(None, QEvent.LayoutRequest)
+    view.scene().prepareForPaint()
 
 
 def _fmt(x: float) -> str:
@@ -127,6 +135,9 @@ class ColourBar(pg.PlotItem):
         self.hideAxis("left")
         self.showAxis("right")
         self.getAxis("right").enableAutoSIPrefix(False)  # show 0.12, not 120 (x0.001)
+        # A fixed room for tick labels: grown to fit them, the axis resized inside the paint that
+        # found them wider and asked for another paint of the whole grid.
+        self.getAxis("right").setStyle(autoExpandTextSpace=False, tickTextWidth=TICK_TEXT_PX)
         self.setFixedWidth(72)
         self.gradient = _image_item()
         self.addItem(self.gradient)
@@ -296,10 +307,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self._show_bar(frames, c)
         more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
         self.legend.setText(more + _swatch_html(frames.lut))
-        # Lay out and set view transforms now: left to the event loop they ran after the first paint
-        # and one swap painted the grid twice.
-        QCoreApplication.sendPostedEvents(None, QEvent.LayoutRequest)
-        self.scene().prepareForPaint()
+        settle_before_paint(self)
 
     def _show_focused(self, tile: MapTile, axes, c) -> None:
         focus = self.focus_tile
@@ -447,6 +455,7 @@ class TensorView(pg.PlotWidget):
         self.image = _image_item()
         self.plot.addItem(self.image)
         self.plot.setLabel("bottom", "feature")
+        self.plot.getAxis("left").setStyle(autoExpandTextSpace=False, tickTextWidth=TICK_TEXT_PX)  # see ColourBar
         self.result: RunResult | None = None
         self.frames: Frames | None = None
         self._shown = None  # (left label, rows, cols) last applied
@@ -474,6 +483,7 @@ class TensorView(pg.PlotWidget):
             self._shown = shown
             self.plot.setLabel("left", shown[0])
             self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+        settle_before_paint(self)
 
     def set_stale(self, stale: bool) -> None:
         self.image.setOpacity(STALE_OPACITY if stale else 1.0)

@@ -462,19 +462,28 @@ def test_results_that_arrive_together_are_swapped_in_once(window, qtbot):
     assert window.result.config.seed == 6
 
 
-def test_a_result_with_a_new_head_count_paints_the_grid_once(window, qtbot, monkeypatch):
-    # the layout and the tiles' view transforms are settled before the paint, not inside it
+def test_a_result_paints_the_grid_and_tensor_view_once(window, qtbot, monkeypatch):
+    # the layout, the views' transforms and the axes' widths are settled before the paint, not in it:
+    # a colour bar whose tick labels grew (a new seed, new levels) resized its axis inside the paint
     window.show()
-    paints = []
-    original = window.headGrid.paintEvent
-    monkeypatch.setattr(window.headGrid, "paintEvent", lambda event: (paints.append(1), original(event)))
-    for heads in (8, 2, 16, 4):
+    paints: dict[str, list] = {"headGrid": [], "outputView": []}
+
+    def counting(view):
+        original, counted = view.paintEvent, paints[view.objectName()]
+        return lambda event: (counted.append(1), original(event))
+
+    for view in (window.headGrid, window.outputView):
+        monkeypatch.setattr(view, "paintEvent", counting(view))
+    changes = [("heads", 8), ("heads", 2), ("heads", 16), ("heads", 4), ("seed", 3), ("seed", 11), ("seq_q", 40),
+               ("d_model", 128)]
+    for name, value in changes:
         qtbot.wait(100)
-        paints.clear()
-        window.panel.widgets["heads"].setValue(heads)
+        for counted in paints.values():
+            counted.clear()
+        window.panel.widgets[name].setValue(value)
         wait_shown(qtbot, window)
         qtbot.wait(200)
-        assert len(paints) == 1, heads
+        assert (len(paints["headGrid"]), len(paints["outputView"])) == (1, 1), (name, value)
 
 
 def test_the_focus_token_list_is_filled_only_while_its_panel_is_open(window, qtbot):
