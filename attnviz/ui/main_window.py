@@ -71,7 +71,7 @@ class MainWindow(QMainWindow):
         self.result = None
         self.frames = None
         self.last_error: str | None = None
-        self._model_dock_shown = self._model_dock_hidden_by_us = False
+        self._model_dock_shown = False
 
         self.panel = ParameterPanel()
         scroll = QScrollArea()
@@ -322,13 +322,13 @@ class MainWindow(QMainWindow):
         layer_spin = self.panel.widgets["layer"]
         if result.source is None:  # random weights: no model behind these maps
             layer_spin.setMaximum(int(field_meta("layer")["maximum"]))
-            if self.modelDock.isVisible():
-                self._model_dock_hidden_by_us = True  # back with the next model
-                self.modelDock.hide()
+            # The dock stays, saying so: hiding it and showing it again with the next model resized
+            # every view in the window, twice per switch between a trained and a random variant.
+            self.modelView.show_none()
             return
         layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
-        if not self._model_dock_shown or self._model_dock_hidden_by_us:  # open once; then the user decides
-            self._model_dock_shown, self._model_dock_hidden_by_us = True, False
+        if not self._model_dock_shown:  # open once; then the user decides
+            self._model_dock_shown = True
             self.modelDock.show()
             self.resizeDocks([self.modelDock], [max(self.height() // 3, 180)], Qt.Vertical)
         if self.modelDock.isVisible():

@@ -20,6 +20,8 @@ from .worker import lower_priority
 
 GAP = 2
 MIN_TILE, MAX_TILE = 12, 72
+NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
+            "(Variant) to see all its layers and heads here.")
 
 
 class ModelView(pg.GraphicsLayoutWidget):
@@ -79,9 +81,24 @@ class ModelView(pg.GraphicsLayoutWidget):
                 self._sigMosaic.emit(source, mosaic, tile)
         threading.Thread(target=compose, name="attnviz-model-view", daemon=True).start()
 
+    def show_none(self) -> None:
+        """No model behind the maps shown (random weights): an earlier model's tiles go, a note says why."""
+        if self.source is None and self.tile == 0:
+            return
+        self.source, self.tile, self._size = None, 0, None
+        self.image.clear()
+        self.marker.setRect(QRectF())
+        for axis in ("left", "top"):
+            self.plot.getAxis(axis).setTicks([[]])
+            self.plot.hideAxis(axis)
+        self.plot.setTitle(NO_MODEL, size="9pt")
+
     def _mosaic_ready(self, source, mosaic: np.ndarray, tile: int) -> None:
         if source is not self.source:
             return  # a newer forward is on its way
+        self.plot.setTitle(None)
+        for axis in ("left", "top"):
+            self.plot.showAxis(axis)
         layers, _, heads = source.layer_weights.shape[:3]
         self.tile = mosaic.shape[0] // layers if layers == 1 else (mosaic.shape[0] + GAP) // layers - GAP
         self.image.setImage(mosaic, autoLevels=False, levels=(0, 255))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import QWidget
 from uihelpers import wait_shown
 
@@ -113,6 +114,13 @@ def test_toy_presets_open_on_their_own_layer_and_the_model_view_follows(window, 
     window.panel.set_config(load_preset("toy-reverse"))  # its caption is about layer 2: not clamped to 1
     wait_shown(qtbot, window)
     assert window.result.config.layer == 2 and window.panel.widgets["layer"].value() == 2
-    window.panel.set_config(load_preset("default"))  # random weights: no model view
+    window.panel.set_config(load_preset("default"))  # random weights: no model behind the maps
     wait_shown(qtbot, window)
-    assert not window.modelDock.isVisible()
+    view = window.modelView
+    assert window.modelDock.isVisible()  # it stays (showing and hiding it resized every view), and says why
+    assert view.source is None and view.image.image is None and "no model" in view.plot.titleLabel.text
+    assert view.tile_at(view.plot.getViewBox().mapViewToScene(QPointF(1, 1))) is None  # no click opens a layer
+    window.panel.set_config(load_preset("toy-reverse"))
+    wait_shown(qtbot, window)
+    qtbot.waitUntil(lambda: view.image.image is not None, timeout=10000)
+    assert view.source is window.result.source and not view.plot.titleLabel.isVisible()
