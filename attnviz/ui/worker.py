@@ -397,6 +397,8 @@ class Worker(QObject):
 
     def _handle(self, request: Request, threads: int) -> None:
         """On a lane: compute (with `threads` torch threads) if the config changed, then render."""
+        if self._checkpoint():  # the window may still be painting the last result
+            return
         set_torch_threads(threads)
         t0 = time.perf_counter()
         stage = view_stage(request.options.view)
