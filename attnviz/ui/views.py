@@ -306,7 +306,9 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self._show_focused(self.tiles[0], axes, c)
         self._show_bar(frames, c)
         more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
-        self.legend.setText(more + _swatch_html(frames.lut))
+        legend = more + _swatch_html(frames.lut)
+        if legend != self.legend.text:  # re-rendered as HTML: only on a change
+            self.legend.setText(legend)
         settle_before_paint(self)
 
     def _show_focused(self, tile: MapTile, axes, c) -> None:

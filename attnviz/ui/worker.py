@@ -74,10 +74,10 @@ MAX_NICE = 19
 # Niceness cannot be lowered again without privileges, hence two threads, each at a fixed level.
 BUSY_NICE_STEP = 4
 # After delivering a result the worker yields to the window while it swaps the result in and paints
-# it: computing the next request waits at its next stage boundary (at most this long per result).
-# The GUI thread's paint calls back into Python (pyqtgraph items) for every item, and each callback
-# waited for the GIL behind the worker's Python between torch ops: swap + paint 15 ms alone, 40-80 ms
-# with a forward running, in a stream of edits (benchmarks/README.md, fuzz).
+# it: the next request waits at its start and at each stage boundary (at most this long per result).
+# With a forward or render running on the other core the GUI thread's swap and paint took 2-3x their
+# CPU time alone, and every Python callback of the paint (pyqtgraph items) queued for the GIL behind
+# the worker's Python between torch ops. Fuzz longest stall 85/74/112 -> 62/70/50 ms (benchmarks/README.md).
 YIELD_MAX_S = 0.05
 # torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
 # "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
