@@ -331,15 +331,27 @@ class Worker(QObject):
             for lane in lanes.values():
                 lane.close()
 
-    def _serve(self, lanes: dict[str, Lane]) -> None:
+    def _next_request(self) -> Request | None:
+        """The newest request, once the window has painted the last result (see YIELD_MAX_S): edits
+        made meanwhile replace the pending request. None when stopping."""
         while True:
             with self._cond:
                 while self._pending is None and not self._stopping:
                     self._cond.wait()
+            self._checkpoint()  # outside the lock: submit() goes on replacing the pending request
+            with self._cond:
                 if self._stopping:
                     self._running = False  # submit() starts a new thread from now on
-                    return
-                request, self._pending = self._pending, None
+                    return None
+                if self._pending is not None:
+                    request, self._pending = self._pending, None
+                    return request
+
+    def _serve(self, lanes: dict[str, Lane]) -> None:
+        while True:
+            request = self._next_request()
+            if request is None:
+                return
             self.sigBusy.emit(True)
             n = thread_count(self._share)
             if request.config.spec.backed:  # a model forward leaves a core to the window (see model_threads)
@@ -397,8 +409,6 @@ class Worker(QObject):
 
     def _handle(self, request: Request, threads: int) -> None:
         """On a lane: compute (with `threads` torch threads) if the config changed, then render."""
-        if self._checkpoint():  # the window may still be painting the last result
-            return
         set_torch_threads(threads)
         t0 = time.perf_counter()
         stage = view_stage(request.options.view)
@@ -416,6 +426,6 @@ class Worker(QObject):
         frames = render(self._last, request.options, self._pools)
         if self._stopping:
             return
-        self._window_done.clear()  # the window swaps this in and paints: the next run yields to it
         self._yield_for, self._yield_until = request.id, time.monotonic() + YIELD_MAX_S
+        self._window_done.clear()  # the window swaps this in and paints: the next run yields to it
         self.sigDone.emit(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0))

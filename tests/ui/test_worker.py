@@ -244,3 +244,25 @@ def test_the_window_lets_the_worker_go_on_once_a_result_is_painted(window, qtbot
     window.panel.widgets["seed"].setValue(8)  # hidden: nothing will paint, the swap lets it go on
     wait_shown(qtbot, window)
     assert not window.worker.yielding()
+
+
+def test_edits_made_while_the_worker_waits_for_the_window_replace_its_next_request(qapp, qtbot, monkeypatch):
+    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
+    computed: list[int] = []
+
+    def compute(config, cancel=None):
+        computed.append(config.seed)
+        return run(config, cancel=cancel)
+
+    worker = Worker(compute=compute)
+    try:
+        with qtbot.waitSignal(worker.sigDone, timeout=10000) as done:
+            worker.submit(Request(1, RunConfig(seq_q=8, heads=2, d_model=16), ViewOptions()))
+        worker.submit(Request(2, RunConfig(seq_q=8, heads=2, d_model=16, seed=2), ViewOptions()))
+        time.sleep(0.1)  # the worker waits for the window with request 2 not yet taken
+        worker.submit(Request(3, RunConfig(seq_q=8, heads=2, d_model=16, seed=3), ViewOptions()))
+        worker.resume(done.args[0].request.id)
+        qtbot.waitUntil(lambda: computed[-1:] == [3], timeout=5000)
+        assert computed == [0, 3]  # request 2, replaced while waiting, was never computed
+    finally:
+        assert worker.stop()
