@@ -288,7 +288,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         c = result.config
         maps = len(frames.heads)  # heads, or 2 maps per head before differential attention combines them
         if self.focus is not None and self.focus >= maps:
-            self.focus = None
+            self.set_focus(None)  # that head is gone: the grid, re-pooled for its tiles (a new request)
         shared = frames.options.shared_scale
         self.tiles = []
         for h in self._wanted_heads(maps):

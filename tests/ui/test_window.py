@@ -215,6 +215,19 @@ def test_click_focuses_a_head_and_escape_returns(window, qtbot):
     assert len(tiles(window)) == 4
 
 
+def test_a_focused_head_that_goes_away_gives_the_grid_maps_pooled_for_it(window, qtbot):
+    window.panel.set_config(window.panel.config().replace(heads=8))
+    wait_shown(qtbot, window)
+    grid = window.headGrid
+    grid.set_focus(6)
+    wait_shown(qtbot, window)
+    window.panel.widgets["heads"].setValue(2)  # head 6 is gone: back to the grid
+    wait_shown(qtbot, window)
+    c = window.result.config
+    assert grid.focus is None and grid.tile_heads == [0, 1]
+    assert window.frames.options.max_px == grid.tile_pixels(c.seq_q, c.lkv, c.heads)  # asked for again
+
+
 def test_mean_tile(window, qtbot):
     window.meanCheck.setChecked(True)
     wait_shown(qtbot, window)
