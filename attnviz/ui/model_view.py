@@ -54,6 +54,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.layer = 0
         self.tile = 0
         self.colormap = "viridis"
+        self._note_shown = False  # show_none's note is up
         self._sigMosaic.connect(self._mosaic_ready)
         self.scene().sigMouseClicked.connect(self._clicked)
         self.scene().sigMouseMoved.connect(self._hovered)
@@ -70,6 +71,7 @@ class ModelView(pg.GraphicsLayoutWidget):
             self._mark()
             return
         self.source, self.colormap = source, colormap
+        self._note_shown = False  # a random result before this one's tiles arrive puts the note back
         lw = source.layer_weights
         tile = self.tile_px(lw.shape[0], lw.shape[2])
         allowed = source.masks[layer][0] if not source.masks[layer].all() else None
@@ -83,8 +85,9 @@ class ModelView(pg.GraphicsLayoutWidget):
 
     def show_none(self) -> None:
         """No model behind the maps shown (random weights): an earlier model's tiles go, a note says why."""
-        if self.source is None and self.tile == 0:
+        if self._note_shown:
             return
+        self._note_shown = True
         self.source, self.tile, self._size = None, 0, None
         self.image.clear()
         self.marker.setRect(QRectF())

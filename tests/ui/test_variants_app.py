@@ -107,6 +107,11 @@ def test_signed_maps_start_on_a_linear_scale_after_random_weights(window, qtbot)
     assert window.scaleCombo.currentData() == "linear"
 
 
+def test_the_model_view_opened_on_random_weights_says_there_is_no_model(window, qtbot):
+    window.modelDock.show()  # View menu, before any model was shown
+    assert "no model" in window.modelView.plot.titleLabel.text and window.modelView.image.image is None
+
+
 def test_toy_presets_open_on_their_own_layer_and_the_model_view_follows(window, qtbot):
     window.panel.set_config(load_preset("toy-induction"))  # 2 layers: the layer box is bounded to 0..1
     wait_shown(qtbot, window)
