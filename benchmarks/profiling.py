@@ -9,7 +9,7 @@ For each size it writes, under benchmarks/out/profiles/ (ignored by git):
   <size>_render.txt     cProfile of frames.render(result, options) with the window's tile size
   <size>_swap.txt       cProfile of HeadGrid.show_frames + TensorView.show_frames (the GUI-thread swap)
   <size>_paint.txt      cProfile of the forced repaint that follows (ImageItem.render, Qt drawing)
-  <size>_relayout.txt   cProfile of a swap that changes the head count (tiles rebuilt)
+  <size>_relayout.txt   cProfile of a swap that changes the head count
   export_*.txt          cProfile + import times of `attnviz render` and of the matplotlib script
                         (whole processes, as benchmark 4 times them)
   summary.json          the top functions of each with own time, cumulative time and share
