@@ -107,7 +107,7 @@ class MainWindow(QMainWindow):
 
         self._timer = self._single_shot(0, self.request)  # a burst of edits: one request per loop turn
         self._arrived: Outcome | None = None  # the newest result not yet on screen
-        self._unpainted: int | None = None  # the id of the result swapped in and not yet painted
+        self._unpainted: tuple[int, int, int] | None = None  # result swapped in, not yet painted; paint counts
         self._swap_timer = self._single_shot(1, self._swap_in)  # a timer, not a queued call: the loop runs between
 
         self.worker = Worker(compute, parent=self)
@@ -483,7 +483,7 @@ class MainWindow(QMainWindow):
         self.shown_id = rid
         swap = time.perf_counter() - t0
         self._update_status(outcome, swap)
-        self._unpainted = rid  # the worker yields until it is painted (see event())
+        self._unpainted = (rid, self.headGrid.paints, self.outputView.paints)  # the worker yields till painted
         if not self.isVisible():
             self._resume_worker()
         self.sigShown.emit(rid)
@@ -680,8 +680,13 @@ class MainWindow(QMainWindow):
         return handled
 
     def _resume_worker(self) -> None:
-        if self._unpainted is not None:
-            self.worker.resume(self._unpainted)
+        """Let the worker go on once both views have painted the result swapped in (the tensor view
+        is often painted one event-loop pass after the grid)."""
+        if self._unpainted is None:
+            return
+        rid, grid, tensor = self._unpainted
+        if not self.isVisible() or (self.headGrid.painted_since(grid) and self.outputView.painted_since(tensor)):
+            self.worker.resume(rid)
             self._unpainted = None
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)

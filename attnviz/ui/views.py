@@ -203,7 +203,21 @@ class OverlayBanner(QLabel):
         self.raise_()
 
 
-class HeadGrid(pg.GraphicsLayoutWidget):
+class CountsPaints:
+    """A view that counts its paints: the window lets the worker go on once a result is painted."""
+
+    paints = 0
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        self.paints += 1
+
+    def painted_since(self, paints: int) -> bool:
+        """Painted since the count was `paints`, or not on screen (nothing to wait for)."""
+        return self.paints > paints or not self.isVisible() or self.viewport().visibleRegion().isEmpty()
+
+
+class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     """The maps of the shown batch item, one per head (plus an optional mean), and a colour bar.
 
     The grid is drawn by one Mosaic item; a focused head is shown large in a PlotItem with axes."""
@@ -438,7 +452,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self.set_focus(None if self.focus is not None else hit[0])
 
 
-class TensorView(pg.PlotWidget):
+class TensorView(CountsPaints, pg.PlotWidget):
     """outputView: one 2-D tensor of the shown batch item, diverging colours centred at zero."""
 
     sigHover = Signal(str)

@@ -266,3 +266,23 @@ def test_edits_made_while_the_worker_waits_for_the_window_replace_its_next_reque
         assert computed == [0, 3]  # request 2, replaced while waiting, was never computed
     finally:
         assert worker.stop()
+
+
+def test_the_worker_goes_on_only_once_both_views_have_painted_the_result(window, qtbot, monkeypatch):
+    # the tensor view is often painted one event-loop pass after the grid: the worker waits for both
+    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
+    window.show()
+    wait_shown(qtbot, window)
+    qtbot.wait(100)
+    events: list[str] = []
+
+    def logging(name, original):
+        return lambda *args: (events.append(name), original(*args))
+
+    for view in (window.headGrid, window.outputView):
+        monkeypatch.setattr(view, "paintEvent", logging(view.objectName(), view.paintEvent))
+    monkeypatch.setattr(window.worker, "resume", logging("resume", window.worker.resume))
+    window.panel.widgets["seed"].setValue(9)
+    wait_shown(qtbot, window)
+    qtbot.waitUntil(lambda: "resume" in events, timeout=5000)
+    assert events.index("resume") > max(events.index("headGrid"), events.index("outputView")), events
