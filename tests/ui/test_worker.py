@@ -40,6 +40,26 @@ def tiny_request(rid: int, seed: int = 0) -> Request:
     return Request(rid, RunConfig(seq_q=8, heads=2, d_model=16, seed=seed), ViewOptions())
 
 
+@pytest.fixture
+def yielding_worker(qapp, qtbot, monkeypatch):
+    """A worker that has delivered request 1 (seed 0) and waits for the window (YIELD_MAX_S made
+    long), with the list of seeds its runs started computing."""
+    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
+    seeds: list[int] = []
+
+    def compute(config, cancel=None):
+        seeds.append(config.seed)
+        return run(config, cancel=cancel)
+
+    worker = Worker(compute=compute)
+    try:
+        with qtbot.waitSignal(worker.sigDone, timeout=10000):
+            worker.submit(tiny_request(1))
+        yield worker, seeds
+    finally:
+        assert worker.stop()
+
+
 def test_the_reaper_holds_a_replaced_result_a_moment_then_frees_it_on_its_thread(qapp):
     log: list = []
     reaper = Reaper()
@@ -200,33 +220,20 @@ def test_the_reaper_trims_the_heap_only_once_results_stop_coming(qapp, monkeypat
     assert reaper.flush() and len(trims) == 2  # flush() asks for memory: it trims before returning
 
 
-def test_after_a_result_the_next_run_waits_until_the_window_has_painted_it(qapp, qtbot, monkeypatch):
+def test_after_a_result_the_next_run_waits_until_the_window_has_painted_it(yielding_worker, qtbot):
     """The window's swap and paint run 2-3x slower while a forward computes on the other core: after a
     result the worker takes its next request only once resume() says it is painted (bounded by
     YIELD_MAX_S, here made long)."""
-    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
-    passed: list[int] = []
-
-    def compute(config, cancel=None):
-        cancel()  # a stage boundary
-        passed.append(config.seed)
-        return run(config, cancel=cancel)
-
-    worker = Worker(compute=compute)
-    try:
-        with qtbot.waitSignal(worker.sigDone, timeout=10000) as done:
-            worker.submit(tiny_request(1))
-        assert worker.yielding()
-        worker.submit(tiny_request(2, seed=5))
-        time.sleep(0.3)
-        assert passed == [0]  # the second request waits
-        worker.resume(done.args[0].request.id - 1)  # an older result painted: still waiting
-        time.sleep(0.1)
-        assert passed == [0]
-        worker.resume(done.args[0].request.id)
-        qtbot.waitUntil(lambda: passed == [0, 5], timeout=5000)
-    finally:
-        assert worker.stop()
+    worker, passed = yielding_worker
+    assert worker.yielding()
+    worker.submit(tiny_request(2, seed=5))
+    time.sleep(0.3)
+    assert passed == [0]  # the second request waits
+    worker.resume(0)  # an older result painted: still waiting
+    time.sleep(0.1)
+    assert passed == [0]
+    worker.resume(1)
+    qtbot.waitUntil(lambda: passed == [0, 5], timeout=5000)
 
 
 def test_closing_ends_a_yielding_run_at_once(qapp, qtbot, monkeypatch):
@@ -251,26 +258,14 @@ def test_the_window_lets_the_worker_go_on_once_a_result_is_painted(window, qtbot
     assert not window.worker.yielding()
 
 
-def test_edits_made_while_the_worker_waits_for_the_window_replace_its_next_request(qapp, qtbot, monkeypatch):
-    monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
-    computed: list[int] = []
-
-    def compute(config, cancel=None):
-        computed.append(config.seed)
-        return run(config, cancel=cancel)
-
-    worker = Worker(compute=compute)
-    try:
-        with qtbot.waitSignal(worker.sigDone, timeout=10000) as done:
-            worker.submit(tiny_request(1))
-        worker.submit(tiny_request(2, seed=2))
-        time.sleep(0.1)  # the worker waits for the window with request 2 not yet taken
-        worker.submit(tiny_request(3, seed=3))
-        worker.resume(done.args[0].request.id)
-        qtbot.waitUntil(lambda: computed[-1:] == [3], timeout=5000)
-        assert computed == [0, 3]  # request 2, replaced while waiting, was never computed
-    finally:
-        assert worker.stop()
+def test_edits_made_while_the_worker_waits_for_the_window_replace_its_next_request(yielding_worker, qtbot):
+    worker, computed = yielding_worker
+    worker.submit(tiny_request(2, seed=2))
+    time.sleep(0.1)  # the worker waits for the window with request 2 not yet taken
+    worker.submit(tiny_request(3, seed=3))
+    worker.resume(1)
+    qtbot.waitUntil(lambda: computed[-1:] == [3], timeout=5000)
+    assert computed == [0, 3]  # request 2, replaced while waiting, was never computed
 
 
 def test_the_worker_goes_on_only_once_both_views_have_painted_the_result(window, qtbot, monkeypatch):
