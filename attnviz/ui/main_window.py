@@ -46,11 +46,32 @@ from .choices import add_choice
 from .explain_views import ExplainViews
 from .model_view import ModelView
 from .panel import ParameterPanel, named
-from .views import HeadGrid, OverlayBanner, TensorView
+from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView
 from .worker import Failure, Outcome, Request, Worker
 
 SETTINGS_VERSION = 1
 START_PRESET = "toy-reverse"  # what a first launch shows
+MODEL_DOCK_PX = 200  # the model view's height at a first launch
+HOVER_HINT = ("<span style='color: gray'>Hover a cell for its query, key and exact value, and how the score was "
+              "made (Q·Kᵀ, scale, mask, softmax). Click a head to show it large; Esc goes back to the grid.</span>")
+
+
+def caption_for(result) -> tuple[str, bool]:
+    """What to look for in a result's maps, and whether it is a trained model's own caption."""
+    config = result.config
+    text, focus = config.spec.caption, config.spec.defaults.get("layer")
+    if text:
+        if focus is not None and config.layer != focus:
+            text += f"  (this is layer {config.layer}; the pattern is in layer {focus})"
+        return text, True
+    if result.source is not None:
+        info = result.source.info
+        return (f"Pretrained {info.name} ({info.model_type}) on your text: layer {config.layer} of "
+                f"0-{info.layers - 1}. Hover a cell for the token pair and its weight."), False
+    if config.weights:
+        return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
+    return (f"Random weights (seed {config.seed}): near-uniform maps, shaped only by the mask and the scale. "
+            "A \u201cTrained toy\u201d variant shows heads that learned a job."), False
 
 
 class MainWindow(QMainWindow):
@@ -71,7 +92,6 @@ class MainWindow(QMainWindow):
         self.result = None
         self.frames = None
         self.last_error: str | None = None
-        self._model_dock_shown = False
 
         self.panel = ParameterPanel()
         scroll = QScrollArea()
@@ -146,6 +166,7 @@ class MainWindow(QMainWindow):
         # back resized the head grid, which lays out and re-renders every tile, as the mouse moved.
         self.hoverLabel.setFixedHeight(self._hover_lines(2))
         self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self._show_hover(HOVER_HINT)
         self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
         self.busyIndicator.setMaximumWidth(110)
@@ -163,11 +184,7 @@ class MainWindow(QMainWindow):
         self.staleLabel = named(OverlayBanner(self.headGrid), "staleLabel")  # over the grid: never resizes it
         self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
         self.staleLabel.hide()
-        self.captionLabel = named(QLabel(), "captionLabel")  # a trained toy's "what to look for"
-        self.captionLabel.setWordWrap(True)
-        self.captionLabel.setStyleSheet("color: palette(window-text); font-weight: bold; padding: 2px 4px;")
-        self.captionLabel.setToolTip("What to look for in this trained model's maps")
-        self.captionLabel.hide()
+        self.captionLabel = named(CaptionBar(), "captionLabel")  # what to look for in these maps
         maps_layout.addWidget(self.captionLabel)
         maps_layout.addWidget(self.headGrid, 1)
         return maps, maps_layout
@@ -312,10 +329,17 @@ class MainWindow(QMainWindow):
         self.modelDock = QDockWidget("Model view: every layer × head (click one to open it)", self)
         self.modelDock.setObjectName("modelDock")
         self.modelDock.setWidget(self.modelView)
+        # Open from the start (a note says when no model is behind the maps): a dock that opened with
+        # the first model's result re-laid out the whole window inside that result's swap (a 65 ms stall).
         self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
-        self.modelDock.hide()
+        self.resizeDocks([self.modelDock], [MODEL_DOCK_PX], Qt.Vertical)
         self.modelView.sigOpen.connect(self._open_tile)
+        self.modelDock.visibilityChanged.connect(self._model_dock_visible)
         self.modelView.sigHover.connect(self._show_hover)
+
+    def _model_dock_visible(self, visible: bool) -> None:
+        if visible and self.result is not None:  # opened after the result came: fill it now
+            self._show_model(self.result)
 
     def _show_model(self, result) -> None:
         """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
@@ -327,10 +351,6 @@ class MainWindow(QMainWindow):
             self.modelView.show_none()
             return
         layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
-        if not self._model_dock_shown:  # open once; then the user decides
-            self._model_dock_shown = True
-            self.modelDock.show()
-            self.resizeDocks([self.modelDock], [max(self.height() // 3, 180)], Qt.Vertical)
         if self.modelDock.isVisible():
             self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
 
@@ -347,12 +367,7 @@ class MainWindow(QMainWindow):
             self.schedule()
 
     def _show_caption(self, result) -> None:
-        spec = result.config.spec
-        text, focus = spec.caption, spec.defaults.get("layer")
-        if text and focus is not None and result.config.layer != focus:
-            text += f"  (this is layer {result.config.layer}; the pattern is in layer {focus})"
-        self.captionLabel.setText(text)
-        self.captionLabel.setVisible(bool(text))
+        self.captionLabel.set_caption(*caption_for(result))
 
     HOVER_MAX_LINES = 4
 
@@ -463,7 +478,7 @@ class MainWindow(QMainWindow):
         rid = outcome.request.id
         t0 = time.perf_counter()
         if self.result is None or outcome.result.config != self.result.config:
-            self.hoverLabel.clear()  # it described cells of the previous run
+            self._show_hover(HOVER_HINT)  # the text described cells of the previous run
         previous = (self.result, self.frames)
         self.result, self.frames = outcome.result, outcome.frames
         if rid == self.latest_id:  # before the grid lays out: a stale grid regrids on every resize
@@ -654,6 +669,7 @@ class MainWindow(QMainWindow):
             self._view_changed()
         self.perHeadCheck.setChecked(s.value("perHead", False, bool))
         self.meanCheck.setChecked(s.value("mean", False, bool))
+        self.modelDock.setVisible(s.value("modelDock", True, bool))
 
     def save_settings(self) -> None:
         s = self.settings
@@ -668,6 +684,7 @@ class MainWindow(QMainWindow):
         s.setValue("view", self.viewCombo.currentData())
         s.setValue("colormap", self.colormapCombo.currentData())
         s.setValue("tensor", self.tensorCombo.currentData())
+        s.setValue("modelDock", not self.modelDock.isHidden())  # the window may be hidden already
         s.setValue("scales", json.dumps(self._scales))
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())

@@ -112,6 +112,28 @@ def test_the_model_view_opened_on_random_weights_says_there_is_no_model(window, 
     assert "no model" in window.modelView.plot.titleLabel.text and window.modelView.image.image is None
 
 
+def test_a_first_trained_result_lays_nothing_out_again(window, qtbot):
+    """The model dock is open from the start and the caption line keeps its height: switching from
+    random weights to a trained toy resizes no view (a dock that opened inside that result's swap
+    re-laid out the whole window: the fuzz's longest stall)."""
+    assert window.modelDock.isVisible() and "Random weights (seed 0)" in window.captionLabel.text()
+    grid, output, caption = window.headGrid.size(), window.outputView.size(), window.captionLabel.height()
+    window.panel.set_config(load_preset("toy-reverse"))
+    wait_shown(qtbot, window)
+    assert "anti-diagonal" in window.captionLabel.text() and window.modelView.source is not None
+    assert (window.headGrid.size(), window.outputView.size(), window.captionLabel.height()) == (grid, output, caption)
+
+
+def test_the_model_view_opened_after_a_model_result_shows_that_model(window, qtbot):
+    window.modelDock.close()
+    window.panel.set_config(load_preset("toy-reverse"))
+    wait_shown(qtbot, window)
+    assert window.modelView.source is None  # closed: nothing composed
+    window.modelDock.show()
+    qtbot.waitUntil(lambda: window.modelView.image.image is not None, timeout=10000)
+    assert window.modelView.source is window.result.source
+
+
 def test_toy_presets_open_on_their_own_layer_and_the_model_view_follows(window, qtbot):
     window.panel.set_config(load_preset("toy-induction"))  # 2 layers: the layer box is bounded to 0..1
     wait_shown(qtbot, window)

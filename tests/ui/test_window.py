@@ -271,6 +271,8 @@ def test_settings_are_remembered(qtbot, tmp_path):
     wait_shown(qtbot, w)
     w.panel.widgets["heads"].setValue(2)
     select(w.colormapCombo, "cividis")
+    assert w.modelDock.isVisible()  # open at a first launch
+    w.modelDock.close()  # the user closes the model view: it stays closed next time
     wait_shown(qtbot, w)
     w.close()
     again = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat))
@@ -279,6 +281,7 @@ def test_settings_are_remembered(qtbot, tmp_path):
     wait_shown(qtbot, again)
     assert again.result.config.heads == 2
     assert again.colormapCombo.currentData() == "cividis"
+    assert not again.modelDock.isVisible()
     again.close()
 
 
