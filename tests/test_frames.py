@@ -114,3 +114,27 @@ def test_nan_rows_of_a_tensor_are_drawn_as_no_key():
     assert (tensor.image[4:] < colormaps.DATA_LEVELS).all()
     finite = result.output[0][4:]
     assert tensor.levels == (-float(np.abs(finite).max()), float(np.abs(finite).max()))
+
+
+def test_argb_pixels_match_qts_own_conversion_of_the_indexed_map():
+    from PySide6.QtGui import QImage
+
+    from attnviz.frames import HeatImage, argb_pixels
+
+    rng = np.random.default_rng(0)
+    lut = rng.integers(0, 256, (256, 4), dtype=np.uint8)  # translucent entries too: premultiplied
+    image = rng.integers(0, 256, (7, 5), dtype=np.uint8)
+    heat = HeatImage(image, (7, 5), (0.0, 1.0), lut)
+    c = lut.astype(np.uint32)
+    indexed = QImage(image.tobytes(), 5, 7, 5, QImage.Format_Indexed8)
+    indexed.setColorTable(((c[:, 3] << 24) | (c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]).tolist())
+    qt = indexed.convertToFormat(QImage.Format_ARGB32_Premultiplied)
+    expected = np.array([[qt.pixel(x, y) for x in range(5)] for y in range(7)], dtype=np.uint32)
+    assert np.array_equal(argb_pixels(heat), expected)
+
+
+def test_the_grid_maps_carry_their_pixels_from_the_worker():
+    result = run(RunConfig(heads=4, seq_q=9, seq_kv=9))
+    frames = render(result, ViewOptions(mean=True))
+    for heat in [*frames.heads, frames.mean]:
+        assert heat.argb is not None and heat.argb.shape == heat.image.shape

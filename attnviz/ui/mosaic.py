@@ -3,7 +3,7 @@
 The grid used to be one pyqtgraph PlotItem per map. A result with another head count, or a resized
 window, then added and removed scene items, laid out nested layouts and re-rendered title HTML:
 15-70 ms on the GUI thread per swap, and as long again to paint up to 33 PlotItems. Here a swap
-converts the worker's uint8 images to QImages and a paint draws them.
+wraps the worker's ARGB pixels (frames.argb_pixels) in QImages and a paint draws them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsWidget, QSizePolicy
 
-from ..frames import HeatImage
+from ..frames import HeatImage, argb_pixels
 
 TITLE_PX = 22  # a map's title row
 TOKEN_ROW_PX = 18  # the height a token label needs, with spacing
@@ -65,19 +65,11 @@ def image_rects(n: int, rows: int, cols: int, area: QRectF) -> list[QRectF]:
     return rects
 
 
-def colour_table(lut: np.ndarray) -> list[int]:
-    """A (256, 4) RGBA LUT as the ARGB ints QImage's Indexed8 format reads."""
-    c = lut.astype(np.uint32)
-    return ((c[:, 3] << 24) | (c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]).tolist()
-
-
-def picture(heat: HeatImage, table: list[int]) -> QImage:
-    """The map's colour indices through its LUT, converted once here rather than in every paint."""
-    image = np.ascontiguousarray(heat.image)
-    rows, cols = image.shape
-    indexed = QImage(image.data, cols, rows, image.strides[0], QImage.Format_Indexed8)
-    indexed.setColorTable(table)
-    return indexed.convertToFormat(QImage.Format_ARGB32_Premultiplied)  # a copy: `image` may go
+def picture(heat: HeatImage) -> tuple[QImage, np.ndarray]:
+    """The map's pixels as a QImage over them (no copy: keep the array as long as the image)."""
+    pixels = np.ascontiguousarray(heat.argb if heat.argb is not None else argb_pixels(heat))
+    rows, cols = pixels.shape
+    return QImage(pixels.data, cols, rows, pixels.strides[0], QImage.Format_ARGB32_Premultiplied), pixels
 
 
 def _font(points: float) -> QFont:
@@ -99,6 +91,7 @@ class Mosaic(QGraphicsWidget):
         self.row: int | None = None  # a query row outlined in every map (token focus)
         self.rects: list[QRectF] = []  # where each tile is drawn, in this item's coordinates
         self.pictures: list[QImage] = []  # the tiles' images, ready to draw
+        self._pixels: list[np.ndarray] = []
         self._columns = 1
         self._label_px = (0.0, 0.0)  # widest query and key label drawn
         self.title_font, self.label_font = _font(9), _font(8)
@@ -107,9 +100,9 @@ class Mosaic(QGraphicsWidget):
 
     def set_tiles(self, tiles: list[MapTile], shape: tuple[int, int],
                   tokens: tuple[tuple[str, ...], tuple[str, ...]] | None) -> None:
-        tables: dict[int, list[int]] = {}  # one colour table per LUT of this result
-        self.pictures = [picture(t.heat, tables.setdefault(id(t.heat.lut), colour_table(t.heat.lut)))
-                          for t in tiles]
+        made = [picture(t.heat) for t in tiles]
+        self.pictures = [image for image, _ in made]
+        self._pixels = [pixels for _, pixels in made]  # what the pictures read
         self.tiles, self.map_shape = tiles, shape
         if tokens != self.tokens:
             self.tokens = tokens
