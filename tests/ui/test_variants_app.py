@@ -151,3 +151,25 @@ def test_toy_presets_open_on_their_own_layer_and_the_model_view_follows(window, 
     wait_shown(qtbot, window)
     qtbot.waitUntil(lambda: view.image.image is not None, timeout=10000)
     assert view.source is window.result.source and not view.plot.titleLabel.isVisible()
+
+
+def test_a_variant_change_lays_each_group_out_at_most_once(window, qtbot):
+    """Rows that come back are laid out in one pass (Qt lays every parent out again per widget shown)."""
+    from PySide6.QtCore import QEvent, QObject
+
+    class Resizes(QObject):
+        count: dict = {}
+
+        def eventFilter(self, watched, event):  # noqa: N802 (Qt's name)
+            if event.type() == QEvent.Resize:
+                self.count[watched] = self.count.get(watched, 0) + 1
+            return False
+
+    counter = Resizes()
+    for box in window.panel.groups.values():
+        box.installEventFilter(counter)
+    combo = window.panel.widgets["variant"]
+    for variant in ("toy-reverse", "causal", "cross-context", "self"):  # rows hidden, then many shown
+        Resizes.count = {}
+        combo.setCurrentIndex(combo.findData(variant))
+        assert max(Resizes.count.values(), default=0) <= 1, variant
