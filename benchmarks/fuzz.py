@@ -4,6 +4,7 @@ whether the final view matches the final parameters.
 
     python -m benchmarks.fuzz                          # lengths and widths <= 512
     python -m benchmarks.fuzz --max-len 2048 --changes 300 --seed 3 --out fuzz.json
+    python -m benchmarks.fuzz --passes 4               # the same window again: does RSS keep growing?
 
 Changes include invalid combinations (heads that do not divide the width, bad padding lengths);
 dtype and device stay float32 / cpu (half precision on a CPU is a known 50-400x slowdown, not a stall).
@@ -77,6 +78,8 @@ class Timings:
         self.total: dict[str, float] = defaultdict(float)
         self.calls: list[tuple[float, float, str]] = []  # (start, end, label) of calls over 5 ms
         self.ticks: list[float] = []  # a 5 ms GUI-thread timer's tick times: the gaps are the stalls
+        # one Timings listens at a time (a later pass in the same window makes another)
+        gc.callbacks[:] = [c for c in gc.callbacks if getattr(c, "__func__", None) is not Timings._gc]
         gc.callbacks.append(self._gc)
         self._gc_start = 0.0
 
@@ -100,6 +103,7 @@ class Timings:
 
     def wrap(self, obj, name: str, label: str) -> None:
         original = getattr(obj, name)
+        original = getattr(original, "__wrapped__", original)  # a later pass in the same window: rewrap
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
@@ -137,13 +141,14 @@ def instrument(w, timings: Timings) -> None:
         timings.wrap(obj, name, label)
 
 
-def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms: int) -> dict:
+def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms: int, harness=None) -> dict:
+    """One pass in a new window, or in `harness`'s window (left open) for a later pass."""
     from PySide6.QtCore import QEventLoop, Qt, QTimer
 
     from .common import SIZES
     from .gui import Harness
 
-    h = Harness(SIZES["tiny"])
+    h = harness or Harness(SIZES["tiny"])
     w = h.window
     rng = random.Random(seed)
     acts = actions(w, rng, max_len, max_width)
@@ -211,7 +216,8 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     target = STALL_TARGET_S[512 if max_len <= 512 else 2048]
     res["pass"] = (res["longest_stall_s"] <= target and final["final_ok"]
                    and (res["rss_growth_bytes"] or 0) <= RSS_TARGET_BYTES)
-    h.close()
+    if harness is None:
+        h.close()
     return res
 
 
@@ -249,8 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-width", type=int, default=512)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--interval-ms", type=int, default=10, help="time between changes (a fast user: 10 ms)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="more passes in the same window (seeds seed+1, ...): RSS growth per pass tells a leak "
+                        "(it keeps growing) from first use (code pages, cached models, thread arenas)")
     p.add_argument("--out")
     args = p.parse_args(argv)
+    if args.passes > 1:
+        return _passes(args)
     res = run_fuzz(args.changes, args.max_len, args.max_width, args.seed, args.interval_ms)
     target = STALL_TARGET_S[512 if res["max_len"] <= 512 else 2048]
     print(f"{res['changes']} changes (lengths <= {res['max_len']}, seed {res['seed']}): longest stall "
@@ -263,6 +274,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
     return 0 if res["pass"] else 1
+
+
+def _passes(args) -> int:
+    from .common import SIZES
+    from .gui import Harness
+
+    h = Harness(SIZES["tiny"])
+    runs = []
+    for k in range(args.passes):
+        res = run_fuzz(args.changes, args.max_len, args.max_width, args.seed + k, args.interval_ms, harness=h)
+        runs.append(res)
+        print(f"pass {k + 1} (seed {args.seed + k}): RSS growth {(res['rss_growth_bytes'] or 0) / 2**20:.1f} MiB, "
+              f"longest stall {res['longest_stall_s'] * 1e3:.0f} ms, final ok {res['final_ok']}", flush=True)
+    h.close()
+    if args.out:
+        Path(args.out).write_text(json.dumps(runs, indent=1))
+    return 0 if all(r["pass"] for r in runs) else 1
 
 
 if __name__ == "__main__":
