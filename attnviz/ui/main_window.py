@@ -52,6 +52,7 @@ from .worker import Failure, Outcome, Request, Worker
 SETTINGS_VERSION = 1
 START_PRESET = "toy-reverse"  # what a first launch shows
 MODEL_DOCK_PX = 200  # the model view's height at a first launch
+TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in a cramped window
 HOVER_HINT = ("<span style='color: gray'>Hover a cell for its query, key and exact value, and how the score was "
               "made (Q·Kᵀ, scale, mask, softmax). Click a head to show it large; Esc goes back to the grid.</span>")
 
@@ -101,6 +102,7 @@ class MainWindow(QMainWindow):
 
         self.headGrid = HeadGrid()
         self.outputView = TensorView()
+        self.outputView.setMinimumHeight(TENSOR_MIN_PX)
         maps, maps_layout = self._maps_column()
         tensor = QWidget()
         tensor_layout = QVBoxLayout(tensor)

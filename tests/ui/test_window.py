@@ -612,3 +612,11 @@ def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
     window.close()
     qtbot.wait(20)
     assert window._arrived is None and window.shown_id == shown  # nothing swapped into a closed window
+
+
+def test_the_tensor_view_stays_legible_in_a_cramped_window(window, qtbot):
+    from attnviz.ui.main_window import TENSOR_MIN_PX
+
+    window.resize(1280, 700)  # the model dock open below takes its share
+    qtbot.waitUntil(lambda: window.height() == 700)
+    assert window.modelDock.isVisible() and window.outputView.height() >= TENSOR_MIN_PX
