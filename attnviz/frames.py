@@ -83,6 +83,7 @@ class ViewOptions:
     mean: bool = False  # also render the mean-over-heads tile (one more pass over the maps)
     tensor_px: tuple[int, int] | None = (512, 1024)  # the tensor view's pooling target; None = full
     scale_mode: str = "linear"  # a key of SCALE_MODES, for the maps (the tensor view stays linear)
+    grid_pixels: bool = False  # also each map's ARGB pixels (argb_pixels), for the window's head grid
     # the explaining views (explain.py); each costs nothing unless asked for
     pipeline_head: int | None = None  # the head the pipeline view walks through (None: not shown)
     pipeline_stage: str | None = None  # the pipeline stage shown large
@@ -446,8 +447,9 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
 
         (image,), (mean_levels,), _ = quantise_scaled(cache.get(result, ("mean", *key), mean_maps), True, mode)
         mean = HeatImage(image, shape, mean_levels, map_lut, "mean over heads")
-    for heat in heads + ([mean] if mean else []):
-        heat.argb = argb_pixels(heat)
+    if options.grid_pixels:  # made here, on the worker, for the grid's maps only (not for exports)
+        for heat in heads + ([mean] if mean else []):
+            heat.argb = argb_pixels(heat)
 
     head = min(max(options.tensor_head, 0), c.heads - 1)
     t = tensor_data(result, options.tensor, b, head)

@@ -135,6 +135,7 @@ def test_argb_pixels_match_qts_own_conversion_of_the_indexed_map():
 
 def test_the_grid_maps_carry_their_pixels_from_the_worker():
     result = run(RunConfig(heads=4, seq_q=9, seq_kv=9))
-    frames = render(result, ViewOptions(mean=True))
+    frames = render(result, ViewOptions(mean=True, grid_pixels=True))
     for heat in [*frames.heads, frames.mean]:
         assert heat.argb is not None and heat.argb.shape == heat.image.shape
+    assert all(heat.argb is None for heat in render(result, ViewOptions()).heads)  # exports: none made

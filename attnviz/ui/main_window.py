@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -53,8 +53,7 @@ SETTINGS_VERSION = 1
 START_PRESET = "toy-reverse"  # what a first launch shows
 MODEL_DOCK_PX = 200  # the model view's height at a first launch
 TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in a cramped window
-HOVER_HINT = ("<span style='color: gray'>Hover a cell for its query, key and exact value, and how the score was "
-              "made (Q·Kᵀ, scale, mask, softmax). Click a head to show it large; Esc goes back to the grid.</span>")
+HOVER_HINT = "Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back)."
 
 
 def caption_for(result) -> tuple[str, bool]:
@@ -71,8 +70,8 @@ def caption_for(result) -> tuple[str, bool]:
                 f"0-{info.layers - 1}. Hover a cell for the token pair and its weight."), False
     if config.weights:
         return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
-    return (f"Random weights (seed {config.seed}): near-uniform maps, shaped only by the mask and the scale. "
-            "A \u201cTrained toy\u201d variant shows heads that learned a job."), False
+    return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "
+            "the mask, positions and scale impose. A \u201cTrained toy\u201d variant shows heads with a job."), False
 
 
 class MainWindow(QMainWindow):
@@ -168,7 +167,11 @@ class MainWindow(QMainWindow):
         # back resized the head grid, which lays out and re-renders every tile, as the mouse moved.
         self.hoverLabel.setFixedHeight(self._hover_lines(2))
         self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
-        self._show_hover(HOVER_HINT)
+        self.hoverLabel.setTextFormat(Qt.PlainText)  # token texts such as '<s>' are not markup
+        self._hover_ink = self.hoverLabel.palette()
+        self._hint_ink = QPalette(self._hover_ink)
+        self._hint_ink.setColor(QPalette.WindowText, self._hover_ink.color(QPalette.PlaceholderText))
+        self._show_hover_hint()
         self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
         self.busyIndicator.setMaximumWidth(110)
@@ -376,7 +379,13 @@ class MainWindow(QMainWindow):
     def _hover_lines(self, lines: int) -> int:
         return lines * self.hoverLabel.fontMetrics().lineSpacing() + 4
 
+    def _show_hover_hint(self) -> None:
+        """What hovering does, in grey; two lines at most, so it never grows the line (no relayout)."""
+        self.hoverLabel.setPalette(self._hint_ink)
+        self.hoverLabel.setText(HOVER_HINT)
+
     def _show_hover(self, text: str) -> None:
+        self.hoverLabel.setPalette(self._hover_ink)
         self.hoverLabel.setText(text)
         needed = min(self.hoverLabel.heightForWidth(self.hoverLabel.width()), self._hover_lines(self.HOVER_MAX_LINES))
         if needed > self.hoverLabel.height():  # grows once for longer texts; never shrinks back
@@ -433,6 +442,7 @@ class MainWindow(QMainWindow):
             tensor_px=self.outputView.pixels(),
             mean=self.meanCheck.isChecked(),
             scale_mode=self.scaleCombo.currentData(),
+            grid_pixels=self.headGrid.focus is None,  # a focused head is drawn by its own PlotItem
             **self.explain.options(config),
         )
 
@@ -480,7 +490,7 @@ class MainWindow(QMainWindow):
         rid = outcome.request.id
         t0 = time.perf_counter()
         if self.result is None or outcome.result.config != self.result.config:
-            self._show_hover(HOVER_HINT)  # the text described cells of the previous run
+            self._show_hover_hint()  # the text described cells of the previous run
         previous = (self.result, self.frames)
         self.result, self.frames = outcome.result, outcome.frames
         if rid == self.latest_id:  # before the grid lays out: a stale grid regrids on every resize
@@ -672,6 +682,7 @@ class MainWindow(QMainWindow):
         self.perHeadCheck.setChecked(s.value("perHead", False, bool))
         self.meanCheck.setChecked(s.value("mean", False, bool))
         self.modelDock.setVisible(s.value("modelDock", True, bool))
+        self.resizeDocks([self.modelDock], [s.value("modelDockHeight", MODEL_DOCK_PX, int)], Qt.Vertical)
 
     def save_settings(self) -> None:
         s = self.settings
@@ -687,6 +698,7 @@ class MainWindow(QMainWindow):
         s.setValue("colormap", self.colormapCombo.currentData())
         s.setValue("tensor", self.tensorCombo.currentData())
         s.setValue("modelDock", not self.modelDock.isHidden())  # the window may be hidden already
+        s.setValue("modelDockHeight", self.modelDock.height())
         s.setValue("scales", json.dumps(self._scales))
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())

@@ -243,7 +243,11 @@ class CaptionBar(QWidget):
         role = QPalette.WindowText if self._strong else QPalette.PlaceholderText
         painter.setPen(self.palette().color(role))
         area = self.rect().adjusted(4, self.PAD, -4, -self.PAD)
-        painter.drawText(area, Qt.AlignLeft | Qt.AlignVCenter | Qt.TextWordWrap, self._text)  # clipped to area
+        flags = Qt.AlignLeft | Qt.AlignTop | Qt.TextWordWrap
+        text, metrics = self._text, painter.fontMetrics()
+        if metrics.boundingRect(area, flags, text).height() > area.height():  # more than two lines: "…"
+            text = metrics.elidedText(text, Qt.ElideRight, int(area.width() * self.LINES * 0.9))
+        painter.drawText(area, flags, text)  # clipped to the area
 
 
 class CountsPaints:

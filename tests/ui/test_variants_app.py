@@ -108,6 +108,7 @@ def test_signed_maps_start_on_a_linear_scale_after_random_weights(window, qtbot)
 
 
 def test_the_model_view_opened_on_random_weights_says_there_is_no_model(window, qtbot):
+    window.modelDock.close()
     window.modelDock.show()  # View menu, before any model was shown
     assert "no model" in window.modelView.plot.titleLabel.text and window.modelView.image.image is None
 

@@ -272,7 +272,9 @@ def test_settings_are_remembered(qtbot, tmp_path):
     w.panel.widgets["heads"].setValue(2)
     select(w.colormapCombo, "cividis")
     assert w.modelDock.isVisible()  # open at a first launch
-    w.modelDock.close()  # the user closes the model view: it stays closed next time
+    w.resizeDocks([w.modelDock], [260], Qt.Vertical)  # the user makes it taller, then closes it
+    qtbot.waitUntil(lambda: abs(w.modelDock.height() - 260) <= 4)
+    w.modelDock.close()
     wait_shown(qtbot, w)
     w.close()
     again = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat))
@@ -282,6 +284,9 @@ def test_settings_are_remembered(qtbot, tmp_path):
     assert again.result.config.heads == 2
     assert again.colormapCombo.currentData() == "cividis"
     assert not again.modelDock.isVisible()
+    again.modelDock.show()
+    qtbot.waitUntil(lambda: again.modelDock.isVisible())
+    assert abs(again.modelDock.height() - 260) <= 4
     again.close()
 
 
@@ -620,3 +625,16 @@ def test_the_tensor_view_stays_legible_in_a_cramped_window(window, qtbot):
     window.resize(1280, 700)  # the model dock open below takes its share
     qtbot.waitUntil(lambda: window.height() == 700)
     assert window.modelDock.isVisible() and window.outputView.height() >= TENSOR_MIN_PX
+
+
+def test_the_hover_line_says_what_hovering_does_until_a_cell_is_hovered(window, qtbot):
+    from attnviz.ui.main_window import HOVER_HINT
+
+    label, grid = window.hoverLabel, window.headGrid
+    assert label.text() == HOVER_HINT
+    grid._hovered(grid.cell_scene_pos(0, 1.2, 1.2))
+    assert "query i=1, key j=1" in label.text()
+    assert label.textFormat() == Qt.PlainText  # a token such as '<s>' is text, not a tag
+    window.panel.widgets["seed"].setValue(window.panel.widgets["seed"].value() + 1)
+    wait_shown(qtbot, window)
+    assert label.text() == HOVER_HINT  # the old text described the previous run's cells
