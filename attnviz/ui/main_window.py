@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -141,6 +141,9 @@ class MainWindow(QMainWindow):
         self.outputView.sigHover.connect(self._show_hover)
         self.headGrid.sigFocusChanged.connect(self.schedule)
         self.headGrid.sigResized.connect(self.schedule)  # re-pool to the new tile size (no recompute)
+        # Each view says when it painted (not a Python event() on the window: the whole window's
+        # paint then ran inside a Python frame holding the GIL, and the worker's Python waited).
+        self.headGrid.after_paint = self.outputView.after_paint = self._resume_worker
 
         lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
@@ -511,8 +514,7 @@ class MainWindow(QMainWindow):
         swap = time.perf_counter() - t0
         self._update_status(outcome, swap)
         self._unpainted = (rid, self.headGrid.paints, self.outputView.paints)  # the worker yields till painted
-        if not self.isVisible():
-            self._resume_worker()
+        self._resume_worker()  # now, if neither view is on screen to paint it
         self.sigShown.emit(rid)
 
     def _on_failed(self, failure: Failure) -> None:
@@ -703,12 +705,6 @@ class MainWindow(QMainWindow):
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())
         s.sync()
-
-    def event(self, event) -> bool:
-        handled = super().event(event)
-        if event.type() == QEvent.UpdateRequest:  # the window has painted what changed, maps included
-            self._resume_worker()
-        return handled
 
     def _resume_worker(self) -> None:
         """Let the worker go on once both views have painted the result swapped in (the tensor view

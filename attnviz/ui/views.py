@@ -8,6 +8,7 @@ the full-resolution result.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -251,13 +252,17 @@ class CaptionBar(QWidget):
 
 
 class CountsPaints:
-    """A view that counts its paints: the window lets the worker go on once a result is painted."""
+    """A view that counts its paints and says when it painted: the window lets the worker go on once
+    a result is painted."""
 
     paints = 0
+    after_paint: Callable[[], None] | None = None
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().paintEvent(event)
         self.paints += 1
+        if self.after_paint is not None:
+            self.after_paint()
 
     def painted_since(self, paints: int) -> bool:
         """Painted since the count was `paints`, or not on screen (nothing to wait for)."""
