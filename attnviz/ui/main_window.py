@@ -66,8 +66,8 @@ def caption_for(result) -> tuple[str, bool]:
         return text, True
     if result.source is not None:
         info = result.source.info
-        return (f"Pretrained {info.name} ({info.model_type}) on your text: layer {config.layer} of "
-                f"0-{info.layers - 1}. Hover a cell for the token pair and its weight."), False
+        return (f"Pretrained {info.name} ({info.model_type}) on your text: layer {config.layer} of {info.layers} "
+                f"(0-{info.layers - 1}). Hover a cell for the token pair and its weight."), False
     if config.weights:
         return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
     return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "

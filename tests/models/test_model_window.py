@@ -75,6 +75,8 @@ def test_typing_updates_and_a_layer_change_reuses_the_forward(model_window, qtbo
     assert w.result.config.layer == 1
     np.testing.assert_array_equal(w.result.weights, w.result.layer_weights[1])
     assert w.panel.widgets["layer"].maximum() == 1
+    caption = w.captionLabel.text()
+    assert f"Pretrained {w.result.source.info.name}" in caption and "layer 1 of 2" in caption
     i, j = w.result.tokens.index("cat"), w.result.tokens.index("the")
     text = w.headGrid.cell_text(2, i, j)
     assert text.startswith(f"L1 H2  'cat' → 'the'  {w.result.weights[0, 2, i, j]:.2f}")
