@@ -65,11 +65,11 @@ def image_rects(n: int, rows: int, cols: int, area: QRectF) -> list[QRectF]:
     return rects
 
 
-def picture(heat: HeatImage) -> tuple[QImage, np.ndarray]:
-    """The map's pixels as a QImage over them (no copy: keep the array as long as the image)."""
+def picture(heat: HeatImage) -> QImage:
+    """The map's pixels as a QImage over them, no copy (the QImage holds a reference to the array)."""
     pixels = np.ascontiguousarray(heat.argb if heat.argb is not None else argb_pixels(heat))
     rows, cols = pixels.shape
-    return QImage(pixels.data, cols, rows, pixels.strides[0], QImage.Format_ARGB32_Premultiplied), pixels
+    return QImage(pixels.data, cols, rows, pixels.strides[0], QImage.Format_ARGB32_Premultiplied)
 
 
 def _font(points: float) -> QFont:
@@ -91,7 +91,6 @@ class Mosaic(QGraphicsWidget):
         self.row: int | None = None  # a query row outlined in every map (token focus)
         self.rects: list[QRectF] = []  # where each tile is drawn, in this item's coordinates
         self.pictures: list[QImage] = []  # the tiles' images, ready to draw
-        self._pixels: list[np.ndarray] = []
         self._columns = 1
         self._label_px = (0.0, 0.0)  # widest query and key label drawn
         self.title_font, self.label_font = _font(9), _font(8)
@@ -100,9 +99,7 @@ class Mosaic(QGraphicsWidget):
 
     def set_tiles(self, tiles: list[MapTile], shape: tuple[int, int],
                   tokens: tuple[tuple[str, ...], tuple[str, ...]] | None) -> None:
-        made = [picture(t.heat) for t in tiles]
-        self.pictures = [image for image, _ in made]
-        self._pixels = [pixels for _, pixels in made]  # what the pictures read
+        self.pictures = [picture(t.heat) for t in tiles]
         self.tiles, self.map_shape = tiles, shape
         if tokens != self.tokens:
             self.tokens = tokens

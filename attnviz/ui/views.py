@@ -1,8 +1,8 @@
 """The heatmap views: the per-head grid with its colour bar, and the output tensor view.
 
-They only swap in display-ready uint8 images prepared by the worker (frames.py), through a
-256-entry LUT: Qt's Indexed8 fast path (the grid's maps: mosaic.py). Hover reads exact values from
-the full-resolution result.
+They only swap in display-ready images prepared by the worker (frames.py): the grid's maps as ARGB
+pixels (mosaic.py), the focused map and the tensor as uint8 through a 256-entry LUT (Qt's Indexed8
+fast path). Hover reads exact values from the full-resolution result.
 """
 
 from __future__ import annotations
