@@ -141,6 +141,18 @@ def estimate_memory(config: RunConfig, keep: frozenset[str] | None = None) -> in
     return maps * (live * elem + to_float32) + tokens + params
 
 
+def estimate_flops(config: RunConfig) -> int:
+    """Floating-point operations of the forward's matrix products (2 per multiply-add): the four
+    projections and the two attention products (scores and weights @ V)."""
+    c = config
+    width = getattr(c, c.spec.head_width)  # Q's width, and the output's
+    kv_width = c.head_dim * c.spec.head_factor * c.kv_head_count
+    key_in = c.d_cross if c.applies("d_cross") else c.d_model
+    projections = c.seq_q * c.d_model * width + 2 * c.lkv * key_in * kv_width + c.seq_q * width * width
+    attention = 2 * c.heads * c.spec.head_factor * c.seq_q * c.lkv * c.head_dim
+    return 2 * c.batch * (projections + attention)
+
+
 def available_memory(device: torch.device) -> int:
     if device.type == "cuda":  # free, plus what torch's caching allocator holds but does not use
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)

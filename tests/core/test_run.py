@@ -156,6 +156,24 @@ def test_run_leaves_the_global_rng_alone():
     assert torch.equal(torch.rand(3), expected)
 
 
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if not VARIANTS[v].backed])
+@pytest.mark.parametrize("changes", [{}, {"kv_heads": 1}, {"batch": 3, "seq_kv": 11}])
+def test_estimate_flops_counts_what_torch_counts(variant, changes):
+    """The worker picks its thread count from estimate_flops; torch's own FLOP counter over the
+    real forward is the reference (kv_heads only where the variant has it)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attnviz.core.runner import estimate_flops
+
+    config = small(variant, mask="none", heads=4, d_model=32, d_out=16, **changes)
+    if "kv_heads" in changes and not config.applies("kv_heads"):
+        pytest.skip(f"{variant} has no kv_heads")
+    module, inputs = config.spec.build(config), config.spec.inputs(config)
+    with FlopCounterMode(display=False) as counter, torch.inference_mode():
+        module(*inputs)
+    assert estimate_flops(config) == counter.get_total_flops()
+
+
 # --- every variant, every mask ------------------------------------------------------------------
 
 

@@ -160,6 +160,7 @@ def test_the_worker_uses_the_cores_other_programs_leave(qapp, qtbot, monkeypatch
         seen.append((torch.get_num_threads(), threading.current_thread().name))
         return run(config, cancel=cancel)
 
+    monkeypatch.setattr(worker_module, "SMALL_FORWARD_FLOPS", 0)  # this tiny run counts as big
     worker = Worker(compute=compute)
     try:
         monkeypatch.setattr(worker._share, "cores", 2)
@@ -173,6 +174,34 @@ def test_the_worker_uses_the_cores_other_programs_leave(qapp, qtbot, monkeypatch
         worker.submit(Request(2, RunConfig(seq_q=4, d_model=8, heads=2, seed=1), ViewOptions()))
         qtbot.waitUntil(lambda: len(done) == 2, timeout=10000)
         assert seen[1] == (2, "attnviz-compute")
+    finally:
+        assert worker.stop()
+
+
+def test_a_small_forward_runs_on_one_thread_with_every_core_free(qapp, qtbot, monkeypatch):
+    """Below SMALL_FORWARD_FLOPS the forward leaves the GUI thread a core even on an idle machine;
+    above it, it takes every free core."""
+    from attnviz.core.runner import estimate_flops
+
+    seen = []
+
+    def compute(config, cancel=None):
+        seen.append((torch.get_num_threads(), threading.current_thread().name))
+        return run(config, cancel=cancel)
+
+    small = RunConfig(seq_q=4, d_model=8, heads=2)
+    big = RunConfig(seq_q=256, d_model=512, heads=8)
+    assert estimate_flops(small) < worker_module.SMALL_FORWARD_FLOPS <= estimate_flops(big)
+    worker = Worker(compute=compute)
+    try:
+        monkeypatch.setattr(worker._share, "cores", 2)
+        monkeypatch.setattr(worker._share, "sample", lambda: 0.0)
+        assert worker_module.thread_count(worker._share, big) == 2
+        done = []
+        worker.sigDone.connect(done.append)
+        worker.submit(Request(1, small, ViewOptions()))
+        qtbot.waitUntil(lambda: bool(done), timeout=10000)
+        assert seen == [(1, "attnviz-compute-shared")]
     finally:
         assert worker.stop()
 
