@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
         self._timer = self._single_shot(0, self.request)  # a burst of edits: one request per loop turn
         self._arrived: Outcome | None = None  # the newest result not yet on screen
         self._unpainted: tuple[int, int, int] | None = None  # result swapped in, not yet painted; paint counts
-        self._swap_timer = self._single_shot(1, self._swap_in)  # a timer, not a queued call: the loop runs between
+        self._swap_timer = self._single_shot(0, self._swap_in)  # a timer, not a queued call: the loop runs between
 
         self.worker = Worker(compute, parent=self)
         self.worker.sigDone.connect(self._on_done)

@@ -65,6 +65,7 @@ class ParameterPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._loading = False
+        self._fields_for: tuple | None = None  # (variant, mask, position) the rows shown fit
         self.widgets: dict[str, QWidget] = {}
         self._tooltips: dict[str, str] = {}
         self.labels: dict[str, QLabel] = {}
@@ -368,8 +369,11 @@ class ParameterPanel(QWidget):
                 layout.activate()
 
     def _refresh_visibility(self) -> None:
-        with self._layouts_held():
-            self._show_fields()
+        shown_for = tuple(self._value(n) for n in ("variant", "mask", "position"))
+        if shown_for != self._fields_for:  # a seed or length edit shows the same rows: ~70 calls saved
+            with self._layouts_held():
+                self._show_fields()
+            self._fields_for = shown_for
         values = {n: self._value(n) for n in ("variant", "batch")}
         self._mark_file_fields(values["variant"])
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))

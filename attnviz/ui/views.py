@@ -162,6 +162,8 @@ class ColourBar(pg.PlotItem):
         shown = (lo, hi, label, relative, tuple(ticks))
         if shown == self._shown:  # axis ticks and label re-render as HTML: only on a change
             return
+        if self._shown is None or label != self._shown[2]:  # a new seed changes the range, not the label
+            self.setLabel("right", label)
         self._shown = shown
         if relative:
             self.getAxis("right").setTicks([[(lo, "low"), (hi, "high")]])
@@ -169,7 +171,6 @@ class ColourBar(pg.PlotItem):
             self.getAxis("right").setTicks([list(ticks)] if ticks else None)
         self.gradient.setRect(QRectF(0, lo, 1, (hi - lo) or 1.0))
         self.setRange(xRange=(0, 1), yRange=(lo, hi), padding=0)
-        self.setLabel("right", label)
 
 
 def _swatch_html(lut: np.ndarray) -> str:

@@ -638,3 +638,26 @@ def test_the_hover_line_says_what_hovering_does_until_a_cell_is_hovered(window, 
     window.panel.widgets["seed"].setValue(window.panel.widgets["seed"].value() + 1)
     wait_shown(qtbot, window)
     assert label.text() == HOVER_HINT  # the old text described the previous run's cells
+
+
+def test_colour_bar_label_and_rows_follow_edits_after_seed_changes(window, qtbot):
+    """A seed edit skips the panel's row refresh and the bar's label (same rows, same label); the
+    edits that change them still do."""
+    bar = window.headGrid.bar.getAxis("right")
+    seed = window.panel.widgets["seed"]
+    for _ in range(2):
+        seed.setValue(seed.value() + 1)
+        wait_shown(qtbot, window)
+    assert bar.labelText.startswith("weights") and "dropout" not in bar.labelText
+    levels = window.headGrid.bar._shown[:2]
+    window.panel.widgets["dropout"].setValue(0.3)
+    window.panel.widgets["train"].setChecked(True)
+    wait_shown(qtbot, window)
+    assert bar.labelText.startswith("weights after dropout")
+    select(window.viewCombo, "scores")
+    wait_shown(qtbot, window)
+    assert bar.labelText.startswith("scores") and window.headGrid.bar._shown[:2] != levels
+    window_row = window.panel.widgets["window"]
+    assert not window_row.isVisibleTo(window.panel)
+    select(window.panel.widgets["mask"], "window")
+    assert window_row.isVisibleTo(window.panel)
