@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from ..core import ConfigError, RunConfig, RunResult, run
-from ..core.runner import Cancelled, MemoryBudgetError, estimate_flops, require_stage, run_stages
+from ..core.runner import (
+    SLOW_CPU_DTYPES,
+    Cancelled,
+    MemoryBudgetError,
+    estimate_flops,
+    require_stage,
+    run_stages,
+)
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
 from .cpushare import CpuShare
@@ -87,11 +94,18 @@ THREAD_POLICY: str | int = "adaptive"
 # Under "adaptive", a forward of fewer operations than this runs on one torch thread, on the busy
 # lane. Right after an edit the GUI thread repaints the edited control on one of the cores; a small
 # forward is over before that is done, and with a thread on each core every op waited for the
-# one sharing the GUI's core (at S, in the window: forward 6.5-13 ms on two threads, 5.1-6.2 on one;
-# seed change p50 1.5-10 ms faster on one thread in 6 of 7 interleaved pairs). Measured crossing
-# (benchmarks/README.md, "Threads for small forwards"): even at 0.48 GFLOP (192 tokens, width
-# 512), two threads 15-25% faster at 0.67 GFLOP (256 tokens) and above. S is 0.30.
+# thread sharing the GUI's core (S in the window: forward 6.5-13 ms on two threads, 5.1-6.2 on
+# one). Two threads were even at 0.48 GFLOP and won every pair from 0.67 GFLOP up
+# (benchmarks/README.md, "Threads for small forwards"); S is 0.30. Half precision on the CPU runs
+# far slower than its count says, so it never counts as small.
 SMALL_FORWARD_FLOPS = 400_000_000
+
+
+def small_forward(config: RunConfig) -> bool:
+    """Whether `config`'s forward is short enough to leave the GUI thread its core (see above)."""
+    if config.spec.backed or config.dtype in SLOW_CPU_DTYPES:  # models: see model_threads
+        return False
+    return estimate_flops(config) < SMALL_FORWARD_FLOPS
 
 
 def thread_count(share: CpuShare, config: RunConfig) -> int:
@@ -99,9 +113,8 @@ def thread_count(share: CpuShare, config: RunConfig) -> int:
     if THREAD_POLICY == "all":
         return share.cores
     if THREAD_POLICY == "adaptive":
-        if not config.spec.backed and estimate_flops(config) < SMALL_FORWARD_FLOPS:
-            return 1
-        return share.threads()
+        free = share.threads()  # sampled on every request: each window it measures is one request long
+        return 1 if small_forward(config) else free
     return int(THREAD_POLICY)
 
 
@@ -365,12 +378,12 @@ class Worker(QObject):
             if request is None:
                 return
             self.sigBusy.emit(True)
-            n = thread_count(self._share, request.config)
-            if request.config.spec.backed:  # a model forward leaves a core to the window (see model_threads)
-                n = model_threads(n)
-            self.threads_used = n
-            lane = lanes["quiet" if n >= self._share.cores else "busy"]
             try:
+                n = thread_count(self._share, request.config)
+                if request.config.spec.backed:  # a model forward leaves a core to the window (see model_threads)
+                    n = model_threads(n)
+                self.threads_used = n
+                lane = lanes["quiet" if n >= self._share.cores else "busy"]
                 lane.call(functools.partial(self._handle, request, n))
             except Cancelled:
                 pass  # closing: nobody waits for this result

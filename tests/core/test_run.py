@@ -13,6 +13,7 @@ from seeds import (
     seed000_script,
     seed002_script,
 )
+from torch.utils.flop_counter import FlopCounterMode
 
 from attnviz.core import (
     DTYPES,
@@ -27,6 +28,7 @@ from attnviz.core import (
     padding_mask,
     run,
 )
+from attnviz.core.runner import estimate_flops
 
 FLOAT_ARRAYS = ("output", "q", "k", "v", "scores", "weights", "dropped", "context")
 SHIPPED_PRESETS = {"default", "seed000-demo", "seed002-demo", "no-key-rows", "cross-padding",
@@ -161,10 +163,6 @@ def test_run_leaves_the_global_rng_alone():
 def test_estimate_flops_counts_what_torch_counts(variant, changes):
     """The worker picks its thread count from estimate_flops; torch's own FLOP counter over the
     real forward is the reference (kv_heads only where the variant has it)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from attnviz.core.runner import estimate_flops
-
     config = small(variant, mask="none", heads=4, d_model=32, d_out=16, **changes)
     if "kv_heads" in changes and not config.applies("kv_heads"):
         pytest.skip(f"{variant} has no kv_heads")

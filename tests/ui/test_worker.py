@@ -8,13 +8,14 @@ import sys
 import threading
 import time
 import weakref
+from dataclasses import replace
 
 import pytest
 import torch
 from uihelpers import wait_shown
 
 from attnviz.core import RunConfig, run
-from attnviz.core.runner import MemoryBudgetError
+from attnviz.core.runner import MemoryBudgetError, estimate_flops
 from attnviz.frames import ViewOptions
 from attnviz.ui import worker as worker_module
 from attnviz.ui.worker import BUSY_NICE_STEP, MAX_NICE, Reaper, Request, Worker, lower_priority
@@ -180,9 +181,7 @@ def test_the_worker_uses_the_cores_other_programs_leave(qapp, qtbot, monkeypatch
 
 def test_a_small_forward_runs_on_one_thread_with_every_core_free(qapp, qtbot, monkeypatch):
     """Below SMALL_FORWARD_FLOPS the forward leaves the GUI thread a core even on an idle machine;
-    above it, it takes every free core."""
-    from attnviz.core.runner import estimate_flops
-
+    above it, it takes every free core. Models and half precision on the CPU never count as small."""
     seen = []
 
     def compute(config, cancel=None):
@@ -195,8 +194,14 @@ def test_a_small_forward_runs_on_one_thread_with_every_core_free(qapp, qtbot, mo
     worker = Worker(compute=compute)
     try:
         monkeypatch.setattr(worker._share, "cores", 2)
-        monkeypatch.setattr(worker._share, "sample", lambda: 0.0)
+        samples = []
+        monkeypatch.setattr(worker._share, "sample", lambda: samples.append(1) or 0.0)
+        assert worker_module.thread_count(worker._share, small) == 1
+        assert samples, "a small forward must still sample other programs' CPU use (its window would grow)"
         assert worker_module.thread_count(worker._share, big) == 2
+        assert worker_module.thread_count(worker._share, replace(small, dtype="bfloat16")) == 2
+        toy = RunConfig.for_variant("toy-reverse", text="1234")
+        assert worker_module.thread_count(worker._share, toy) == 2  # then model_threads leaves one core
         done = []
         worker.sigDone.connect(done.append)
         worker.submit(Request(1, small, ViewOptions()))
