@@ -191,7 +191,7 @@ VARIANTS: dict[str, VariantSpec] = {
             extra_fields=frozenset({"layer"}) | POSITION_FIELDS,
             layout=SELF_LAYOUT,
             file_widths={"d_model": ("q_proj.weight", 1)},
-            labels={"d_model": "embed_dim", "layer": "Layer (λ_init depth)"},
+            labels={"d_model": "embed_dim", "layer": "Layer (λ_init)"},
             default_mask="causal",
             head_factor=2,
         ),

@@ -1,5 +1,5 @@
 """The model chooser: the folders found in the local Hugging Face cache and ATTNVIZ_MODELS, plus
-"Open folder…". It stands in the parameter panel for RunConfig.model (a folder path)."""
+"Open…". It stands in the parameter panel for RunConfig.model (a folder path)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .choices import add_choice
 
 
 class ModelChooser(QWidget):
-    """A combo of model folders (data: the path) and an "Open folder…" button; folder() is the path."""
+    """A combo of model folders (data: the path) and an "Open…" button; folder() is the path."""
 
     sigChanged = Signal()
 
@@ -25,13 +25,13 @@ class ModelChooser(QWidget):
         self.combo.setObjectName("modelCombo")
         self.combo.setAccessibleName("modelCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.setMinimumContentsLength(10)
+        self.combo.setMinimumContentsLength(6)  # the panel column fits at its 300 px minimum (a test checks)
         self.combo.setToolTip(f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders separated by "
                               f"the path separator). Families read: {supported_text()}. Nothing is downloaded.")
         self.openButton = QToolButton()
         self.openButton.setObjectName("openModelButton")
         self.openButton.setAccessibleName("openModelButton")
-        self.openButton.setText("Open folder…")
+        self.openButton.setText("Open…")
         self.openButton.setToolTip("Choose a local model folder (config.json, *.safetensors, tokenizer.json)")
         layout.addWidget(self.combo, 1)
         layout.addWidget(self.openButton)

@@ -181,7 +181,7 @@ class ParameterPanel(QWidget):
             w.setDecimals(meta["decimals"])
             w.setSingleStep(0.05 if meta["decimals"] >= 2 else 1000 if meta["maximum"] > 1e5 else 1)
             w.valueChanged.connect(self._edited)
-        elif name == "model":  # a folder: the ones found locally, or "Open folder…"
+        elif name == "model":  # a folder: the ones found locally, or "Open…"
             w = ModelChooser()
             w.sigChanged.connect(self._edited)
         elif name in FILE_FIELDS:  # your own weights / inputs: Random or From file
@@ -246,10 +246,9 @@ class ParameterPanel(QWidget):
             w.set_folder(value)
         elif isinstance(w, FileChooser):
             w.set_path(value)
-        elif name != "kv_lengths":
-            w.setText(value)
         else:
-            w.setText(", ".join(str(v) for v in value))
+            w.setText(value if name != "kv_lengths" else ", ".join(str(v) for v in value))
+            w.setCursorPosition(0)  # show a long text from its start, not its end
 
     # --- config in and out -------------------------------------------------------------------
 

@@ -661,3 +661,25 @@ def test_colour_bar_label_and_rows_follow_edits_after_seed_changes(window, qtbot
     assert not window_row.isVisibleTo(window.panel)
     select(window.panel.widgets["mask"], "window")
     assert window_row.isVisibleTo(window.panel)
+
+
+def test_every_variant_fits_the_panel_column_without_a_sideways_scrollbar(window, qtbot):
+    """The panel column starts at its minimum width; no variant's rows may be wider (a clipped
+    Reset button and combos behind a horizontal scroll bar, seen on the pretrained variant)."""
+    from attnviz.core import VARIANTS
+
+    scroll = window.panel.parentWidget().parentWidget()
+    window.resize(1200, 600)  # short enough for the vertical scroll bar to take its share too
+    for variant in VARIANTS:
+        select(window.panel.widgets["variant"], variant)  # the pretrained one has no folder: not a valid config
+        qtbot.wait(20)
+        room = scroll.minimumWidth() - 2 * scroll.frameWidth() - scroll.verticalScrollBar().sizeHint().width()
+        assert window.panel.minimumSizeHint().width() <= room, variant
+        assert not scroll.horizontalScrollBar().isVisible(), variant
+
+
+def test_a_text_set_by_a_preset_or_file_shows_from_its_start(window):
+    text = "abcabcabcabc" * 4
+    window.panel.set_config(RunConfig.for_variant("toy-induction", text=text))
+    field = window.panel.widgets["text"]
+    assert field.text() == text and field.cursorPosition() == 0
