@@ -7,10 +7,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QToolButton, QWidget
 
 RANDOM, FROM_FILE = "random", "file"
+
+
+class ElidedLabel(QLabel):
+    """One line that shows `…` in the middle when the text does not fit (a file name keeps its
+    start and its end, the extension's side); text() is the whole text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._full = ""
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text
+        self._elide()
+
+    def text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, self.width()))
 
 
 def _named(widget: QWidget, name: str) -> QWidget:
@@ -36,7 +59,7 @@ class FileChooser(QWidget):
         self.combo.addItem("From file", FROM_FILE)
         self.combo.setToolTip(f"Random {what} drawn from the seed, or your own from a file "
                               f"({', '.join(suffixes)})")
-        self.fileLabel = _named(QLabel(), f"{prefix}FileLabel")
+        self.fileLabel = _named(ElidedLabel(), f"{prefix}FileLabel")
         self.fileLabel.setMinimumWidth(40)
         self.browseButton = _named(QToolButton(), f"{prefix}BrowseButton")
         self.browseButton.setText("…")
@@ -61,7 +84,7 @@ class FileChooser(QWidget):
             self.sigChanged.emit()
 
     def _show(self) -> None:
-        name = Path(self._path).name if self._path else "(no file chosen)"
+        name = Path(self._path).name if self._path else "(no file)"
         self.fileLabel.setText(name)
         self.fileLabel.setToolTip(self._path or f"No {self.what} file yet: press … or choose From file")
         self.fileLabel.setEnabled(self.combo.currentData() == FROM_FILE)

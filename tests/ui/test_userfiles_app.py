@@ -144,3 +144,23 @@ def test_saved_configuration_records_the_hash_and_notes_a_changed_file(window, q
     window.open_config(saved)
     assert "changed" in window.statusBar().currentMessage()
     assert window.panel.config().weights == weights  # opened anyway, with the note
+
+
+def test_a_long_file_name_is_elided_in_the_middle_not_cut(qtbot):
+    """The chosen file's name keeps its start and its end (the extension's side) when the row is narrow."""
+    from PySide6.QtWidgets import QLabel
+
+    from attnviz.ui.file_chooser import FileChooser
+
+    chooser = FileChooser("weights", "weights", (".safetensors",))
+    qtbot.addWidget(chooser)
+    chooser.resize(220, 30)
+    chooser.show()
+    name = "my_long_trained_cross_attention_checkpoint_epoch_12.safetensors"
+    chooser.set_path(f"/somewhere/{name}", emit=False)
+    qtbot.wait(10)
+    shown = QLabel.text(chooser.fileLabel)  # what is painted; text() keeps the whole name
+    assert chooser.fileLabel.text() == name
+    head, _, tail = shown.partition("…")
+    assert head and tail and name.startswith(head) and name.endswith(tail)
+    assert chooser.fileLabel.fontMetrics().horizontalAdvance(shown) <= chooser.fileLabel.width()
