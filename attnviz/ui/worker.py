@@ -109,13 +109,15 @@ def small_forward(config: RunConfig) -> bool:
 
 
 def thread_count(share: CpuShare, config: RunConfig) -> int:
-    """Torch threads for the next forward of `config` under THREAD_POLICY."""
+    """Torch threads for the next forward of `config` under THREAD_POLICY (a model's: see model_threads)."""
     if THREAD_POLICY == "all":
-        return share.cores
-    if THREAD_POLICY == "adaptive":
-        free = share.threads()  # sampled on every request: each window it measures is one request long
-        return 1 if small_forward(config) else free
-    return int(THREAD_POLICY)
+        n = share.cores
+    elif THREAD_POLICY == "adaptive":
+        n = share.threads()  # sampled on every request: each window it measures is one request long
+        n = 1 if small_forward(config) else n
+    else:
+        n = int(THREAD_POLICY)
+    return model_threads(n) if config.spec.backed else n
 
 
 def model_threads(threads: int) -> int:
@@ -379,10 +381,7 @@ class Worker(QObject):
                 return
             self.sigBusy.emit(True)
             try:
-                n = thread_count(self._share, request.config)
-                if request.config.spec.backed:  # a model forward leaves a core to the window (see model_threads)
-                    n = model_threads(n)
-                self.threads_used = n
+                n = self.threads_used = thread_count(self._share, request.config)
                 lane = lanes["quiet" if n >= self._share.cores else "busy"]
                 lane.call(functools.partial(self._handle, request, n))
             except Cancelled:

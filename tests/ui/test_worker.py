@@ -200,8 +200,10 @@ def test_a_small_forward_runs_on_one_thread_with_every_core_free(qapp, qtbot, mo
         assert samples, "a small forward must still sample other programs' CPU use (its window would grow)"
         assert worker_module.thread_count(worker._share, big) == 2
         assert worker_module.thread_count(worker._share, replace(small, dtype="bfloat16")) == 2
-        toy = RunConfig.for_variant("toy-reverse", text="1234")
-        assert worker_module.thread_count(worker._share, toy) == 2  # then model_threads leaves one core
+        monkeypatch.setattr(worker._share, "cores", 3)
+        toy = RunConfig.for_variant("toy-reverse", text="1234")  # tiny, but a model: one core left, not one thread
+        assert worker_module.thread_count(worker._share, toy) == worker_module.model_threads(3) == 2
+        monkeypatch.setattr(worker._share, "cores", 2)
         done = []
         worker.sigDone.connect(done.append)
         worker.submit(Request(1, small, ViewOptions()))
