@@ -106,13 +106,19 @@ class HeatImage:
     argb: np.ndarray | None = field(default=None, repr=False, compare=False)  # argb_pixels, for the grid
 
 
-def argb_pixels(heat: HeatImage) -> np.ndarray:
-    """(h, w) uint32 premultiplied 0xAARRGGBB: the map through its LUT, the pixels Qt draws as they
-    are. The worker makes them for the grid: converting there took the GUI thread up to 15 ms a result."""
-    c = heat.lut.astype(np.uint32)
+def argb_table(lut: np.ndarray) -> np.ndarray:
+    """A (256, 4) RGBA LUT as 256 uint32 premultiplied 0xAARRGGBB entries."""
+    c = lut.astype(np.uint32)
     a = c[:, 3]
     r, g, b = ((c[:, i] * a + 127) // 255 for i in range(3))
-    return ((a << 24) | (r << 16) | (g << 8) | b)[heat.image]
+    return (a << 24) | (r << 16) | (g << 8) | b
+
+
+def argb_pixels(heat: HeatImage, table: np.ndarray | None = None) -> np.ndarray:
+    """(h, w) uint32 premultiplied 0xAARRGGBB: the map through its LUT, the pixels Qt draws as they
+    are. The worker makes them for the grid: converting there took the GUI thread up to 15 ms a result.
+    `table`: argb_table(heat.lut), when many maps share the LUT."""
+    return (argb_table(heat.lut) if table is None else table)[heat.image]
 
 
 @dataclass(frozen=True)
@@ -448,8 +454,9 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
         (image,), (mean_levels,), _ = quantise_scaled(cache.get(result, ("mean", *key), mean_maps), True, mode)
         mean = HeatImage(image, shape, mean_levels, map_lut, "mean over heads")
     if options.grid_pixels:  # made here, on the worker, for the grid's maps only (not for exports)
+        table = argb_table(map_lut)
         for heat in heads + ([mean] if mean else []):
-            heat.argb = argb_pixels(heat)
+            heat.argb = argb_pixels(heat, table)
 
     head = min(max(options.tensor_head, 0), c.heads - 1)
     t = tensor_data(result, options.tensor, b, head)
