@@ -371,29 +371,24 @@ class ParameterPanel(QWidget):
         shown_for = tuple(self._value(n) for n in ("variant", "mask", "position"))
         if shown_for != self._fields_for:  # a seed or length edit shows the same rows: ~70 calls saved
             with self._layouts_held():
-                self._show_fields()
+                self._show_fields(*shown_for)
             self._fields_for = shown_for
         values = {n: self._value(n) for n in ("variant", "batch")}
         self._mark_file_fields(values["variant"])
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
         self.batchIndexSpin.setEnabled(values["batch"] > 1)
 
-    def _show_fields(self) -> None:
+    def _show_fields(self, variant: str, mask: str, position: str) -> None:
         """The rows and groups that apply to the variant, mask and position chosen, and their labels."""
-        values = {n: self._value(n) for n in ("variant", "mask", "position")}
-        spec = VARIANTS[values["variant"]]
+        spec = VARIANTS[variant]
         self.variantInfo.setText(f"{spec.seed}: {spec.description}")
+        shown = {name: field_applies(name, variant, mask, position) for name in self.widgets}
         for name, widget in self.widgets.items():
-            shown = field_applies(name, values["variant"], values["mask"], values["position"])
-            widget.setVisible(shown)
-            self.labels[name].setVisible(shown)
-            meta = field_meta(name)
-            label = spec.labels.get(name, meta["label"])
-            self.labels[name].setText(label)
+            widget.setVisible(shown[name])
+            self.labels[name].setVisible(shown[name])
+            self.labels[name].setText(spec.labels.get(name, field_meta(name)["label"]))
         for group, box in self.groups.items():
-            box.setVisible(any(field_applies(n, values["variant"], values["mask"], values["position"])
-                               for n in self.widgets
-                               if field_meta(n)["group"] == group))
+            box.setVisible(any(shown[n] for n in self.widgets if field_meta(n)["group"] == group))
 
     def _mark_file_fields(self, variant: str) -> None:
         """Fields the weights or inputs file decides are read-only and say so."""
