@@ -404,6 +404,8 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         self.focus_tile.image.setOpacity(STALE_OPACITY if stale else 1.0)
 
     def set_focus(self, head: int | None) -> None:
+        if head == -1 and not self.show_mean:
+            head = None  # no mean tile to enlarge: the grid (an empty view otherwise)
         if head != self.focus:
             self.focus = head
             self.sigFocusChanged.emit()

@@ -377,6 +377,14 @@ def test_turning_the_mean_tile_off_while_focused(window, qtbot):
     assert window.headGrid.focus is None and len(tiles(window)) == 4
 
 
+def test_the_mean_cannot_be_focused_while_it_is_not_drawn(window, qtbot):
+    """Focusing the mean with its tile off left an empty grid (found by the fuzz benchmark, seed 5)."""
+    assert not window.meanCheck.isChecked()
+    window.headGrid.set_focus(-1)
+    wait_shown(qtbot, window)
+    assert window.headGrid.focus is None and len(tiles(window)) == 4
+
+
 def test_an_older_result_does_not_clear_a_newer_local_error(qtbot):
     import time
 
