@@ -128,8 +128,12 @@ class MainWindow(QMainWindow):
 
         self._timer = self._single_shot(0, self.request)  # a burst of edits: one request per loop turn
         self._arrived: Outcome | None = None  # the newest result not yet on screen
-        self._unpainted: tuple[int, int, int] | None = None  # result swapped in, not yet painted; paint counts
+        self._unpainted: int | None = None  # the request id of a result shown, not yet painted by both views
         self._swap_timer = self._single_shot(0, self._swap_in)  # a timer, not a queued call: the loop runs between
+        self._showing: Outcome | None = None  # in the grid; the other views' turn comes next (_show_rest)
+        self._swap_s = 0.0  # the GUI-thread time its grid took
+        self._rest_timer = self._single_shot(0, self._show_rest)
+        self._retired: list = []  # replaced results and frames, freed once the newest is fully shown
 
         self.worker = Worker(compute, parent=self)
         self.worker.sigDone.connect(self._on_done)
@@ -428,7 +432,7 @@ class MainWindow(QMainWindow):
 
     def is_settled(self) -> bool:
         """True when no edit waits to be sent and the newest request sent is on screen (or failed)."""
-        return (not self._timer.isActive() and self._arrived is None
+        return (not self._timer.isActive() and self._arrived is None and self._showing is None
                 and self.latest_id in (self.shown_id, self.failed_id))
 
     def view_options(self, config: RunConfig) -> ViewOptions:
@@ -475,8 +479,9 @@ class MainWindow(QMainWindow):
         """A result arrived: keep the newest and swap it in on the next timer turn. Qt delivers
         every signal queued by then in one go, so results that arrive together (a fast worker, a
         busy GUI thread) are swapped and painted once, and the loop breathes between swaps."""
-        waiting = self._arrived
-        if outcome.request.id <= max(self.shown_id, waiting.request.id if waiting else 0):
+        waiting, showing = self._arrived, self._showing
+        newest = max([self.shown_id] + [o.request.id for o in (waiting, showing) if o is not None])
+        if outcome.request.id <= newest:
             self.worker.release(outcome.result, outcome.frames)  # never shown
             self.worker.resume(outcome.request.id)  # nothing to paint
             return
@@ -487,35 +492,50 @@ class MainWindow(QMainWindow):
             self._swap_timer.start()
 
     def _swap_in(self) -> None:
+        """Make the newest result current and show it in the head grid; the rest follows on the next
+        loop pass (_show_rest). Each view's scene repaints the window synchronously once its items
+        changed, so shown in one pass the grid's, the tensor view's and the model view's repaints ran
+        back to back with no timer or input between them (benchmarks/README.md, "A result in two passes")."""
         outcome, self._arrived = self._arrived, None
         if outcome is None:
             return
-        rid = outcome.request.id
         t0 = time.perf_counter()
+        rid = outcome.request.id
         if self.result is None or outcome.result.config != self.result.config:
             self._show_hover_hint()  # the text described cells of the previous run
-        previous = (self.result, self.frames)
+        self._retired.append((self.result, self.frames))  # freed once this result is fully shown
         self.result, self.frames = outcome.result, outcome.frames
         if rid == self.latest_id:  # before the grid lays out: a stale grid regrids on every resize
             self._clear_failure()
         elif self.last_error is not None and self.failed_id == self.latest_id:
             self._mark_stale(self.last_error)  # the newest request failed before this older one came
-        self._show_model(outcome.result)  # first: a dock or caption that comes or goes resizes the grid
-        self._show_caption(outcome.result)
+        self._show_caption(outcome.result)  # before the grid: a caption that comes or goes resizes it
         self.headGrid.show_frames(outcome.result, outcome.frames)
+        self._showing, self._swap_s = outcome, time.perf_counter() - t0
+        self._rest_timer.start()  # after the grid's paint, which Qt runs first
+
+    def _show_rest(self) -> None:
+        outcome, self._showing = self._showing, None
+        if outcome is None:
+            return
+        t0 = time.perf_counter()
+        rid = outcome.request.id
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
+        self._show_model(outcome.result)
         self._follow_default_scale(outcome.result.config)
         if rid == self.latest_id and self.panel.adopt_files(outcome.result.config):  # what the files set
             self.schedule()  # (bias flags, batch, lengths) shown; a view-only re-render sized for them
-        self.worker.release(previous)  # the last references to the old maps: freed off this thread
-        del previous
+        self._release_retired()
         self.shown_id = rid
-        swap = time.perf_counter() - t0
-        self._update_status(outcome, swap)
-        self._unpainted = (rid, self.headGrid.paints, self.outputView.paints)  # the worker yields till painted
-        self._resume_worker()  # now, if neither view is on screen to paint it
+        self._update_status(outcome, self._swap_s + time.perf_counter() - t0)
+        self._unpainted = rid  # the worker yields till both views have painted it
+        self._resume_worker()  # now, if they already have (or neither is on screen to paint it)
         self.sigShown.emit(rid)
+
+    def _release_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        self.worker.release(*retired)  # the last references to the old maps: freed off this thread
 
     def _on_failed(self, failure: Failure) -> None:
         if failure.request.id < self.latest_id:
@@ -711,17 +731,19 @@ class MainWindow(QMainWindow):
         is often painted one event-loop pass after the grid)."""
         if self._unpainted is None:
             return
-        rid, grid, tensor = self._unpainted
-        if not self.isVisible() or (self.headGrid.painted_since(grid) and self.outputView.painted_since(tensor)):
-            self.worker.resume(rid)
+        if not self.isVisible() or (self.headGrid.painted_shown() and self.outputView.painted_shown()):
+            self.worker.resume(self._unpainted)
             self._unpainted = None
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.save_settings()
         self._timer.stop()
         self._swap_timer.stop()
+        self._rest_timer.stop()
+        self._showing = None
         if self._arrived is not None:  # a result that came too late to be shown
             self.worker.release(self._arrived.result, self._arrived.frames)
             self._arrived = None
+        self._release_retired()
         self.worker.stop(timeout=1.5)  # a forward in flight finishes in the background; see app.run_app
         super().closeEvent(event)

@@ -257,6 +257,7 @@ class CountsPaints:
     a result is painted."""
 
     paints = 0
+    shown_at = 0  # the paint count when the current result was shown
     after_paint: Callable[[], None] | None = None
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
@@ -265,9 +266,13 @@ class CountsPaints:
         if self.after_paint is not None:
             self.after_paint()
 
-    def painted_since(self, paints: int) -> bool:
-        """Painted since the count was `paints`, or not on screen (nothing to wait for)."""
-        return self.paints > paints or not self.isVisible() or self.viewport().visibleRegion().isEmpty()
+    def mark_shown(self) -> None:
+        """A new result is in the view: it is on screen after the next paint."""
+        self.shown_at = self.paints
+
+    def painted_shown(self) -> bool:
+        """Painted since the current result was shown, or not on screen (nothing to wait for)."""
+        return self.paints > self.shown_at or not self.isVisible() or self.viewport().visibleRegion().isEmpty()
 
 
 class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
@@ -377,6 +382,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         if legend != self.legend.text:  # re-rendered as HTML: only on a change
             self.legend.setText(legend)
         settle_before_paint(self)
+        self.mark_shown()
 
     def _show_focused(self, tile: MapTile, axes, c) -> None:
         focus = self.focus_tile
@@ -555,6 +561,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
             self.plot.setLabel("left", shown[0])
             self.plot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
         settle_before_paint(self)
+        self.mark_shown()
 
     def set_stale(self, stale: bool) -> None:
         self.image.setOpacity(STALE_OPACITY if stale else 1.0)

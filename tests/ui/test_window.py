@@ -616,6 +616,23 @@ def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot
     assert window.staleLabel.isVisibleTo(window) and window.headGrid.stale  # not shown as current
 
 
+def test_the_grid_paints_a_result_before_the_other_views_take_it(window, qtbot, monkeypatch):
+    """A result is shown in two event-loop passes: the head grid (and its paint), then the rest, so a
+    timer or an edit gets the loop between the grid's repaint and the tensor view's."""
+    from attnviz.ui.worker import Outcome, Request
+
+    result, frames, grid = window.result, window.frames, window.headGrid
+    grid_painted_first = []
+    show = window.outputView.show_frames
+    monkeypatch.setattr(window.outputView, "show_frames",
+                        lambda *a: (grid_painted_first.append(grid.paints > grid.shown_at), show(*a)))
+    window.latest_id += 1
+    with qtbot.waitSignal(window.sigShown, timeout=5000):
+        window._on_done(Outcome(Request(window.latest_id, result.config, frames.options), result, frames, False, 0.0))
+    assert grid_painted_first == [True] and window.shown_id == window.latest_id
+    qtbot.waitUntil(window.outputView.painted_shown, timeout=5000)
+
+
 def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
     from attnviz.ui.worker import Outcome, Request
 
