@@ -16,6 +16,7 @@ from PySide6.QtCore import QRectF, Qt, Signal
 
 from ..frames import model_mosaic, mosaic_columns
 from .panel import named
+from .views import lean_axes
 from .worker import lower_priority
 
 GAP = 2
@@ -45,6 +46,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.plot.showAxis("top")
         self.plot.hideAxis("bottom")
         self.plot.getViewBox().setDefaultPadding(0)
+        lean_axes(self.plot)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         self.marker = pg.QtWidgets.QGraphicsRectItem()

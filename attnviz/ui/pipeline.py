@@ -29,7 +29,7 @@ from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
 from .panel import named
-from .views import _fmt, _image_item, set_heat_image
+from .views import _fmt, _image_item, lean_axes, set_heat_image
 
 TILE_W = 170  # the least width of a stage tile in the flow, arrow included
 ARROW_W = 22
@@ -137,6 +137,7 @@ class PipelineView(QWidget):
         self.largePlot.hideButtons()
         self.largePlot.invertY(True)
         self.largePlot.getViewBox().setDefaultPadding(0)
+        lean_axes(self.largePlot)
         self.largeImage = _image_item()
         self.largePlot.addItem(self.largeImage)
         self.large.scene().sigMouseMoved.connect(self._hovered_large)

@@ -25,7 +25,7 @@ from ..core.stats import STATS, stats_csv
 from ..explain import StatsFrames
 from .choices import add_choice
 from .panel import named
-from .views import _image_item, set_heat_image
+from .views import _image_item, lean_axes, set_heat_image
 
 SORT_ROLE = Qt.UserRole + 1
 
@@ -71,6 +71,7 @@ class StatsView(QWidget):
         plot.setMenuEnabled(False)
         plot.hideButtons()
         plot.invertY(True)
+        lean_axes(plot)
         plot.setLabel("left", "layer")
         plot.setLabel("bottom", "head")
         plot.getViewBox().setDefaultPadding(0)

@@ -644,6 +644,17 @@ def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
     assert window._arrived is None and window.shown_id == shown  # nothing swapped into a closed window
 
 
+def test_map_axes_tick_on_two_levels_without_an_si_prefix(window):
+    """lean_axes: a third tick level and the SI-prefix label re-render were a third of the axes' paint time."""
+    import pyqtgraph as pg
+
+    for view in (window.headGrid, window.outputView, window.modelView):
+        axes = [item for item in view.scene().items() if isinstance(item, pg.AxisItem)]
+        assert axes, view.objectName()
+        for axis in axes:
+            assert len(axis.tickValues(-0.5, 511.5, 500)) <= 2 and not axis.autoSIPrefix, view.objectName()
+
+
 def test_the_tensor_view_stays_legible_in_a_cramped_window(window, qtbot):
     from attnviz.ui.main_window import TENSOR_MIN_PX
 
