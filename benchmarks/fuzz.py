@@ -13,6 +13,7 @@ dtype and device stay float32 / cpu (half precision on a CPU is a known 50-400x 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import json
@@ -21,8 +22,12 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import load_average, rss_now_bytes
+
+if TYPE_CHECKING:
+    from attnviz.core import RunConfig
 
 STALL_TARGET_S = {512: 0.050, 2048: 0.100}
 RSS_TARGET_BYTES = 50 << 20
@@ -232,6 +237,14 @@ def settle_by_polling(h, timeout_s: float = 120.0) -> float | None:
     return time.perf_counter() - t0
 
 
+def shows_config(shown: RunConfig, config: RunConfig) -> bool:
+    """The run shown is the one `config` asks for: every field that applies to its variant is equal.
+    The rest mean nothing for it: a model-backed run takes its shapes from the model, and the panel
+    keeps the hidden fields' values for a switch back (the fuzz edits hidden widgets too)."""
+    return all(getattr(shown, f.name) == getattr(config, f.name) for f in dataclasses.fields(config)
+               if config.applies(f.name))
+
+
 def final_state(h) -> dict:
     """Final view = final valid parameters (or, when they are invalid, the failure is what shows)."""
     from attnviz.core import ConfigError
@@ -243,7 +256,7 @@ def final_state(h) -> dict:
         return {"final_valid": False, "final_ok": w.failed_id == w.latest_id and w.last_error == str(exc)}
     if w.failed_id == w.latest_id and w.last_error:  # valid fields the worker refused (e.g. memory)
         return {"final_valid": True, "final_ok": True, "final_failed": w.last_error}
-    checks = {"result_is_panel": w.result is not None and w.result.config == config,
+    checks = {"result_is_panel": w.result is not None and shows_config(w.result.config, config),
               "latest_shown": w.shown_id == w.latest_id, "tiles_show_frames": bool(h.tiles_show_frames())}
     return {"final_valid": True, "final_ok": all(checks.values()), "final_checks": checks}
 

@@ -98,3 +98,16 @@ def test_helpers():
     times = interleaved({"a": lambda: 1, "b": lambda: 2}, repeats=3, warmup=1)
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
     assert paired_ratios([2.0, 4.0], [1.0, 2.0]) == [2.0, 2.0]
+
+
+def test_the_fuzz_compares_only_the_fields_that_apply():
+    """A model-backed run takes its shapes from the model: hidden panel fields do not make it stale."""
+    from attnviz.core import RunConfig
+    from benchmarks.fuzz import shows_config
+
+    toy = RunConfig(variant="toy-sort")
+    assert shows_config(toy.replace(d_model=64, seq_q=8, seq_kv=8), toy.replace(d_model=8, seq_q=4, seq_kv=352))
+    assert not shows_config(toy.replace(layer=1), toy)
+    plain = RunConfig()
+    assert not plain.applies("window") and shows_config(plain.replace(window=50), plain)  # causal: no window
+    assert not shows_config(plain.replace(seed=plain.seed + 1), plain)

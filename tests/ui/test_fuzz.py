@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication
 from attnviz.core import ConfigError, RunConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.fuzz import actions  # noqa: E402
+from benchmarks.fuzz import actions, shows_config  # noqa: E402
 
 
 def settle(window, qtbot) -> None:
@@ -36,7 +36,7 @@ def check_final_view(window) -> None:
         assert window.failed_id == window.latest_id and window.last_error == str(exc)
         return
     assert window.shown_id == window.latest_id and window.last_error is None, (window.failed_id, window.last_error)
-    assert window.result.config == config
+    assert shows_config(window.result.config, config), (window.result.config, config)
     grid, frames = window.headGrid, window.frames
     for tile, head in zip(grid.tiles, grid.tile_heads):
         heat = frames.mean if head == -1 else frames.heads[head]
