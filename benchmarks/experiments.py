@@ -6,11 +6,13 @@
 Nothing in attnviz/ is modified: each variant is a subclass or a compute wrapper made here.
   baseline  MainWindow as it is
   release   the previous RunResult is freed on a helper thread instead of the GUI thread
-            (freeing the maps costs ~40 ms at L and ~300 ms at XL, inside MainWindow._swap_in)
+            (freeing the maps cost ~40 ms at L and ~300 ms at XL, inside MainWindow._swap_in)
   nice      the worker thread (and the torch/OpenMP threads it starts) runs at nice +10, so the
             GUI thread wins the 2 cores whenever it has work
   release+nice  both
 Variants alternate within each round (ABCD ABCD ...) so drift on the machine hits all alike.
+Both changes are in attnviz since (the worker's reaper and its niced lanes): on today's code the
+variants measure nothing new; run them on the code they were made for with --code-from REV.
 """
 
 from __future__ import annotations

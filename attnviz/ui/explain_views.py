@@ -127,7 +127,6 @@ class ExplainViews(QObject):
             self.focus.set_tokens(token_labels(result))
         if "focus" in extras:
             self.focus.show_frames(extras["focus"])
-        self.window.headGrid.mark_row(extras["focus"].row if "focus" in extras else None)
         if "compare" in extras:
             self.compare.show_frames(extras["compare"])
         if "rollout" in extras:

@@ -737,10 +737,11 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.save_settings()
+        if self._showing is not None:  # the grid shows a result the other views do not yet: finish it
+            self._show_rest()
         self._timer.stop()
         self._swap_timer.stop()
         self._rest_timer.stop()
-        self._showing = None
         if self._arrived is not None:  # a result that came too late to be shown
             self.worker.release(self._arrived.result, self._arrived.frames)
             self._arrived = None

@@ -386,6 +386,8 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
             self._fit_focus_tile()
             self._show_focused(self.tiles[0], axes, c)
         self._show_bar(frames, c)
+        focus = frames.extras.get("focus")  # token focus: its query row outlined in every map
+        self.mark_row(focus.row if focus is not None else None)
         more = f"showing {MAX_TILES} of {maps} maps · " if maps > MAX_TILES and self.focus is None else ""
         legend = more + _swatch_html(frames.lut)
         if legend != self.legend.text:  # re-rendered as HTML: only on a change

@@ -406,6 +406,8 @@ class Worker(QObject):
         try:
             return self._compute(config, cancel=self._checkpoint, **extra)
         except MemoryBudgetError:
+            # the window hands the result it replaced to the reaper once it has shown the new one
+            self._window_done.wait(YIELD_MAX_S)
             if not self.reaper.flush():
                 raise
             # a replaced result the reaper was holding made the budget look smaller than it is

@@ -626,11 +626,35 @@ def test_the_grid_paints_a_result_before_the_other_views_take_it(window, qtbot, 
     show = window.outputView.show_frames
     monkeypatch.setattr(window.outputView, "show_frames",
                         lambda *a: (grid_painted_first.append(grid.paints > grid.shown_at), show(*a)))
+    tensor_painted_at_signal = []
+    window.sigShown.connect(lambda rid: tensor_painted_at_signal.append(window.outputView.painted_shown()))
     window.latest_id += 1
     with qtbot.waitSignal(window.sigShown, timeout=5000):
         window._on_done(Outcome(Request(window.latest_id, result.config, frames.options), result, frames, False, 0.0))
     assert grid_painted_first == [True] and window.shown_id == window.latest_id
+    assert tensor_painted_at_signal == [False]  # the worker waits for this paint too
     qtbot.waitUntil(window.outputView.painted_shown, timeout=5000)
+
+
+def test_between_the_two_passes_of_a_swap(window, qtbot):
+    """The grid shows a result the other views do not yet: the window is not settled, an older
+    result is dropped, and closing finishes the swap instead of leaving the views on two results."""
+    import copy
+
+    from attnviz.ui.worker import Outcome, Request
+
+    result, frames = window.result, copy.copy(window.frames)
+    older, newer = window.latest_id + 1, window.latest_id + 2
+    window.latest_id = newer
+    window._on_done(Outcome(Request(newer, result.config, frames.options), result, frames, False, 0.0))
+    window._swap_timer.stop()
+    window._swap_in()  # the first pass, now
+    assert window.headGrid.frames is frames and window.outputView.frames is not frames
+    assert not window.is_settled()
+    window._on_done(Outcome(Request(older, result.config, frames.options), result, frames, False, 0.0))
+    assert window._arrived is None  # older than the result being shown: dropped
+    window.close()
+    assert window.shown_id == newer and window.outputView.frames is frames
 
 
 def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
@@ -648,7 +672,8 @@ def test_map_axes_tick_on_two_levels_without_an_si_prefix(window):
     """lean_axes: a third tick level and the SI-prefix label re-render were a third of the axes' paint time."""
     import pyqtgraph as pg
 
-    for view in (window.headGrid, window.outputView, window.modelView):
+    explain = window.explain
+    for view in (window.headGrid, window.outputView, window.modelView, explain.pipeline.large, explain.stats.overview):
         axes = [item for item in view.scene().items() if isinstance(item, pg.AxisItem)]
         assert axes, view.objectName()
         for axis in axes:
