@@ -261,7 +261,7 @@ def _export_options(args: argparse.Namespace):
 
 def render_main(argv: list[str]) -> int:
     """`attnviz render`: parse, validate (exit 2), run, export (exit 1 on failure)."""
-    from .atomic import ExportError, MissingFolder, check_target
+    from .atomic import ExportError, MissingFolder
     from .core import ConfigError
 
     try:
@@ -272,34 +272,51 @@ def render_main(argv: list[str]) -> int:
             for name, text in list_presets().items():
                 print(f"{name:28} {text}")
             return EXIT_OK
-        if not args.output and not args.stats:
-            raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
-        from .export import ExportError, ImageTooLarge, format_of
-
-        ext = format_of(args.output) if args.output else None
-        if args.stats and not args.stats.lower().endswith(".csv"):
-            raise UsageError(f"--stats {args.stats}: give a .csv file")
-        config = _build_config(args)
-        options = _export_options(args)
-        if args.all_layers and not config.spec.backed:
-            raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
-        _check_files_apply(config)
-        if not config.spec.backed:  # a model's heads and tokens are known only once it has run
-            options.check(config)
-        record = _record(config, options, args.stages)
-        if args.view == "pipeline":
-            from .core.stages import ALL_STAGES
-
-            record = ALL_STAGES
-        for target in (args.output, args.stats):  # a missing folder or a read-only file, before any compute
-            if target:
-                check_target(target)
+        config, options, record = _plan_render(args)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except (UsageError, ConfigError, ValueError, MissingFolder) as exc:
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
     except ExportError as exc:  # read-only target (never replaced from the command line), parent is a file
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
+    return _render_planned(args, config, options, record)
+
+
+def _plan_render(args: argparse.Namespace) -> tuple:
+    """Everything checkable before any compute: the config, the export options, the stages to
+    record, and the targets (a missing folder or a read-only file). Raises what render_main reports."""
+    from .atomic import check_target
+
+    if not args.output and not args.stats:
+        raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
+    if args.output:
+        from .export import format_of
+
+        format_of(args.output)  # an unknown extension is a usage error now, not after the run
+    if args.stats and not args.stats.lower().endswith(".csv"):
+        raise UsageError(f"--stats {args.stats}: give a .csv file")
+    config = _build_config(args)
+    options = _export_options(args)
+    if args.all_layers and not config.spec.backed:
+        raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
+    _check_files_apply(config)
+    if not config.spec.backed:  # a model's heads and tokens are known only once it has run
+        options.check(config)
+    record = _record(config, options, args.stages)
+    if args.view == "pipeline":
+        from .core.stages import ALL_STAGES
+
+        record = ALL_STAGES
+    for target in (args.output, args.stats):
+        if target:
+            check_target(target)
+    return config, options, record
+
+
+def _render_planned(args: argparse.Namespace, config, options, record) -> int:
+    """Run the checked plan and write its files; one clear line and an exit status on failure."""
+    from .core import ConfigError
+    from .export import ExportError, ImageTooLarge, format_of
 
     try:
         from .core import run
@@ -315,6 +332,7 @@ def render_main(argv: list[str]) -> int:
             print(f"wrote {args.stats}")
         if not args.output:
             return EXIT_OK
+        ext = format_of(args.output)
         if ext != ".npz":
             from .export import ensure_gui_app
 

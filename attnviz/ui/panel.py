@@ -72,20 +72,7 @@ class ParameterPanel(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 6, 6, 6)
 
-        top = QHBoxLayout()
-        self.presetCombo = named(QComboBox(), "presetCombo")
-        self.presetCombo.setToolTip("Load a named configuration (the seed demos reproduce the tutorials' scripts)")
-        self.presetCombo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.presetCombo.addItem("Presets…", None)
-        for preset, description in list_presets().items():
-            add_choice(self.presetCombo, preset, preset, description)
-        self.presetCombo.activated.connect(self._preset_chosen)
-        self.resetButton = named(QPushButton("Reset"), "resetButton")
-        self.resetButton.setToolTip("Reset every parameter to the defaults (Ctrl+R)")
-        self.resetButton.clicked.connect(lambda: self.set_config(RunConfig()))
-        top.addWidget(self.presetCombo, 1)
-        top.addWidget(self.resetButton)
-        outer.addLayout(top)
+        outer.addLayout(self._make_preset_row())
 
         self.variantInfo = QLabel()
         self.variantInfo.setWordWrap(True)
@@ -100,23 +87,7 @@ class ParameterPanel(QWidget):
             self.groups[group] = box
             outer.addWidget(box)
         for f in fields(RunConfig):
-            meta = f.metadata
-            widget = self._make_widget(f.name, f.type, meta)
-            label = QLabel(meta["label"])
-            label.setToolTip(meta["tooltip"])
-            label.setBuddy(widget)
-            self.widgets[f.name] = widget
-            self.labels[f.name] = label
-            forms[meta["group"]].addRow(label, widget)
-            if f.name == "variant":
-                forms[meta["group"]].addRow(self.variantInfo)
-            if f.name == "batch":
-                self.batchIndexSpin = named(QSpinBox(), "batchIndexSpin")
-                self.batchIndexSpin.setToolTip("Which batch item the maps and tensors show (view only: no recompute)")
-                self.batchIndexSpin.valueChanged.connect(self.sigBatchIndexChanged)
-                self.labels["batch_index"] = QLabel("Shown item")
-                self.labels["batch_index"].setBuddy(self.batchIndexSpin)
-                forms[meta["group"]].addRow(self.labels["batch_index"], self.batchIndexSpin)
+            self._add_field_row(forms[f.metadata["group"]], f.name, f.type, f.metadata)
 
         self.errorLabel = named(QLabel(), "errorLabel")
         self.errorLabel.setWordWrap(True)
@@ -129,6 +100,42 @@ class ParameterPanel(QWidget):
         self.set_config(RunConfig(), emit=False)
 
     # --- widgets -----------------------------------------------------------------------------
+
+    def _make_preset_row(self) -> QHBoxLayout:
+        """The preset chooser and the Reset button."""
+        top = QHBoxLayout()
+        self.presetCombo = named(QComboBox(), "presetCombo")
+        self.presetCombo.setToolTip("Load a named configuration (the seed demos reproduce the tutorials' scripts)")
+        self.presetCombo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.presetCombo.addItem("Presets…", None)
+        for preset, description in list_presets().items():
+            add_choice(self.presetCombo, preset, preset, description)
+        self.presetCombo.activated.connect(self._preset_chosen)
+        self.resetButton = named(QPushButton("Reset"), "resetButton")
+        self.resetButton.setToolTip("Reset every parameter to the defaults (Ctrl+R)")
+        self.resetButton.clicked.connect(lambda: self.set_config(RunConfig()))
+        top.addWidget(self.presetCombo, 1)
+        top.addWidget(self.resetButton)
+        return top
+
+    def _add_field_row(self, form: QFormLayout, name: str, kind: str, meta: dict[str, Any]) -> None:
+        """A config field's label and widget; the variant's description and the shown batch item below theirs."""
+        widget = self._make_widget(name, kind, meta)
+        label = QLabel(meta["label"])
+        label.setToolTip(meta["tooltip"])
+        label.setBuddy(widget)
+        self.widgets[name] = widget
+        self.labels[name] = label
+        form.addRow(label, widget)
+        if name == "variant":
+            form.addRow(self.variantInfo)
+        if name == "batch":
+            self.batchIndexSpin = named(QSpinBox(), "batchIndexSpin")
+            self.batchIndexSpin.setToolTip("Which batch item the maps and tensors show (view only: no recompute)")
+            self.batchIndexSpin.valueChanged.connect(self.sigBatchIndexChanged)
+            self.labels["batch_index"] = QLabel("Shown item")
+            self.labels["batch_index"].setBuddy(self.batchIndexSpin)
+            form.addRow(self.labels["batch_index"], self.batchIndexSpin)
 
     def _make_widget(self, name: str, kind: str, meta: dict[str, Any]) -> QWidget:
         tooltip = meta["tooltip"] + (f" [{meta['unit']}]" if meta["unit"] else "")
@@ -143,20 +150,7 @@ class ParameterPanel(QWidget):
                 add_choice(w, kind_id, kind_id, text)
             w.currentIndexChanged.connect(self._edited)
         elif name == "device":
-            w = QComboBox()
-            w.addItem("cpu", "cpu")
-            w.addItem("auto (CUDA if available)", "auto")
-            devices = cuda_devices()
-            if devices:
-                w.addItem("cuda (the current CUDA device)", "cuda")
-            for dev, label in devices:
-                w.addItem(label, dev)
-            if not devices:
-                w.addItem("cuda (not available)", "cuda")
-                model: QStandardItemModel = w.model()
-                model.item(w.count() - 1).setEnabled(False)
-                w.setItemData(w.count() - 1, "No CUDA device: torch.cuda.is_available() is False "
-                              f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})", Qt.ToolTipRole)
+            w = _device_combo()
             w.currentIndexChanged.connect(self._edited)
         elif name == "dtype":
             w = QComboBox()
@@ -167,19 +161,8 @@ class ParameterPanel(QWidget):
         elif kind == "bool":
             w = QCheckBox()
             w.toggled.connect(self._edited)
-        elif kind == "int":
-            w = QSpinBox()
-            w.setRange(int(meta["minimum"]), int(meta["maximum"]))
-            w.setKeyboardTracking(True)
-            w.setAccelerated(True)
-            if meta["unit"]:
-                w.setSuffix(f" {meta['unit']}")
-            w.valueChanged.connect(self._edited)
-        elif kind == "float":
-            w = QDoubleSpinBox()
-            w.setRange(meta["minimum"], meta["maximum"])
-            w.setDecimals(meta["decimals"])
-            w.setSingleStep(0.05 if meta["decimals"] >= 2 else 1000 if meta["maximum"] > 1e5 else 1)
+        elif kind in ("int", "float"):
+            w = _spin_box(kind, meta)
             w.valueChanged.connect(self._edited)
         elif name == "model":  # a folder: the ones found locally, or "Open…"
             w = ModelChooser()
@@ -197,8 +180,6 @@ class ParameterPanel(QWidget):
             w = QLineEdit()
             w.setPlaceholderText("e.g. 16, 9")
             w.textChanged.connect(self._edited)
-        if meta.get("zero_text") and isinstance(w, (QSpinBox, QDoubleSpinBox)):
-            w.setSpecialValueText(meta["zero_text"])  # shown at the minimum, 0
         if isinstance(w, QComboBox):  # long item texts must not widen the panel
             w.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
             w.setMinimumContentsLength(8)
@@ -459,3 +440,41 @@ class ParameterPanel(QWidget):
             item = self.fixButtons.takeAt(0)
             if item.widget():
                 item.widget().deleteLater()
+
+
+def _device_combo() -> QComboBox:
+    """cpu, auto and every CUDA device; without one a disabled 'cuda' item whose tooltip says why."""
+    w = QComboBox()
+    w.addItem("cpu", "cpu")
+    w.addItem("auto (CUDA if available)", "auto")
+    devices = cuda_devices()
+    if devices:
+        w.addItem("cuda (the current CUDA device)", "cuda")
+    for dev, label in devices:
+        w.addItem(label, dev)
+    if not devices:
+        w.addItem("cuda (not available)", "cuda")
+        model: QStandardItemModel = w.model()
+        model.item(w.count() - 1).setEnabled(False)
+        w.setItemData(w.count() - 1, "No CUDA device: torch.cuda.is_available() is False "
+                      f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})", Qt.ToolTipRole)
+    return w
+
+
+def _spin_box(kind: str, meta: dict[str, Any]) -> QSpinBox | QDoubleSpinBox:
+    """An int or float field's spin box: its range, unit suffix, step and the text shown at 0."""
+    if kind == "int":
+        w = QSpinBox()
+        w.setRange(int(meta["minimum"]), int(meta["maximum"]))
+        w.setKeyboardTracking(True)
+        w.setAccelerated(True)
+        if meta["unit"]:
+            w.setSuffix(f" {meta['unit']}")
+    else:
+        w = QDoubleSpinBox()
+        w.setRange(meta["minimum"], meta["maximum"])
+        w.setDecimals(meta["decimals"])
+        w.setSingleStep(0.05 if meta["decimals"] >= 2 else 1000 if meta["maximum"] > 1e5 else 1)
+    if meta.get("zero_text"):
+        w.setSpecialValueText(meta["zero_text"])  # shown at the minimum, 0
+    return w
