@@ -563,13 +563,9 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
 
     tile_titles = [t.title if shared else f"{t.title} ({_fmt(t.levels[0])} to {_fmt(t.levels[1])})" for t in tiles]
 
-    # one tile block: [y ticks][image] with the tile title above and x ticks below
-    tt_h = m.height(TILE_PX, True) + 4 if show_tile_titles else 0
     xtext, ytext, tokens = _tick_texts(result, options, rows, cols, s)
-    ytick_w, xtick_h = _tick_extent(m, xtext, ytext, tokens)
-    title_w = max((math.ceil(m.width(t, TILE_PX, True)) for t in tile_titles), default=0) if show_tile_titles else 0
-    inner_w = max(img_w, title_w)
-    block_w, block_h = ytick_w + inner_w, tt_h + img_h + xtick_h
+    tt_h, ytick_w, inner_w, block_w, block_h = _tile_block(m, (xtext, ytext, tokens), img_w, img_h,
+                                                           tile_titles if show_tile_titles else None)
     ncols, nrows = _grid_shape(len(tiles), block_w, block_h) if many else (1, 1)
     grid_w = ncols * block_w + (ncols - 1) * GAP
     grid_h = nrows * block_h + (nrows - 1) * GAP
@@ -581,18 +577,10 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     pad = max(0, math.ceil(m.width(yname, LABEL_PX)) + 8 - grid_h) if options.axis_labels else 0
     content_w_left = label_h + grid_w  # y label column + grid
 
-    # colour bar column
-    lut = tiles[0].lut
-    legend = _legend(tiles, options)
-
-    # title block
-    title_lines: list[tuple[str, int, bool, str]] = []
     heading, parts = _title_parts(result, options, tiles)
     summary = heading + " \u2014 " + " \u00b7 ".join(parts)
-
     top = margin
-    if options.title:
-        title_lines = _title_lines(m, heading, parts, max(content_w_left + 200, 520))
+    title_lines = _title_lines(m, heading, parts, max(content_w_left + 200, 520)) if options.title else []
     title_h = sum(m.height(px, bold) + 2 for _, px, bold, _ in title_lines) + (8 if title_lines else 0)
     grid_x = margin + label_h
     grid_y = top + title_h + pad // 2
@@ -612,13 +600,24 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
         bar_caption = caption if shared else f"{caption} (per-head scale)"
         last_img_bottom = grid_y + (nrows - 1) * (block_h + GAP) + tt_h + img_h
         right, bar_bottom = _colour_bar(items, m, right + 24, (grid_y, grid_y + tt_h, last_img_bottom), bar_caption,
-                                        lut, tiles[0].levels if shared else None, colour_scale.ticks, legend)
+                                        tiles[0].lut, tiles[0].levels if shared else None, colour_scale.ticks,
+                                        _legend(tiles, options))
         content_bottom = max(content_bottom, bar_bottom)
 
     width = max(right + margin, _title_items(items, m, title_lines, margin, top) + margin)
     height = content_bottom + margin
     _check_size(width, height)
     return Layout(int(width), int(height), items, tile_rects, s, summary)
+
+
+def _tile_block(m: _Metrics, ticks: tuple, img_w: int, img_h: int, titles: list[str] | None) -> tuple:
+    """One tile block, [y ticks][image] with its title above and x ticks below:
+    (title height, y tick width, inner width, block width, block height)."""
+    tt_h = m.height(TILE_PX, True) + 4 if titles else 0
+    ytick_w, xtick_h = _tick_extent(m, *ticks)
+    title_w = max((math.ceil(m.width(t, TILE_PX, True)) for t in titles), default=0) if titles else 0
+    inner_w = max(img_w, title_w)
+    return tt_h, ytick_w, inner_w, ytick_w + inner_w, tt_h + img_h + xtick_h
 
 
 def _colour_bar(items: list, m: _Metrics, bx: float, span: tuple[float, float, float], bar_caption: str,
