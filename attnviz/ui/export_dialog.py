@@ -77,8 +77,35 @@ class ExportDialog(QDialog):
         self.setAttribute(Qt.WA_DeleteOnClose)
         self.window_ = window
         result = window.result
-        form = QFormLayout()
+        form = self._make_form(window, result)
+        self.messageLabel = named(QLabel(), "exportMessage")
+        self.messageLabel.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.hide()
+        self.buttons = QDialogButtonBox(QDialogButtonBox.Cancel)
+        self.exportButton = self.buttons.addButton("Export", QDialogButtonBox.AcceptRole)
+        self.exportButton.setObjectName("exportConfirmButton")
+        self.exportButton.setDefault(True)
+        self.buttons.accepted.connect(self.start)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.messageLabel)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.buttons)
+        self.whatCombo.currentIndexChanged.connect(self._what_changed)
+        self._what_changed()
+        # The job belongs to the window: cancelling the dialog mid-export must not delete the
+        # object its thread reports through. A late report to a closed dialog is ignored.
+        self.job = BackgroundJob(window)
+        self.job.sigDone.connect(self._done)
+        self.job.sigFailed.connect(self._failed)
+        self.headSpin.valueChanged.connect(self._what_changed)
 
+    def _make_form(self, window, result) -> QFormLayout:
+        """What to export (the focused view preselected), head, scale, decorations and the target file."""
+        form = QFormLayout()
         self.whatCombo = named(QComboBox(), "exportWhatCombo")
         for key, text in WHATS.items():
             self.whatCombo.addItem(text[0].upper() + text[1:], key)
@@ -123,30 +150,7 @@ class ExportDialog(QDialog):
         form.addRow("", self.barCheck)
         form.addRow("", self.labelsCheck)
         form.addRow("File", path_row)
-        self.messageLabel = named(QLabel(), "exportMessage")
-        self.messageLabel.setWordWrap(True)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 0)
-        self.progress.hide()
-        self.buttons = QDialogButtonBox(QDialogButtonBox.Cancel)
-        self.exportButton = self.buttons.addButton("Export", QDialogButtonBox.AcceptRole)
-        self.exportButton.setObjectName("exportConfirmButton")
-        self.exportButton.setDefault(True)
-        self.buttons.accepted.connect(self.start)
-        self.buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(self.messageLabel)
-        layout.addWidget(self.progress)
-        layout.addWidget(self.buttons)
-        self.whatCombo.currentIndexChanged.connect(self._what_changed)
-        self._what_changed()
-        # The job belongs to the window: cancelling the dialog mid-export must not delete the
-        # object its thread reports through. A late report to a closed dialog is ignored.
-        self.job = BackgroundJob(window)
-        self.job.sigDone.connect(self._done)
-        self.job.sigFailed.connect(self._failed)
-        self.headSpin.valueChanged.connect(self._what_changed)
+        return form
 
     def options(self) -> ExportOptions:
         scale = self.scaleSpin.value() or None

@@ -93,33 +93,7 @@ class MainWindow(QMainWindow):
         self.frames = None
         self.last_error: str | None = None
 
-        self.panel = ParameterPanel()
-        scroll = QScrollArea()
-        scroll.setWidget(self.panel)
-        scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(300)
-
-        self.headGrid = HeadGrid()
-        self.outputView = TensorView()
-        self.outputView.setMinimumHeight(TENSOR_MIN_PX)
-        maps, maps_layout = self._maps_column()
-        tensor = QWidget()
-        tensor_layout = QVBoxLayout(tensor)
-        tensor_layout.setContentsMargins(0, 0, 0, 0)
-        tensor_layout.addLayout(self._tensor_controls())
-        tensor_layout.addWidget(self.outputView, 1)
-
-        self.rightSplit = QSplitter(Qt.Vertical)
-        self.rightSplit.addWidget(maps)
-        self.rightSplit.addWidget(tensor)
-        self.rightSplit.setStretchFactor(0, 3)
-        self.rightSplit.setStretchFactor(1, 1)
-        self.mainSplit = QSplitter(Qt.Horizontal)
-        self.mainSplit.addWidget(scroll)
-        self.mainSplit.addWidget(self.rightSplit)
-        self.mainSplit.setStretchFactor(1, 1)
-        self.setCentralWidget(self.mainSplit)
-
+        maps_layout = self._make_central()
         self._make_status_bar()
         maps_layout.insertWidget(1, self.hoverLabel)
         self._make_model_dock()
@@ -156,6 +130,37 @@ class MainWindow(QMainWindow):
         # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
         # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
         gc.freeze()
+
+    def _make_central(self) -> QVBoxLayout:
+        """The parameter panel (scrolling) left; the maps over the tensor view right. Returns the maps'
+        layout (the hover line goes under its controls)."""
+        self.panel = ParameterPanel()
+        scroll = QScrollArea()
+        scroll.setWidget(self.panel)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(300)
+
+        self.headGrid = HeadGrid()
+        self.outputView = TensorView()
+        self.outputView.setMinimumHeight(TENSOR_MIN_PX)
+        maps, maps_layout = self._maps_column()
+        tensor = QWidget()
+        tensor_layout = QVBoxLayout(tensor)
+        tensor_layout.setContentsMargins(0, 0, 0, 0)
+        tensor_layout.addLayout(self._tensor_controls())
+        tensor_layout.addWidget(self.outputView, 1)
+
+        self.rightSplit = QSplitter(Qt.Vertical)
+        self.rightSplit.addWidget(maps)
+        self.rightSplit.addWidget(tensor)
+        self.rightSplit.setStretchFactor(0, 3)
+        self.rightSplit.setStretchFactor(1, 1)
+        self.mainSplit = QSplitter(Qt.Horizontal)
+        self.mainSplit.addWidget(scroll)
+        self.mainSplit.addWidget(self.rightSplit)
+        self.mainSplit.setStretchFactor(1, 1)
+        self.setCentralWidget(self.mainSplit)
+        return maps_layout
 
     def _single_shot(self, interval_ms: int, slot) -> QTimer:
         timer = QTimer(self)

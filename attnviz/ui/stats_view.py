@@ -64,22 +64,7 @@ class StatsView(QWidget):
         self.exportButton.setToolTip("Save the table as CSV, or the panel as a PNG image")
         self.exportButton.clicked.connect(self.sigExport)
 
-        self.overview = pg.PlotWidget()
-        named(self.overview, "statsOverview")
-        self.overview.setBackground("w")
-        plot = self.overview.getPlotItem()
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
-        plot.invertY(True)
-        lean_axes(plot)
-        plot.setLabel("left", "layer")
-        plot.setLabel("bottom", "head")
-        plot.getViewBox().setDefaultPadding(0)
-        self.overviewImage = _image_item()
-        plot.addItem(self.overviewImage)
-        self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")
-        self.overviewNote.setWordWrap(True)
-        self.overviewNote.setStyleSheet("color: palette(mid);")
+        self._make_overview()
 
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -108,6 +93,25 @@ class StatsView(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
+
+    def _make_overview(self) -> None:
+        """The layer x head image of the chosen statistic, and the note shown when there is one layer."""
+        self.overview = pg.PlotWidget()
+        named(self.overview, "statsOverview")
+        self.overview.setBackground("w")
+        plot = self.overview.getPlotItem()
+        plot.setMenuEnabled(False)
+        plot.hideButtons()
+        plot.invertY(True)
+        lean_axes(plot)
+        plot.setLabel("left", "layer")
+        plot.setLabel("bottom", "head")
+        plot.getViewBox().setDefaultPadding(0)
+        self.overviewImage = _image_item()
+        plot.addItem(self.overviewImage)
+        self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")
+        self.overviewNote.setWordWrap(True)
+        self.overviewNote.setStyleSheet("color: palette(mid);")
 
     def show_frames(self, frames: StatsFrames | None, batch_index: int = 0) -> None:
         if frames is None or frames is self.frames:
