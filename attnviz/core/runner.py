@@ -233,8 +233,9 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(at(mid)) else (lo, mid - 1)
-    clip = " (padding lengths clipped to match)" if config.mask == "padding" else ""
-    raise MemoryBudgetError("seq_q", config.seq_q, over,
+    longer = "seq_kv" if config.lkv > config.seq_q else "seq_q"  # the length to blame: the one that is over
+    clip = f", with kv_lengths at most {lo}" if config.mask == "padding" else ""
+    raise MemoryBudgetError(longer, getattr(config, longer), over,
                             f"use lengths of {lo} or less{clip}, or fewer heads or batch items", suggestions=(lo,))
 
 

@@ -408,14 +408,20 @@ class ParameterPanel(QWidget):
             self.fixButtons.addWidget(button)
 
     def apply_fix(self, field: str, value: Any) -> None:
-        if field == "seq_q":  # a memory fix: shorten both lengths to at most `value`, never lengthen
-            if field_applies("seq_kv", self._value("variant"), self._value("mask")):
-                self._loading = True
-                self._set_value("seq_kv", min(self._value("seq_kv"), value))
-                self._loading = False
-            value = min(self._value("seq_q"), value)
-            self._clip_kv_lengths(value)
-        self._set_value(field, value)
+        if field not in ("seq_q", "seq_kv"):
+            self._set_value(field, value)
+            return
+        # A memory fix: both lengths at most `value` (never longer), padding lengths clipped to the
+        # keys, then one change signal: setting a length to the value it has would emit none.
+        self._loading = True
+        try:
+            for name in ("seq_q", "seq_kv"):
+                if name == "seq_q" or field_applies(name, self._value("variant"), self._value("mask")):
+                    self._set_value(name, min(self._value(name), value))
+        finally:
+            self._loading = False
+        self._clip_kv_lengths(self._value("seq_q"))
+        self._edited()
 
     def _clip_kv_lengths(self, length: int) -> None:
         """Padding lengths past a shortened key sequence would be invalid: clip them to it."""

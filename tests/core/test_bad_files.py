@@ -112,3 +112,16 @@ def test_memory_refusal_of_a_padding_run_names_memory_and_a_fix_valid_for_the_ma
     fixed = shortened(config, fit)  # what the quick fix applies: valid, and it fits
     assert fixed.seq_q == fixed.seq_kv == fit and max(fixed.kv_lengths) <= fit
     assert run(fixed.replace(seq_q=min(fit, 8)), memory_budget=50 << 20).output.shape[1] == min(fit, 8)
+
+
+def test_memory_refusal_blames_the_key_length_when_the_keys_are_the_long_side():
+    config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(4000, 100), seq_q=300, seq_kv=4000,
+                                   heads=8, batch=2)
+    with pytest.raises(MemoryBudgetError) as info:
+        run(config, memory_budget=40 << 20)
+    err = info.value
+    (fit,) = err.suggestions
+    assert err.field == "seq_kv" and err.value == 4000 and 1 <= fit < 4000
+    assert f"kv_lengths at most {fit}" in str(err)  # what the command line must change itself
+    fixed = shortened(config, fit)
+    assert fixed.seq_q == min(300, fit) and fixed.seq_kv == fit and max(fixed.kv_lengths) <= fit

@@ -422,6 +422,30 @@ def test_memory_fix_never_lengthens_and_batch_change_keeps_lengths(window):
     assert p.config().kv_lengths == (8, 4, 4, 4)
 
 
+def test_the_memory_fix_recomputes_when_the_query_is_already_short(qtbot):
+    # the keys are the long side: the fix shortens them only, and must still send a new run
+    def small_budget(config, cancel=None):
+        return run(config, cancel=cancel, memory_budget=40 << 20)
+
+    w = MainWindow(compute=small_budget)
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    p = w.panel
+    p.set_config(RunConfig.for_variant("cross", mask="padding", kv_lengths=(4000, 100), seq_q=300,
+                                       seq_kv=4000, heads=8, batch=2))
+    qtbot.waitUntil(lambda: w.failed_id == w.latest_id and "memory" in p.errorLabel.text(), timeout=10000)
+    buttons = [p.fixButtons.itemAt(k).widget() for k in range(p.fixButtons.count())]
+    assert buttons and all("Key" in b.text() or "key" in b.text() for b in buttons)  # names the long side
+    sent = w.latest_id
+    buttons[0].click()
+    qtbot.waitUntil(lambda: w.latest_id > sent and w.shown_id == w.latest_id, timeout=10000)
+    shown = w.result.config
+    assert shown.seq_q == 300 and shown.seq_kv < 4000 and max(shown.kv_lengths) <= shown.seq_kv
+    assert p.errorLabel.text() == ""
+    w.close()
+
+
 def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window, qtbot):
     # a resized grid lays out and re-renders every tile: banners and hover lines must not cause one
     window.headGrid.sigHover.emit("a long hover text " * 40)  # the hover line grows once (4 lines at most)
