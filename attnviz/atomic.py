@@ -42,7 +42,7 @@ def _reason(exc: OSError) -> str:
 
 
 class MissingFolder(ExportError):
-    """The target's folder does not exist (or the target is a folder): a bad path, not a failure."""
+    """The target's folder does not exist, is a file, or the target is a folder: a bad path, not a failure."""
 
 
 class ReadOnlyTarget(ExportError):
@@ -73,7 +73,9 @@ def check_target(path: str | os.PathLike, replace_readonly: bool = False) -> Non
     if not parent.exists():
         raise MissingFolder(path, f"the folder {parent} does not exist; create it or choose another folder")
     if not parent.is_dir():
-        raise ExportError(path, f"{parent} is a file, not a folder")
+        raise MissingFolder(path, f"{parent} is a file, not a folder; choose another folder")
+    if not os.access(parent, os.W_OK | os.X_OK):  # also a read-only file system
+        raise ExportError(path, f"the folder {parent} is not writable; choose another folder or make it writable")
     if not replace_readonly and is_read_only(path):
         raise ReadOnlyTarget(path, "the file is read-only; make it writable or choose another name")
 

@@ -210,17 +210,6 @@ def test_missing_output_exits_2(capsys):
     assert "-o FILE" in one_error_line(capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("ext", [".png", ".npz"])
-def test_unwritable_target_exits_1(tmp_path, capsys, ext):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("x")
-    target = blocker / f"out{ext}"  # the parent is a regular file (tests run as root: no chmod tricks)
-    assert main(["render", *SMALL, "-o", str(target)]) == 1
-    line = one_error_line(capsys.readouterr().err)
-    assert line == f"attnviz render: error: cannot write {target}: {blocker} is a file, not a folder"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
-
-
 def test_existing_file_survives_a_failed_export(tmp_path, capsys, monkeypatch):
     target = tmp_path / "keep.png"
     target.write_bytes(b"the previous export")

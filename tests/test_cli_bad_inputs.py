@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -92,6 +95,41 @@ def test_missing_output_folder_exits_2_before_any_compute(tmp_path, capsys, no_c
     assert list(tmp_path.iterdir()) == []
 
 
+# Run in a child: root writes anywhere, so as root the child drops the capabilities that allow it.
+NO_COMPUTE_RENDER = """
+import sys
+import attnviz.core, attnviz.core.runner as runner
+def forbidden(*a, **k):
+    raise AssertionError("run() was called")
+runner.run = attnviz.core.run = forbidden
+from attnviz.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_unwritable_output_folder_exits_1_before_any_compute(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    cmd = [sys.executable, "-c", NO_COMPUTE_RENDER, "render", *SMALL, "-o", str(folder / "maps.png")]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: no folder is unwritable")
+        cmd = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert str(folder) in lines[0] and "not writable" in lines[0] and "choose another folder" in lines[0]
+    assert list(folder.iterdir()) == []
+
+
+def test_a_file_where_the_folder_should_be_exits_2(tmp_path, capsys, no_compute):
+    (tmp_path / "afile").write_text("x")
+    assert main(["render", *SMALL, "-o", str(tmp_path / "afile" / "maps.npz")]) == 2
+    assert "is a file, not a folder; choose another folder" in one_line(capsys)
+
+
 @pytest.mark.parametrize("ext", [".png", ".npz", ".svg"])
 def test_a_read_only_target_is_refused_and_kept(ext, tmp_path, capsys, no_compute):
     target = tmp_path / f"keep{ext}"
@@ -110,7 +148,8 @@ def test_memory_refusal_of_a_padding_run_names_memory(tmp_path, capsys, monkeypa
             "--seq-q", "4096", "--seq-kv", "4096", "--heads", "8"]
     assert main(["render", *args, "-o", str(tmp_path / "o.png")]) == 2
     line = one_line(capsys)
-    assert "not enough memory" in line and "use lengths of" in line and "kv_lengths" not in line
+    assert "not enough memory" in line and "use lengths of" in line
+    assert "kv_lengths =" not in line and "with kv_lengths at most" in line  # blamed on memory; the fix says all
     assert list(tmp_path.iterdir()) == []
 
 
