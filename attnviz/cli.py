@@ -15,9 +15,13 @@ on stderr, no traceback (set ATTNVIZ_DEBUG=1 to see one).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import MISSING, fields
 
 from . import __version__
@@ -428,8 +432,34 @@ See attention: a desktop app that runs hand-written attention modules and shows 
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The `attnviz` command: the app, or `attnviz render`. Ctrl+C while it starts is one line, exit 130."""
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # the imports alone take seconds; the running app handles Ctrl+C itself
+        return _fail(130, f"{PROG}: interrupted")
+
+
+@contextlib.contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Hold Ctrl+C until the block ends, then raise KeyboardInterrupt. For importing torch and Qt
+    (seconds): an interrupt raised inside torch's C++ import code aborts the process (exit 134)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hits: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: hits.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hits:
+        raise KeyboardInterrupt
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["render"]:
+        with _interrupt_after():
+            from . import core  # noqa: F401 - torch
         return render_main(argv[1:])
     if argv[:1] == ["--version"]:
         print(f"{PROG} {__version__}")
@@ -441,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_FAILURE, f"{PROG}: error: no display to open the app on (DISPLAY and WAYLAND_DISPLAY "
                                    f"are unset); use '{PROG} render' headless, or set QT_QPA_PLATFORM")
     try:
-        from .ui.app import run_app  # lazily: `attnviz render` never imports widgets
+        with _interrupt_after():
+            from .ui.app import run_app  # lazily: `attnviz render` never imports widgets
     except ImportError as exc:
         return _fail(EXIT_FAILURE, f"{PROG}: error: the app cannot start ({exc}); "
                                    f"'{PROG} render' still works without it")

@@ -11,15 +11,15 @@ from PySide6.QtWidgets import QApplication
 
 def run_app(argv: list[str] | None = None) -> int:
     """Open the main window (restoring the last session) and run until it closes."""
-    app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
-    app.setOrganizationName("attnviz")
-    app.setApplicationName("attnviz")
     from .lifecycle import install_sigint_handler
     from .main_window import MainWindow
 
+    app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
+    app.setOrganizationName("attnviz")
+    app.setApplicationName("attnviz")
+    sigint_timer = install_sigint_handler(app)  # from here Ctrl+C closes the windows (settings saved), quits
     window = MainWindow(settings=QSettings())
     window.show()
-    sigint_timer = install_sigint_handler(app)  # Ctrl+C in the terminal: close (settings saved), quit
     code = app.exec()
     sigint_timer.stop()
     # the window stopped the worker when it closed, but an event handled after that (a late result's

@@ -63,7 +63,7 @@ def _interrupted(*_) -> None:
     app = QApplication.instance()
     if app is not None:
         app.closeAllWindows()  # each window saves its settings and stops its worker
-        app.quit()
+        QTimer.singleShot(0, app.quit)  # a quit() before exec() is ignored; a queued one ends it at once
 
 
 def install_sigint_handler(app: QApplication) -> QTimer:

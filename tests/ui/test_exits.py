@@ -93,3 +93,31 @@ def test_close_and_reuse_while_a_forward_runs(window, qtbot):
     window.panel.widgets["seq_q"].setValue(8)
     wait_shown(qtbot, window, timeout=60000)
     assert window.result.config.seq_q == 8
+
+
+# Ctrl+C arrives while torch is being imported (the first seconds of `attnviz`): the child sends
+# itself SIGINT as the import starts.
+INTERRUPTED_START = """
+import os, signal, sys
+
+class Trip:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Trip())
+from attnviz.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["render", "--seq-q", "4", "-o", "out.npz"]], ids=["app", "render"])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(args, tmp_path):
+    env = {**ENV, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_START, *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == ["attnviz: interrupted"]
+    assert not (tmp_path / "out.npz").exists()
