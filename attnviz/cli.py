@@ -268,6 +268,7 @@ def render_main(argv: list[str]) -> int:
     from .atomic import ExportError, MissingFolder
     from .core import ConfigError
 
+    args = None
     try:
         args = _render_parser().parse_args(argv)
         if args.list_presets:
@@ -280,10 +281,19 @@ def render_main(argv: list[str]) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except (UsageError, ConfigError, ValueError, MissingFolder) as exc:
-        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {_by_flag(exc, args)}")
     except ExportError as exc:  # read-only target (never replaced from the command line), parent is a file
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
     return _render_planned(args, config, options, record)
+
+
+def _by_flag(exc: Exception, args: argparse.Namespace | None) -> str:
+    """The message, naming the flag (--dropout nan: ...) when the value at fault was given as one."""
+    from .core import ConfigError
+
+    if isinstance(exc, ConfigError) and args is not None and exc.field in vars(args):
+        return f"{_flag(exc.field)} {exc.shown}: {exc.problem}. Fix: {exc.fix}"
+    return str(exc)
 
 
 def _plan_render(args: argparse.Namespace) -> tuple:
@@ -343,7 +353,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
             ensure_gui_app()  # picks the offscreen platform when there is no display
         path = _write(result, args, options, ext)
     except (ConfigError, ValueError) as exc:  # found only when running: no CUDA, over the memory budget, a bad
-        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")  # model or text, a head the model lacks
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {_by_flag(exc, args)}")  # model or text, a missing head
     except ExportError as exc:  # a --scale too large for one image is a bad argument, the rest failures
         code = EXIT_USAGE if isinstance(exc.__cause__, ImageTooLarge) else EXIT_FAILURE
         return _fail(code, f"{RENDER_PROG}: error: {exc}")

@@ -61,6 +61,8 @@ def bad_config(tmp_path, kind: str):
         path.write_bytes(b" " * ((1 << 20) + 10))
     elif kind == "binary":
         path.write_bytes(os.urandom(4096) + b"\0")
+    elif kind == "empty":
+        path.write_text(" \n")
     elif kind == "latin1":
         path.write_bytes('{"format": "attnviz-config", "description": "Zürich", "config": {}}'.encode("latin-1"))
     else:
@@ -75,6 +77,7 @@ def bad_config(tmp_path, kind: str):
     ("binary", ("binary", "UTF-8")),
     ("latin1", ("not UTF-8", "save it as UTF-8")),
     ("/dev/zero", ("character device",)),
+    ("empty", ("is empty", "Save configuration")),
 ])
 def test_bad_config_files_exit_2_naming_the_flag_and_file(kind, words, tmp_path, capsys, no_compute):
     path = bad_config(tmp_path, kind)
@@ -159,3 +162,13 @@ def test_good_config_still_renders(tmp_path, capsys):
                                "config": {"d_model": 8, "heads": 2, "seq_q": 4}}))
     assert main(["render", "--config", str(cfg), "-o", str(tmp_path / "ok.npz")]) == 0
     assert cli.EXIT_OK == 0 and (tmp_path / "ok.npz").exists()
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--dropout", "nan"], "--dropout nan: must be a finite number"),
+    (["--heads", "-4"], "--heads -4: must be at least 1"),
+])
+def test_a_bad_flag_value_names_the_flag(args, start, tmp_path, capsys, no_compute):
+    assert main(["render", *args, "-o", str(tmp_path / "o.npz")]) == 2
+    assert one_line(capsys).startswith(f"attnviz render: error: {start}")
+    assert list(tmp_path.iterdir()) == []

@@ -56,7 +56,7 @@ def test_a_mismatched_width_exits_2_with_one_line_and_writes_nothing(seed000, tm
     err = capsys.readouterr().err.strip()
     assert code == 2 and not out.exists()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert "d_model = 48" in err and "W_query.weight" in err and "(64, 32)" in err and "to 32" in err
+    assert "--d-model 48: " in err and "W_query.weight" in err and "(64, 32)" in err and "to 32" in err
 
 
 def test_a_pickled_checkpoint_exits_2_and_says_why(tmp_path, capsys):

@@ -40,6 +40,7 @@ class ConfigError(ValueError):
         shown = repr(value)
         if len(shown) > 80:  # a huge or deeply nested value from a file: one readable line
             shown = shown[:60] + f"... ({len(shown):,} characters)"
+        self.shown = shown
         super().__init__(f"{field_name} = {shown}: {problem}. Fix: {fix}")
 
 
@@ -333,6 +334,9 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
+        if not text.strip():
+            raise ConfigError("file", text[:40], "is empty", "give a configuration saved by attnviz "
+                              "(Save configuration in the app)")
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
