@@ -655,6 +655,9 @@ class MainWindow(QMainWindow):
             try:
                 self.open_config(path)
                 self._remember_dir(path)
+            except ConfigError as exc:  # a value in the file: say which file (file errors name it already)
+                text = str(exc) if exc.field == "file" else f"{path}: {exc}"
+                QMessageBox.warning(self, "Cannot open", text)
             except Exception as exc:
                 QMessageBox.warning(self, "Cannot open", str(exc))
 

@@ -68,3 +68,19 @@ def test_exporting_over_a_read_only_file_asks_first(window, qtbot, tmp_path, mon
         assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     else:
         assert target.read_bytes() == b"old" and "read-only" in message
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"format": "attnviz-config", "config": {"dropout": NaN}}', ("dropout", "finite")),
+    (" ", ("is empty",)),
+])
+def test_opening_a_bad_configuration_names_the_file_and_keeps_the_panel(window, tmp_path, monkeypatch, text, words):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    before = window.panel.config()
+    warned = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: warned.append(a[2]))
+    monkeypatch.setattr("attnviz.ui.main_window.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
+    window.open_dialog()
+    assert len(warned) == 1 and str(path) in warned[0] and all(w in warned[0] for w in words)
+    assert window.panel.config() == before
