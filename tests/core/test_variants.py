@@ -299,10 +299,10 @@ def test_cli_renders_a_stage_view_and_keeps_the_stages_asked_for(tmp_path):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--heads", "8", "--kv-heads", "3"], "kv_heads"),
-    (["--softcap", "-1"], "softcap"),
+    (["--heads", "8", "--kv-heads", "3"], "--kv-heads 3: "),
+    (["--softcap", "-1"], "--softcap -1"),
     (["--view", "capped"], "no capped stage"),
-    (["--mask", "window", "--sinks", "99"], "sinks"),
+    (["--mask", "window", "--sinks", "99"], "--sinks 99: "),
     (["--position", "nope"], "invalid choice"),
     (["--sinks", "4"], "--sinks does not apply"),  # no window mask: it would be silently ignored
     (["--text", "hello"], "--text does not apply"),
