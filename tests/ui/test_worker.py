@@ -322,3 +322,52 @@ def test_the_worker_goes_on_only_once_both_views_have_painted_the_result(window,
     wait_shown(qtbot, window)
     qtbot.waitUntil(lambda: "resume" in events, timeout=5000)
     assert events.index("resume") > max(events.index("headGrid"), events.index("outputView")), events
+
+
+# A thread frees 48 MiB it allocated in blocks under glibc's (raised) mmap threshold, then
+# malloc_trim runs, as the reaper's does. Prints how much RSS stayed, in MiB.
+ARENA_TOP = """
+import ctypes, os, sys, threading
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+if sys.argv[1] == "tuned":
+    from attnviz.ui.worker import tune_malloc
+    assert tune_malloc()
+libc.free(libc.malloc(30 << 20))  # untuned: glibc's thresholds now rise to ~30 MiB (mmap), ~60 MiB (trim)
+
+def work():
+    blocks = [libc.malloc(8 << 20) for _ in range(6)]
+    for b in blocks:
+        ctypes.memset(b, 1, 8 << 20)
+    for b in blocks:
+        libc.free(b)
+
+before = rss()
+t = threading.Thread(target=work)
+t.start()
+t.join()
+libc.malloc_trim(0)
+print((rss() - before) >> 20)
+"""
+
+
+@pytest.mark.skipif(worker_module._libc("mallopt") is None, reason="glibc only")
+def test_memory_a_thread_freed_goes_back_to_the_system():
+    import subprocess
+
+    def retained(mode: str) -> int:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run([sys.executable, "-c", ARENA_TOP, mode], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return int(done.stdout.split()[-1])
+
+    if retained("plain") < 32:
+        pytest.skip("this glibc returns a thread arena's free top by itself")
+    assert retained("tuned") < 16  # the trim threshold: a free top past it is handed back
