@@ -282,7 +282,7 @@ def render_main(argv: list[str]) -> int:
         return int(exc.code or 0)
     except (UsageError, ConfigError, ValueError, MissingFolder) as exc:
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {_by_flag(exc, args)}")
-    except ExportError as exc:  # read-only target (never replaced from the command line), parent is a file
+    except ExportError as exc:  # a read-only target (never replaced from the command line), an unwritable folder
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
     return _render_planned(args, config, options, record)
 
@@ -292,13 +292,17 @@ def _by_flag(exc: Exception, args: argparse.Namespace | None) -> str:
     from .core import ConfigError
 
     if isinstance(exc, ConfigError) and args is not None and exc.field in vars(args):
-        return f"{_flag(exc.field)} {exc.shown}: {exc.problem}. Fix: {exc.fix}"
+        value = exc.value
+        typed = (value if isinstance(value, str) else ",".join(map(str, value)) if isinstance(value, tuple)
+                 else str(value))  # as it was typed: cuda, 16,9
+        return f"{_flag(exc.field)} {typed if len(typed) <= 80 else exc.shown}: {exc.problem}. Fix: {exc.fix}"
     return str(exc)
 
 
 def _plan_render(args: argparse.Namespace) -> tuple:
     """Everything checkable before any compute: the config, the export options, the stages to
-    record, and the targets (a missing folder or a read-only file). Raises what render_main reports."""
+    record, and the targets (a missing or unwritable folder, a read-only file). Raises what
+    render_main reports."""
     from .atomic import check_target
 
     if not args.output and not args.stats:
@@ -453,8 +457,9 @@ def main(argv: list[str] | None = None) -> int:
 def _interrupt_after() -> Iterator[None]:
     """Hold Ctrl+C until the block ends, then raise KeyboardInterrupt. For importing torch and Qt
     (seconds): an interrupt raised inside torch's C++ import code aborts the process (exit 134)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    on_main = threading.current_thread() is threading.main_thread()
+    if not on_main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # SIGINT ignored (a background job) or someone else's handler: leave it be
         return
     hits: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda *_: hits.append(1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import types
 import xml.etree.ElementTree as ET
 from dataclasses import fields
@@ -280,3 +281,21 @@ def test_png_pixels_owns_its_memory(tmp_path):
     assert main(["render", *SMALL, "--scale", "2", *BARE, "-o", str(tmp_path / "p.png")]) == 0
     px = png_pixels(tmp_path / "p.png")
     assert px.flags.owndata and px.flags.c_contiguous
+
+
+def test_holding_ctrl_c_through_the_imports_leaves_an_ignored_sigint_ignored():
+    import signal
+
+    from attnviz.cli import _interrupt_after
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # e.g. `attnviz render ... &` in a script
+    try:
+        with _interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # nothing raised, nothing replaced
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt), _interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # Python runs the held handler here; the interrupt comes at the end
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -223,8 +223,8 @@ def tune_malloc() -> bool:
     a thread's arena: one fuzz pass at 2,048 tokens left 33-75 MiB free but resident in the worker
     threads' arenas; 5-8 MiB with fixed thresholds, at the same S/M/L latencies (benchmarks README)."""
     mallopt = _libc("mallopt")
-    if mallopt is None:
-        return False
+    if mallopt is None or any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
+        return False  # not glibc, or the user tunes malloc: theirs wins
     mmap_set = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     return bool(mmap_set) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 

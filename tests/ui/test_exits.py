@@ -109,7 +109,10 @@ class Trip:
 
 sys.meta_path.insert(0, Trip())
 from attnviz.cli import main
-sys.exit(main(sys.argv[1:]))
+code = main(sys.argv[1:])
+torch = sys.modules.get("torch")
+print("torch imported whole:", torch is not None and hasattr(torch, "Tensor"))  # held, not cut short
+sys.exit(code)
 """
 
 
@@ -120,4 +123,5 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(args, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == ["attnviz: interrupted"]
+    assert "torch imported whole: True" in done.stdout
     assert not (tmp_path / "out.npz").exists()
