@@ -220,8 +220,8 @@ def tune_malloc() -> bool:
     dynamic rule settles on anyway, but a heap's free top past 16 MiB goes back to the system.
 
     The dynamic rule also raises the trim threshold to 64 MiB, and malloc_trim never trims the top of
-    a thread's arena: one fuzz pass at 2,048 tokens left 33-75 MiB free but resident in the worker
-    threads' arenas; 5-8 MiB with fixed thresholds, at the same S/M/L latencies (benchmarks README)."""
+    a thread's arena: one fuzz pass at 2,048 tokens left up to 65-75 MiB free but resident in the
+    worker threads' arenas; at most 41 MiB with these, at the same S/M/L latencies (benchmarks README)."""
     mallopt = _libc("mallopt")
     if mallopt is None or any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
         return False  # not glibc, or the user tunes malloc: theirs wins
@@ -230,10 +230,9 @@ def tune_malloc() -> bool:
 
 
 def _malloc_trim():
-    """glibc's malloc_trim, or None. After a free, glibc keeps medium blocks (up to 32 MiB, its
-    dynamic mmap threshold) in the heap: 1,000 random edits grew RSS by 80-100 MiB that was free
-    inside the process, 13 MiB with the threshold fixed (benchmarks/fuzz.py). Trimming when the
-    reaper frees the last replaced result of a burst of edits hands those pages back."""
+    """glibc's malloc_trim, or None. After a free glibc keeps medium blocks in the heap (1,000 random
+    edits once grew RSS by 80-100 MiB that was free inside the process); trimming once a burst of
+    edits is over and its last replaced result is freed hands those pages back."""
     return _libc("malloc_trim")
 
 
