@@ -295,7 +295,7 @@ def _by_flag(exc: Exception, args: argparse.Namespace | None) -> str:
         value = exc.value
         typed = (value if isinstance(value, str) else ",".join(map(str, value)) if isinstance(value, tuple)
                  else str(value))  # as it was typed: cuda, 16,9
-        return f"{_flag(exc.field)} {typed if len(typed) <= 80 else exc.shown}: {exc.problem}. Fix: {exc.fix}"
+        return exc.describe(f"{_flag(exc.field)} {typed if len(typed) <= 80 else exc.shown}")
     return str(exc)
 
 

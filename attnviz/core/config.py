@@ -41,7 +41,11 @@ class ConfigError(ValueError):
         if len(shown) > 80:  # a huge or deeply nested value from a file: one readable line
             shown = shown[:60] + f"... ({len(shown):,} characters)"
         self.shown = shown
-        super().__init__(f"{field_name} = {shown}: {problem}. Fix: {fix}")
+        super().__init__(self.describe(f"{field_name} = {shown}"))
+
+    def describe(self, what: str) -> str:
+        """The message about `what` (the field and value, or e.g. the flag that gave the value)."""
+        return f"{what}: {self.problem}. Fix: {self.fix}"
 
 
 def param(default: Any, label: str, tooltip: str, *, widget: str, minimum: float | None = None,
