@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from . import colormaps
+from .core.backed import backed_stages
 from .core.runner import RunResult, run_stages
 from .core.stages import BY_NAME
 from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout
@@ -77,6 +78,11 @@ class PipelineFrames:
 def pipeline_stage_names(result: RunResult) -> list[str]:
     """The stages the pipeline shows for this configuration, in order (dropout only when active)."""
     names = [n for n in run_stages(result.config) if n != "dropped" or result.config.dropout_active]
+    if result.source is not None:  # a model records what its family exposes (weights only for some)
+        own = backed_stages(result.source.info)
+        names = [n for n in names if n in own]
+    if "context" not in names:
+        return names
     i = names.index("context")
     return names[:i] + ["head_context"] + names[i:]
 

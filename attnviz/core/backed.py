@@ -33,8 +33,10 @@ import torch
 from .config import ConfigError, RunConfig
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 
-# Stages a model's attention never produces (no ALiBi, cap or differential pair in the families read)
-ABSENT = frozenset({"biased", "capped", "combined"})
+# Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
+# and k, and no family computes a differential pair. A model's info.stages says what it does record.
+ABSENT = frozenset({"q_proj", "k_proj", "combined"})
+WEIGHTS_ONLY_NOTE = "weights only: this family's code does not expose its attention stages"
 FORWARD_OVERHEAD = 64 << 20  # activations and the kernel's temporaries besides the maps, generously
 
 
@@ -83,9 +85,10 @@ class ModelForward:
         return {"tokens": rows, "key_tokens": () if cols == rows else cols}
 
 
-def backed_stages() -> list[str]:
-    """Stages a model-backed run can produce (q_proj/k_proj only where the model uses RoPE)."""
-    return [name for name in STAGE_NAMES if name not in ABSENT]
+def backed_stages(info=None) -> list[str]:
+    """Stages a model-backed run can produce: the model's own list where its info has one."""
+    own = getattr(info, "stages", None)
+    return [name for name in STAGE_NAMES if (name in own if own else name not in ABSENT)]
 
 
 def check_layer(config: RunConfig, info) -> None:
@@ -162,7 +165,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     check_layer(config, model.info)
     encoded = model.encode(config.text)
     keep = frozenset((set(DEFAULT_RECORD if record is None else record) | {"weights", "dropped", "output"})
-                     & set(backed_stages()))
+                     & set(backed_stages(model.info)))
     check_forward_memory(config, model.info, len(encoded.ids), keep, memory_budget)
     if cancel is not None and cancel():
         raise Cancelled
@@ -186,5 +189,15 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
         tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
-        layer_tokens=_layer_tokens(encoded),
+        layer_tokens=_layer_tokens(encoded), notes=_notes(model),
         compute_time_s=compute, total_time_s=time.perf_counter() - started)
+
+
+def _notes(model) -> tuple[str, ...]:
+    """What the status line says of this model's forward: what it lacks, and how it computed."""
+    info, notes = model.info, list(getattr(model, "notes", ()))
+    if getattr(info, "stages", None) and "scores" not in info.stages:
+        notes.append(WEIGHTS_ONLY_NOTE)
+    if getattr(info, "dtype", "float32") in ("bfloat16", "float16"):
+        notes.append(f"{info.dtype} checkpoint computed in float32")
+    return tuple(notes)

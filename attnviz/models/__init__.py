@@ -2,11 +2,12 @@
 
     from attnviz.models import load_model
     m = load_model(folder)                  # config.json + *.safetensors + tokenizer.json
-    m.info                                  # family, layers, heads, kv_heads, d_model, vocab_size, max_positions
+    m.info                                  # model_type, architecture, layers, heads, kv_heads, stages, ...
     enc = m.encode("The cat sat")           # ids and readable token labels
     hidden, traces = m.forward(torch.tensor([enc.ids]), record={"weights"})   # one Trace per layer
 
-Pure torch + numpy (no Qt). Families: bert, gpt2, llama (llama, mistral, qwen2); see adapters/.
+Pure torch + numpy (no Qt). Any family transformers runs: its own modelling code, with attnviz's kernel
+plugged in as the attention function (hf_attention.py); transformers is imported only when a model opens.
 """
 
 from .folder import ModelError, read_folder

@@ -11,7 +11,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from .adapters import ADAPTERS
 from .loader import model_name
 
 
@@ -58,4 +57,6 @@ def find_model_folders(env: Mapping[str, str] = os.environ) -> list[tuple[str, P
 
 
 def supported_text() -> str:
-    return ", ".join(sorted(ADAPTERS))
+    """What opens (said without importing transformers: the chooser must not pay for it)."""
+    return ("every family transformers runs, on attnviz's kernel; weights only where the family's code does not "
+            "call transformers' attention interface (gpt_neo, falcon, deberta_v2, mpnet)")

@@ -1,4 +1,11 @@
-"""load_model(folder) -> PretrainedModel: a checked folder, its adapter, the weights, the tokenizer.
+"""load_model(folder) -> PretrainedModel: any model transformers can run, on attnviz's kernel.
+
+transformers is imported here, lazily (the app's start-up never pays for it), with the hub switched
+offline and `local_files_only=True`: nothing is ever downloaded, and no code from the folder runs
+(trust_remote_code stays off). A family whose modelling code calls the attention interface runs every
+layer's attention through attnviz's kernel (hf_attention.py) and records every stage; one that does not
+(gpt_neo, falcon, deberta_v2, ...) runs transformers' eager attention with `output_attentions=True` and
+records the weights alone (`info.stages` says which).
 
 Loaded models are cached (the two most recent, keyed by folder and file stamps), so a second text
 costs only the forward. A model too large for the memory budget is refused before any weight is read.
@@ -9,16 +16,14 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..core.kernel import Trace
-from .adapters import adapter_for
-from .folder import ModelError, ModelFolder, load_state, parameter_bytes, read_folder
-from .model import ModelShape, Transformer
+from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
+from .hf import ModelInfo, load_transformers_model, run_layers
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
@@ -26,30 +31,14 @@ GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"
 MEMORY_FRACTION = 0.5  # as the runner: this share of the free memory, unless a budget is given
 
 
-@dataclass(frozen=True)
-class ModelInfo:
-    family: str  # adapter: bert, gpt2, llama
-    model_type: str  # config.json's model_type (llama, mistral, qwen2 ...)
-    layers: int
-    heads: int
-    kv_heads: int
-    d_model: int
-    vocab_size: int
-    max_positions: int
-    causal: bool
-    parameter_bytes: int  # the weights as float32
-    name: str  # the folder's name (a snapshot's repository name where it has one)
-
-
 class PretrainedModel:
     """A model folder ready to run: `encode(text)` then `forward(ids, record)` (one Trace per layer)."""
 
-    def __init__(self, folder: ModelFolder, shape: ModelShape, module: Transformer, tokenizer: TextTokenizer,
-                 size: int):
-        self.folder, self.shape, self.module, self.tokenizer = folder, shape, module, tokenizer
-        self.info = ModelInfo(shape.family, shape.model_type, shape.layers, shape.heads, shape.kv_heads,
-                              shape.d_model, shape.vocab_size, shape.max_positions, shape.causal, size,
-                              model_name(folder.path))
+    def __init__(self, folder: ModelFolder, module: nn.Module, tokenizer: TextTokenizer, info: ModelInfo,
+                 attention_modules: list[nn.Module]):
+        self.folder, self.module, self.tokenizer, self.info = folder, module, tokenizer, info
+        self.attention_modules = attention_modules  # in layer order
+        self.notes: tuple[str, ...] = ()
 
     def encode(self, text: str) -> Encoded:
         """The text's token ids and labels; ConfigError (field `text`) when empty or too long."""
@@ -74,7 +63,11 @@ class PretrainedModel:
     @torch.inference_mode()
     def forward(self, ids: Tensor, record=()) -> tuple[Tensor, list[Trace]]:
         """ids (1, L) -> the last hidden state (1, L, d) and each layer's trace of the `record` stages."""
-        return self.module(ids.to(self.device), record)
+        weights_only = "scores" not in self.info.stages
+        # the base model, without its head: no logits are computed unless a view asks for them
+        hidden, traces, self.notes = run_layers(self.module.base_model, ids.to(self.device), record,
+                                                self.attention_modules, weights_only)
+        return hidden, traces
 
     @property
     def device(self) -> torch.device:
@@ -102,27 +95,14 @@ def _budget(memory_budget: int | None) -> tuple[int, str]:
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     from ..core.runner import _gib
 
-    shape = adapter_for(folder.config).shape(folder.config)
     size = parameter_bytes(folder)
     allowed, source = _budget(memory_budget)
     if size > allowed:
         raise ModelError(folder.path, f"the weights need about {_gib(size)} as float32, over {_gib(allowed)} "
                          f"({source})", "choose a smaller model, or free memory")
     tokenizer = TextTokenizer(folder.tokenizer)
-    state = adapter_for(folder.config).convert(load_state(folder), shape)
-    missing = sorted(k for k, v in state.items() if v is None)
-    if missing:
-        raise ModelError(missing[0], f"{len(missing)} weights missing from the checkpoint for a {shape.model_type} "
-                         "model", "use the complete checkpoint of this model", field_name="checkpoint key")
-    with torch.device("meta"):
-        module = Transformer(shape)
-    state = {k: v if v.dtype == torch.float32 else v.float() for k, v in state.items()}
-    try:
-        module.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as exc:
-        raise ModelError(folder.path, f"the checkpoint does not fit config.json ({str(exc).splitlines()[-1].strip()})",
-                         "use the config.json saved with these weights") from exc
-    return PretrainedModel(folder, shape, module.eval(), tokenizer, size)
+    module, modules, info = load_transformers_model(folder, model_name(folder.path), size)
+    return PretrainedModel(folder, module, tokenizer, info, modules)
 
 
 _cache: OrderedDict[tuple, PretrainedModel] = OrderedDict()

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from .. import colormaps
 from ..core import ConfigError, RunConfig, load_config, load_preset, run
+from ..core.backed import WEIGHTS_ONLY_NOTE
 from ..core.config import field_meta
 from ..core.runner import run_stages
 from ..core.userfiles import FileChanged
@@ -66,8 +67,9 @@ def caption_for(result) -> tuple[str, bool]:
         return text, True
     if result.source is not None:
         info = result.source.info
+        lacking = f" ({WEIGHTS_ONLY_NOTE})" if WEIGHTS_ONLY_NOTE in result.notes else ""
         return (f"Pretrained {info.name} ({info.model_type}) on your text: layer {config.layer} of {info.layers} "
-                f"(0-{info.layers - 1}). Hover a cell for the token pair and its weight."), False
+                f"(0-{info.layers - 1}){lacking}. Hover a cell for the token pair and its weight."), False
     if config.weights:
         return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
     return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "

@@ -27,7 +27,7 @@ class ModelChooser(QWidget):
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setMinimumContentsLength(6)  # the panel column fits at its 300 px minimum (a test checks)
         self.combo.setToolTip(f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders separated by "
-                              f"the path separator). Families read: {supported_text()}. Nothing is downloaded.")
+                              f"the path separator). Opens {supported_text()}. Nothing is downloaded.")
         self.openButton = QToolButton()
         self.openButton.setObjectName("openModelButton")
         self.openButton.setAccessibleName("openModelButton")

@@ -9,7 +9,6 @@ import pytest
 
 from attnviz.cli import main
 from attnviz.core import ConfigError, RunConfig, run
-from attnviz.models import folder as folder_module
 from attnviz.models import load_model
 
 
@@ -43,12 +42,37 @@ def test_not_a_model(tmp_path):
     _fails(tmp_path / "empty", match="no config.json", tmp_path=tmp_path)
 
 
-def test_unsupported_model_type_names_the_supported(tiny_models, tmp_path):
+def test_an_architecture_transformers_does_not_know(tiny_models, tmp_path):
     f = _copy(tiny_models, tmp_path)
     config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "model_type": "no_such_family"}))
+    err = _fails(f, match="does not know this architecture", field="model_type", tmp_path=tmp_path)
+    assert "no_such_family" in str(err)
+
+
+def test_weights_that_do_not_fit_the_config(tiny_models, tmp_path):
+    f = _copy(tiny_models, tmp_path, "llama")
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "intermediate_size": 40}))
+    _fails(f, match="cannot load the weights|of another shape", tmp_path=tmp_path)
+
+
+def test_config_of_another_family_over_the_weights(tiny_models, tmp_path):
+    f = _copy(tiny_models, tmp_path)  # bert's weights under a t5 config: nothing of t5 is in the file
+    config = json.loads((f / "config.json").read_text())
     (f / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
-    err = _fails(f, match="unsupported model_type", field="model_type", tmp_path=tmp_path)
-    assert "bert, gpt2, llama, mistral, qwen2" in str(err)
+    _fails(f, match="config.json|checkpoint|weights", tmp_path=tmp_path)
+
+
+def test_more_layers_than_the_checkpoint_is_refused_before_building(tiny_models, tmp_path, monkeypatch):
+    import attnviz.models.hf as hf
+
+    f = _copy(tiny_models, tmp_path, "gpt2")
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "n_layer": 1_000_000_000}))
+    monkeypatch.setattr(hf, "_from_pretrained", lambda *a: pytest.fail("the model was built"))
+    err = _fails(f, match="asks for 1000000000 layers but the checkpoint holds 3", field="num_hidden_layers")
+    assert "config.json" in err.fix
 
 
 def test_no_tokenizer(tiny_models, tmp_path):
@@ -96,10 +120,9 @@ def test_too_large_is_refused_before_loading(tiny_models, tmp_path, monkeypatch)
     from attnviz.models import clear_cache
 
     clear_cache()
-    monkeypatch.setattr(folder_module, "load_state", lambda *a: pytest.fail("weights were read"))
     import attnviz.models.loader as loader
 
-    monkeypatch.setattr(loader, "load_state", lambda *a: pytest.fail("weights were read"))
+    monkeypatch.setattr(loader, "load_transformers_model", lambda *a: pytest.fail("weights were read"))
     with pytest.raises(ConfigError, match=r"weights need about \d+ KiB as float32, over 1 KiB"):
         load_model(tiny_models("gpt2"), memory_budget=1024)
     _fails(tiny_models("gpt2"), match="over 1 KiB", memory_budget=1024)

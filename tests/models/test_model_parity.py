@@ -7,14 +7,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from tiny import SENTENCE
+from tiny import INTERFACE_FAMILIES, SENTENCE, WEIGHTS_ONLY_FAMILIES
 
 from attnviz.models import load_model
 
-FAMILIES = ["bert", "gpt2", "llama", "qwen2", "mistral"]
-
 
 def reference(folder, ids):
+    """transformers' own eager attention with output_attentions: the reference nobody here wrote."""
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
@@ -23,10 +22,15 @@ def reference(folder, ids):
     return out.last_hidden_state, out.attentions
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_layer_matches_transformers(tiny_models, family):
-    folder = tiny_models(family)
-    model = load_model(folder)
+def logits_reference(folder, ids):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits
+
+
+def _compare(folder, model):
     enc = model.encode(SENTENCE)
     hidden, traces = model.forward(torch.tensor([enc.ids]), record={"weights"})
     ref_hidden, ref_attn = reference(folder, list(enc.ids))
@@ -37,13 +41,113 @@ def test_every_layer_matches_transformers(tiny_models, family):
     torch.testing.assert_close(hidden, ref_hidden, atol=1e-4, rtol=0)
     # not trivially uniform: the weights carry information the comparison could miss
     assert float(traces[-1].weights.std()) > 0.01
+    return enc, traces
+
+
+@pytest.mark.parametrize("family", INTERFACE_FAMILIES)
+def test_every_layer_matches_transformers(tiny_models, family):
+    folder = tiny_models(family)
+    model = load_model(folder)
+    assert model.attention_modules, "the family's attention ran on attnviz's kernel"
+    _compare(folder, model)
+    assert {"q", "k", "v", "qk", "scaled", "scores", "weights", "context", "x", "output"} <= set(model.info.stages)
+
+
+@pytest.mark.parametrize("family", WEIGHTS_ONLY_FAMILIES)
+def test_weights_only_family_matches_transformers(tiny_models, family):
+    folder = tiny_models(family)
+    model = load_model(folder)
+    assert model.info.stages == ("x", "weights", "dropped", "output")
+    _compare(folder, model)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama3", "gemma2", "gpt_oss"])
+def test_logits_through_the_kernel_equal_the_eager_models(tiny_models, family):
+    folder = tiny_models(family)
+    model = load_model(folder)
+    ids = list(model.encode(SENTENCE).ids)
+    with torch.inference_mode():
+        logits = model.module(input_ids=torch.tensor([ids])).logits
+    torch.testing.assert_close(logits, logits_reference(folder, ids), atol=1e-4, rtol=0)
+
+
+def test_stages_are_the_kernels_own(tiny_models):
+    """The recorded stages chain as the kernel computes them: scaled = qk * scaling, weights = softmax(scores),
+    context = weights @ v (GQA: query head h reads kv head h // 2), output = o_proj(context)."""
+    m = load_model(tiny_models("llama"))
+    enc = m.encode(SENTENCE)
+    _, traces = m.forward(torch.tensor([enc.ids]), record={"q", "k", "v", "qk", "scaled", "scores", "weights",
+                                                           "context", "x", "output"})
+    t = traces[1]
+    attn = m.attention_modules[1]
+    torch.testing.assert_close(t.scaled, t.qk * attn.scaling)
+    torch.testing.assert_close(t.qk, t.q @ t.k.repeat_interleave(2, dim=1).transpose(-1, -2))
+    torch.testing.assert_close(t.weights, torch.softmax(t.scores, dim=-1))
+    heads = t.weights @ t.v.repeat_interleave(2, dim=1)  # (1, H, L, dh)
+    torch.testing.assert_close(t.context, heads.transpose(1, 2).flatten(2))
+    with torch.no_grad():
+        torch.testing.assert_close(t.output, attn.o_proj(t.context.clone()))
+    assert t.x.shape == (1, len(enc.ids), 32)
+
+
+def test_gemma2_soft_cap_is_the_capped_stage(tiny_models):
+    m = load_model(tiny_models("gemma2"))  # attn_logit_softcapping 2.0
+    enc = m.encode(SENTENCE)
+    _, traces = m.forward(torch.tensor([enc.ids]), record={"scaled", "capped"})
+    t = traces[0]
+    torch.testing.assert_close(t.capped, 2.0 * torch.tanh(t.scaled / 2.0))
+    assert float(t.capped.abs().max()) <= 2.0 < float(t.scaled.abs().max())
+
+
+def test_gpt_oss_sinks_leave_rows_below_one(tiny_models):
+    m = load_model(tiny_models("gpt_oss"))
+    enc = m.encode(SENTENCE)
+    _, traces = m.forward(torch.tensor([enc.ids]), record={"weights"})
+    sums = traces[0].weights.sum(-1)  # the sink's share of each row is what is missing
+    assert float(sums.max()) <= 1 + 1e-6 and float(sums.mean()) < 0.99
+
+
+def test_gemma3_alternates_sliding_and_full_layers(tiny_models):
+    m = load_model(tiny_models("gemma3_text"))  # window 4, then full
+    enc = m.encode(SENTENCE)
+    _, traces = m.forward(torch.tensor([enc.ids]), record={"weights"})
+    local, full = traces[0].weights[0, 0].numpy(), traces[1].weights[0, 0].numpy()
+    i, j = np.indices(local.shape)
+    assert np.all(local[(i - j) >= 4] == 0) and np.all(local[(i - j >= 0) & (i - j < 4)] > 0)
+    assert np.all(full[i >= j] > 0) and np.all(full[j > i] == 0)
+
+
+def test_an_unknown_keyword_runs_the_familys_eager_attention(tiny_models, monkeypatch):
+    """A keyword attnviz's kernel does not know is never dropped: that call runs the family's own
+    eager function (so the numbers stay transformers'), and the run says so."""
+    import transformers.models.llama.modeling_llama as llama
+
+    m = load_model(tiny_models("llama"))
+    enc = m.encode(SENTENCE)
+    original = llama.LlamaAttention.forward
+
+    def forward(self, *args, **kwargs):
+        return original(self, *args, **{**kwargs, "novel_bias": 0.0})
+    monkeypatch.setattr(llama.LlamaAttention, "forward", forward)
+    calls = []
+    eager = llama.eager_attention_forward
+    monkeypatch.setattr(llama, "eager_attention_forward", lambda *a, **k: calls.append(k) or eager(*a, **k))
+    hidden, traces = m.forward(torch.tensor([enc.ids]), record={"weights", "scores"})
+    assert len(calls) == m.info.layers and all(c["novel_bias"] == 0.0 for c in calls)
+    ref_hidden, ref_attn = reference(tiny_models("llama"), list(enc.ids))
+    torch.testing.assert_close(hidden, ref_hidden, atol=1e-4, rtol=0)
+    torch.testing.assert_close(traces[1].weights, ref_attn[1], atol=1e-4, rtol=0)
+    assert "scores" not in traces[0] and traces[0].weights.shape[-1] == len(enc.ids)
+    assert any("novel_bias" in n and "eager" in n for n in m.notes)
 
 
 def test_info_reads_the_config(tiny_models):
     m = load_model(tiny_models("llama"))
     info = m.info
-    assert (info.family, info.model_type, info.layers, info.heads, info.kv_heads, info.d_model) == \
-        ("llama", "llama", 2, 4, 2, 32)
+    assert (info.model_type, info.architecture, info.layers, info.heads, info.kv_heads, info.d_model) == \
+        ("llama", "LlamaForCausalLM", 2, 4, 2, 32)
+    assert info.causal and info.stacks == ("decoder",) and info.dtype == "float32"
+    assert not load_model(tiny_models("bert")).info.causal
     assert info.max_positions == 64 and info.vocab_size == m.tokenizer._tok.get_vocab_size()
 
 

@@ -146,3 +146,37 @@ def test_any_object_with_the_protocol_is_a_model_backed_variant(monkeypatch):
     assert result.source.result(0).config.layer == 0 and toy.calls == 1
     with pytest.raises(Exception, match="toy has 3 layers"):
         run(RunConfig(variant="toy-like", model="toy", text="a b", layer=3))
+
+
+def test_weights_only_family_runs_everywhere_and_says_so(tiny_models, tmp_path):
+    """gpt_neo's code does not call the attention interface: its weights come from transformers'
+    output_attentions, the result says what it lacks, and the CLI draws and saves it."""
+    folder = tiny_models("gpt_neo")
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, layer=1))
+    assert "weights only" in " ".join(result.notes) and "scores" not in result.stages
+    np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=1e-5)
+    assert main(["render", "--model", str(folder), "--text", SENTENCE, "-o", str(tmp_path / "neo.png")]) == 0
+    assert main(["render", "--model", str(folder), "--text", SENTENCE, "-o", str(tmp_path / "neo.npz")]) == 0
+    with np.load(tmp_path / "neo.npz") as saved:
+        np.testing.assert_array_equal(saved["weights"], result.source.result(0).weights)
+
+
+def test_a_soft_capped_family_keeps_its_capped_stage(tiny_models):
+    folder = tiny_models("gemma2")
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE), record={"scaled", "capped"})
+    np.testing.assert_allclose(result.capped, 2.0 * np.tanh(result.scaled / 2.0), atol=1e-5)
+
+
+def test_opening_the_app_does_not_import_transformers():
+    """transformers is imported when a model is opened, never at start-up."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from PySide6.QtWidgets import QApplication; app = QApplication([]); "
+            "from attnviz.ui.main_window import MainWindow; w = MainWindow(); "
+            "from attnviz.ui.model_chooser import ModelChooser; "
+            "print('transformers' in sys.modules)")
+    env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "False"

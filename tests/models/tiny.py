@@ -92,5 +92,62 @@ def make_llama(folder, kind: str = "llama"):
     _save(folder, model, tok)
 
 
+def make_family(folder, model_type: str, **overrides):
+    """A tiny random checkpoint of any family transformers builds from a config: width 32, 2 layers,
+    4 heads (2 kv heads where the family has them), initialised wide so the maps are not uniform."""
+    import torch
+    import transformers
+
+    encoder = model_type in ENCODERS
+    tok = wordpiece_tokenizer() if encoder else bytelevel_tokenizer(bos=None if model_type in NO_BOS else "<s>")
+    settings = dict(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=4, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0)
+    settings.update(FAMILY_SETTINGS.get(model_type, {}), **overrides)
+    config = transformers.AutoConfig.for_model(model_type, **settings)
+    auto = transformers.AutoModelForMaskedLM if encoder else transformers.AutoModelForCausalLM
+    torch.manual_seed(0)
+    model = auto.from_config(config)
+    with torch.no_grad():  # random biases and norm gains, so a dropped one would show
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name or "sinks" in name:
+                p.normal_(1.0 if "norm" in name and name.endswith("weight") else 0.0, 0.3)
+    _save(folder, model, tok)
+
+
+ENCODERS = {"bert", "roberta", "distilbert"}
+NO_BOS = {"gpt_neox", "gpt_neo"}
+KV = dict(num_key_value_heads=2)
+FAMILY_SETTINGS = {
+    "roberta": dict(max_position_embeddings=80),  # positions start at padding_idx + 1
+    "distilbert": dict(hidden_dim=48, sinusoidal_pos_embds=False),
+    "gpt_neox": dict(rotary_pct=0.25, use_parallel_residual=True),
+    "llama3": {},
+    "mistral": dict(**KV, sliding_window=4),
+    "qwen2": dict(**KV),
+    "qwen3": dict(**KV, head_dim=16),
+    "gemma2": dict(**KV, head_dim=8, attn_logit_softcapping=2.0, final_logit_softcapping=None, sliding_window=4,
+                   query_pre_attn_scalar=8),
+    "gemma3_text": dict(**KV, head_dim=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                        query_pre_attn_scalar=8),
+    "phi3": dict(**KV),
+    "olmo2": dict(**KV),
+    "gpt_oss": dict(**KV, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=4,
+                    layer_types=["sliding_attention", "full_attention"]),
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=4, num_layers=2),
+}
+INTERFACE_FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "gpt_neox", "llama", "llama3", "mistral", "qwen2",
+                      "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_oss"]
+WEIGHTS_ONLY_FAMILIES = ["gpt_neo"]
+
+
+def make_llama3(folder):
+    make_family(folder, "llama", **KV, rope_parameters={"rope_type": "llama3", "rope_theta": 1000.0, "factor": 8.0,
+                                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                         "original_max_position_embeddings": 8})
+
+
 BUILDERS = {"bert": make_bert, "gpt2": make_gpt2, "llama": make_llama,
-            "qwen2": lambda f: make_llama(f, "qwen2"), "mistral": lambda f: make_llama(f, "mistral")}
+            "qwen2": lambda f: make_llama(f, "qwen2"), "mistral": lambda f: make_llama(f, "mistral"),
+            "llama3": make_llama3}
+for _family in INTERFACE_FAMILIES + WEIGHTS_ONLY_FAMILIES:
+    BUILDERS.setdefault(_family, lambda f, t=_family: make_family(f, t))

@@ -1,0 +1,261 @@
+"""A model folder through transformers: its own modelling code, attnviz's kernel in every attention layer.
+
+`load_transformers_model(folder)` imports transformers (lazily, hub offline), builds the folder's
+architecture class with `attn_implementation="attnviz"` where the family's code calls the attention
+interface (else "eager", weights only), checks every weight was found, and finds the attention
+modules by one two-token forward. `trace_modules` turns a Recording into one Trace per layer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..core.kernel import Trace
+from ..core.stages import ALL_STAGES, STAGE_NAMES
+from .folder import ModelError, ModelFolder, _header, load_state
+from .hf_attention import ATTN_NAME, current, recording, register
+
+# The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
+HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
+         ("ForMaskedLM", "AutoModelForMaskedLM"))
+WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
+NO_POSITION_LIMIT = 1 << 20  # relative-position models (T5) read any length the memory allows
+LAYER_INDEX = re.compile(r"\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    family: str  # config.json's model_type (kept under its first name)
+    model_type: str
+    architecture: str  # the transformers class that runs it (LlamaForCausalLM ...)
+    layers: int
+    heads: int
+    kv_heads: int
+    d_model: int
+    vocab_size: int
+    max_positions: int
+    causal: bool
+    parameter_bytes: int  # the weights as float32
+    name: str  # the folder's name (a snapshot's repository name where it has one)
+    stacks: tuple[str, ...] = ("decoder",)
+    dtype: str = "float32"  # the checkpoint's dtype (computed in float32 on the CPU)
+    stages: tuple[str, ...] = ()  # the stages this family records
+
+
+def transformers():
+    """transformers, imported with the hub offline and attnviz's kernel registered."""
+    os.environ["HF_HUB_OFFLINE"] = "1"  # before the first import: huggingface_hub reads it then
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()  # missing weights are checked here and said in one line
+    register()
+    return tf
+
+
+def _config(folder: ModelFolder):
+    tf = transformers()
+    model_type = folder.config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelError(folder.path / "config.json", "config.json names no model_type",
+                         "restore the config.json saved with the model", field_name="model_type")
+    try:
+        return tf.AutoConfig.from_pretrained(str(folder.path), local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError) as exc:
+        raise ModelError(model_type, f"transformers {tf.__version__} does not know this architecture",
+                         "use a model of a family transformers runs, or a newer transformers",
+                         field_name="model_type") from exc
+    except Exception as exc:  # noqa: BLE001 - a config's validators raise TypeError, RecursionError, their own
+        raise ModelError(folder.path / "config.json", f"config.json does not describe a valid {model_type} model "
+                         f"({type(exc).__name__}: {str(exc)[:120]})", "restore the config.json saved with the model") \
+            from exc
+
+
+def _auto_class(tf, config):
+    architecture = (getattr(config, "architectures", None) or [""])[0]
+    for suffix, auto in HEADS:
+        if architecture.endswith(suffix):
+            try:
+                return getattr(tf, auto)._model_mapping[type(config)]
+            except KeyError:
+                break
+    return tf.AutoModel._model_mapping[type(config)]
+
+
+def uses_interface(cls: type) -> bool:
+    """Whether the family's modelling code calls transformers' attention interface (else: weights only)."""
+    try:
+        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(sys.modules[cls.__module__])
+    except (OSError, TypeError, KeyError):
+        return False
+
+
+def checkpoint_layers(folder: ModelFolder) -> int:
+    """1 + the highest layer index among the checkpoint's keys (read from the safetensors headers)."""
+    if not folder.safetensors:
+        return -1
+    indices = [int(m.group(1)) for shard in folder.weights for key in _header(shard)
+               for m in [LAYER_INDEX.search(key)] if m]
+    return max(indices, default=-1) + 1
+
+
+def _check_layers(folder: ModelFolder, config) -> None:
+    """A config.json asking for more layers than the checkpoint holds is refused before anything is built
+    (building a billion layers would never end; fewer would leave layers without weights)."""
+    layers = getattr(config.get_text_config(), "num_hidden_layers", None)
+    held = checkpoint_layers(folder)
+    if isinstance(layers, int) and held >= 0 and layers > held:
+        raise ModelError(layers, f"config.json asks for {layers} layers but the checkpoint holds {held}",
+                         "use the config.json saved with these weights", field_name="num_hidden_layers")
+
+
+def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> nn.Module:
+    if not folder.safetensors:  # a pickle is read with weights_only=True first, for attnviz's own message
+        load_state(folder)
+    try:
+        model, loading = cls.from_pretrained(
+            str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
+            attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, use_safetensors=None)
+    except Exception as exc:  # noqa: BLE001 - size mismatches, corrupt files, a config the code rejects
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ModelError(folder.path, f"transformers cannot load the weights ({first_line})",
+                         "use the config.json saved with these weights, and complete weight files") from exc
+    missing = [k for k in loading.get("missing_keys") or [] if not _optional(k, model)]
+    bad = sorted(missing) + [str(m[0]) for m in loading.get("mismatched_keys") or []]
+    if bad:
+        raise ModelError(bad[0], f"{len(bad)} weights of a {config.model_type} model missing from the checkpoint or of "
+                         "another shape", "use the complete checkpoint saved with this config.json",
+                         field_name="checkpoint key")
+    return model.eval()
+
+
+def _optional(key: str, model: nn.Module) -> bool:
+    """Weights no map depends on: a pooler, and a head outside the base model (logits would be random)."""
+    has_head = model.base_model is not model
+    return ".pooler." in f".{key}" or (has_head and not key.startswith(model.base_model_prefix + "."))
+
+
+def _discover(base: nn.Module, interface: bool) -> list[nn.Module]:
+    """The attention modules in layer order, from one forward over two tokens; each gets the hooks
+    that record its input (stage x) and output."""
+    ids = torch.tensor([[0, 1]])
+    with torch.inference_mode():
+        if interface:
+            with recording(()) as rec:
+                base(input_ids=ids)
+            modules = list(dict.fromkeys(m for m, _ in rec.calls))
+        else:
+            modules = _modules_returning_weights(base, ids)
+    for m in modules:
+        m.register_forward_pre_hook(_keep_input, with_kwargs=True)
+        m.register_forward_hook(_keep_output)
+    return modules
+
+
+def _modules_returning_weights(base: nn.Module, ids: Tensor) -> list[nn.Module]:
+    """For a family that does not call the interface: the innermost module returning each layer's
+    output_attentions tensor (its attention module)."""
+    returned: dict[int, nn.Module] = {}
+
+    def spy(module, args, output):
+        for t in output if isinstance(output, tuple) else ():
+            if isinstance(t, Tensor):
+                returned.setdefault(id(t), module)  # inner modules finish first
+    handles = [m.register_forward_hook(spy) for m in base.modules() if m is not base]
+    try:
+        out = base(input_ids=ids, output_attentions=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return [returned[id(w)] for w in out.attentions] if all(id(w) in returned for w in out.attentions) else []
+
+
+def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool):
+    """One forward: (the last hidden state, one Trace per layer, the notes of the calls)."""
+    with recording(record) as rec:
+        out = base(input_ids=ids, output_attentions=weights_only) if weights_only else base(input_ids=ids)
+    if weights_only:
+        rec.calls = list(zip(modules, weights_only_traces(out.attentions, record)))
+    return out.last_hidden_state, trace_modules(rec, modules), tuple(rec.notes)
+
+
+def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    rec = current()
+    if rec is not None and "x" in rec.record:
+        rec.inputs[module] = args[0] if args else kwargs.get("hidden_states")
+
+
+def _keep_output(module: nn.Module, args: tuple, output) -> None:
+    rec = current()
+    if rec is not None and "output" in rec.record:
+        rec.outputs[module] = output[0] if isinstance(output, tuple) else output
+
+
+def trace_modules(rec, modules: list[nn.Module]) -> list[Trace]:
+    """One Trace per attention module (layer order), with the module's input and output added."""
+    by_module = {m: t for m, t in rec.calls}
+    traces = []
+    for m in modules:
+        trace = by_module[m]
+        for name, held in (("x", rec.inputs), ("output", rec.outputs)):
+            if m in held and name in rec.record:
+                trace[name] = held[m]
+        traces.append(trace)
+    return traces
+
+
+def weights_only_traces(attentions, record) -> list[Trace]:
+    """Traces from transformers' `output_attentions` (families whose code does not call the interface)."""
+    traces = []
+    for weights in attentions:
+        trace = Trace(set(record) & set(WEIGHTS_ONLY) | {"weights"})
+        trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())
+        trace["mask"] = (weights[:1] > 0).any(dim=1, keepdim=True)
+        traces.append(trace)
+    return traces
+
+
+def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], name: str, size: int) -> ModelInfo:
+    config = model.config.get_text_config()
+    first = traces[0]
+    heads = first.weights.shape[1]
+    kv_heads = first["k"].shape[1] if "k" in first else heads
+    stages = [s for s in STAGE_NAMES if s in first]
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return ModelInfo(
+        family=config.model_type, model_type=config.model_type, architecture=type(model).__name__, layers=len(traces),
+        heads=heads, kv_heads=kv_heads, d_model=int(getattr(config, "hidden_size", 0) or first.weights.shape[-1]),
+        vocab_size=int(config.vocab_size), max_positions=int(positions or NO_POSITION_LIMIT),
+        causal=not bool(first["mask"][0, 0, 0, 1]), parameter_bytes=size, name=name,
+        dtype=_dtype_name(folder), stages=tuple(stages))
+
+
+def _dtype_name(folder: ModelFolder) -> str:
+    stored = folder.config.get("torch_dtype") or folder.config.get("dtype") or "float32"
+    return stored if isinstance(stored, str) else json.dumps(stored)
+
+
+def load_transformers_model(folder: ModelFolder, name: str, size: int) -> tuple[nn.Module, list[nn.Module], ModelInfo]:
+    """(the whole model, its attention modules in layer order, its info) for a checked folder."""
+    tf = transformers()
+    config = _config(folder)
+    _check_layers(folder, config)
+    cls = _auto_class(tf, config)
+    interface = uses_interface(cls)
+    model = _from_pretrained(cls, folder, config, ATTN_NAME if interface else "eager")
+    modules = _discover(model.base_model, interface)
+    if not modules:
+        raise ModelError(folder.path, f"{type(model).__name__} ran no attention layer attnviz could see",
+                         "choose a model with attention layers")
+    with torch.inference_mode():
+        _, traces, _ = run_layers(model.base_model, torch.tensor([[0, 1]]), ALL_STAGES, modules, not interface)
+    return model, modules, _info(folder, model, traces, name, size)
+

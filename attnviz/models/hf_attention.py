@@ -1,0 +1,174 @@
+"""attnviz's kernel as transformers' attention: one function registered with `AttentionInterface`.
+
+A family whose modelling code calls `ALL_ATTENTION_FUNCTIONS` (almost every one since transformers
+4.48) hands each layer's attention to `kernel_attention` once the model is loaded with
+`attn_implementation=ATTN_NAME`. Embeddings, norms, RoPE (whatever its scaling), MLPs and residuals
+stay the family's own code; q and k arrive as they enter the dot product (after RoPE and any q/k
+norm). What transformers passes maps onto the kernel's arguments:
+
+    scaling -> scale          softcap -> the "capped" stage     position_bias (T5) -> the "biased" stage
+    dropout -> dropout_p      s_aux (gpt-oss sinks) -> sink     attention_mask -> mask (True = may attend)
+
+A keyword that would change the arithmetic and that this function does not know is never dropped:
+that call runs the family's own eager function instead and records only the weights it returns,
+with a note saying why (`Recording.notes`).
+
+The stages a forward records go to the `Recording` made current by `recording(...)` (thread-local:
+the app's worker and a test may run models side by side).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ..core.kernel import Trace, attention, merge_heads
+from ..core.mods import ScoreMod
+
+ATTN_NAME = "attnviz"
+# Keywords that carry no arithmetic for one call over a whole sequence (cache bookkeeping, the
+# positions RoPE has already used, flags), or that the mask already holds (sliding_window).
+PASSIVE = frozenset({
+    "position_ids", "cache_position", "past_key_values", "past_key_value", "use_cache", "output_attentions",
+    "output_hidden_states", "return_dict", "layer_idx", "sliding_window", "position_embeddings", "token_type_ids",
+    "num_items_in_batch", "is_causal", "layer_head_mask", "head_mask", "config", "block_sequence_ids",
+    "output_router_logits", "logits_to_keep",
+})
+HANDLED = frozenset({"softcap", "s_aux", "position_bias"})
+
+_local = threading.local()
+
+
+@dataclass
+class Recording:
+    """What one forward records: each attention call's Trace, in call order, keyed by the module."""
+
+    record: frozenset[str]
+    calls: list[tuple[nn.Module, Trace]] = field(default_factory=list)
+    inputs: dict[nn.Module, Tensor] = field(default_factory=dict)  # each attention module's input (stage x)
+    outputs: dict[nn.Module, Tensor] = field(default_factory=dict)  # what it returned (stage output)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, module: nn.Module, trace: Trace) -> None:
+        self.calls.append((module, trace))
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+@contextmanager
+def recording(record) -> Iterator[Recording]:
+    """Make a new Recording current for this thread while the block runs a forward."""
+    rec, previous = Recording(frozenset(record)), getattr(_local, "current", None)
+    _local.current = rec
+    try:
+        yield rec
+    finally:
+        _local.current = previous
+
+
+def current() -> Recording | None:
+    """The Recording of the forward running on this thread, if any."""
+    return getattr(_local, "current", None)
+
+
+def register() -> None:
+    """Register the kernel (and a boolean mask, True = may attend) under ATTN_NAME; idempotent."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTN_NAME, kernel_attention)
+    AttentionMaskInterface.register(ATTN_NAME, boolean_mask)
+
+
+def boolean_mask(*args, **kwargs) -> Tensor | None:
+    """transformers' SDPA mask (bool, True = may attend), always built: the kernel has no is_causal
+    shortcut, so a causal mask must never be skipped."""
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+def split_mask(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """A mask as transformers passes it -> (allowed: bool or None, additive bias or None).
+
+    Boolean: True = may attend. Float (an eager-style mask): values at the dtype's minimum (or -inf)
+    block a key; any other non-zero values are a bias added to the scores (kept, never dropped)."""
+    if mask is None or mask.dtype == torch.bool:
+        return mask, None
+    allowed = mask > torch.finfo(mask.dtype).min / 2
+    rest = torch.where(allowed, mask, torch.zeros((), dtype=mask.dtype, device=mask.device))
+    return (None if bool(allowed.all()) else allowed), (rest if bool(rest.any()) else None)
+
+
+def _score_mods(bias: Tensor | None, softcap: float | None) -> list[ScoreMod]:
+    mods = []
+    if bias is not None:
+        mods.append(ScoreMod("biased", lambda s, *_: s + bias.to(s.dtype)))
+    if softcap:
+        mods.append(ScoreMod("capped", lambda s, *_: torch.tanh(s / softcap) * softcap))
+    return mods
+
+
+def _causal(lq: int, lk: int, device: torch.device) -> Tensor:
+    """Bottom-right causal mask (the queries are the last lq of the lk positions)."""
+    return (torch.arange(lq, device=device)[:, None] + (lk - lq)) >= torch.arange(lk, device=device)[None, :]
+
+
+def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                     scaling: float | None = None, dropout: float = 0.0, **kwargs) -> tuple[Tensor, Tensor]:
+    """transformers' attention signature on attnviz's kernel: query (B, H, Lq, dh), key/value
+    (B, Hkv, Lk, dh) -> (context (B, Lq, H, dv), weights (B, H, Lq, Lk))."""
+    rec = current()
+    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in PASSIVE | HANDLED)
+    if unknown:
+        return _family_eager(module, rec, unknown, query, key, value, attention_mask, scaling, dropout, **kwargs)
+    dtype = query.dtype
+    allowed, extra = split_mask(attention_mask)
+    bias = kwargs.get("position_bias")
+    if extra is not None:
+        bias = extra if bias is None else bias + extra
+    if allowed is None and kwargs.get("is_causal") and query.shape[2] > 1:
+        allowed = _causal(query.shape[2], key.shape[2], query.device)
+    sink = kwargs.get("s_aux")
+    # The families' softmax runs in float32 whatever the checkpoint's dtype: so does the kernel here
+    q, k, v = (t.float() for t in (query, key, value))
+    context, trace = attention(
+        q, k, v, mask=allowed, scale=scaling if scaling is not None else 1 / math.sqrt(q.shape[-1]),
+        score_mods=_score_mods(bias, kwargs.get("softcap")), sink=None if sink is None else sink.float(),
+        dropout_p=dropout, training=module.training, record=(rec.record | {"weights"}) if rec else {"weights"})
+    if rec is not None:
+        trace.keep("context", merge_heads(context))
+        rec.add(module, trace)
+    return context.transpose(1, 2).contiguous().to(dtype), trace["weights"].to(dtype)
+
+
+def _family_eager(module: nn.Module, rec: Recording | None, unknown: list[str], *args, **kwargs):
+    """Run the family's own eager attention for a call with keywords the kernel does not know."""
+    family = sys.modules[type(module).__module__]
+    eager = getattr(family, "eager_attention_forward", None)
+    if eager is None:
+        raise NotImplementedError(f"{type(module).__name__} passes {', '.join(unknown)}, which attnviz's kernel does "
+                                  "not know, and its family has no eager attention function to run instead")
+    query, key, value, mask, scaling, dropout = args
+    if mask is not None and mask.dtype == torch.bool:  # eager functions add their mask: 0 / the dtype's minimum
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill_(
+            ~mask, torch.finfo(query.dtype).min)
+    out, weights = eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs)
+    if rec is not None:
+        trace = Trace(rec.record & {"weights", "dropped"})
+        trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())
+        trace["mask"] = weights[:1, :1] > 0
+        rec.add(module, trace)
+        rec.note(f"{type(module).__name__} passes {', '.join(unknown)}: those layers ran the family's own eager "
+                 "attention and record only the weights")
+    return out, weights
