@@ -68,10 +68,10 @@ class ModelForward:
         check_layer(self.key.replace(layer=layer), self.info)
         stages = {name: arrays[layer] for name, arrays in self.stages.items()}
         mask = self.masks[layer]
-        heads, length = self.layer_weights.shape[2], len(self.tokens)
-        rows = np.broadcast_to(~mask.any(axis=-1), (1, heads, length)).copy()
+        heads, rows_n = self.layer_weights.shape[2], mask.shape[-2]
+        rows = np.broadcast_to(~mask.any(axis=-1), (1, heads, rows_n)).copy()
         return RunResult(
-            config=resolved(self.key.replace(layer=layer), self.info, length, mask), stages=stages, mask=mask,
+            config=resolved(self.key.replace(layer=layer), self.info, mask), stages=stages, mask=mask,
             fully_masked_rows=rows, device=self.device, compute_time_s=self.compute_time_s,
             total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
             layer_weights=self.layer_weights, source=self)
@@ -98,16 +98,17 @@ def check_layer(config: RunConfig, info) -> None:
                           f"choose a layer from 0 to {info.layers - 1}", suggestions=(info.layers - 1,))
 
 
-def resolved(config: RunConfig, info, length: int, mask: np.ndarray) -> RunConfig:
-    """The config with the shapes the model and the text gave it (what views and exports read)."""
+def resolved(config: RunConfig, info, mask: np.ndarray) -> RunConfig:
+    """The config with the shapes the model and the text gave it (what views and exports read): the
+    layer's map is (queries, keys), which differ for an encoder-decoder's cross-attention."""
     d_model = info.d_model - info.d_model % info.heads  # a width the heads divide, for validation
     m = mask[0, 0]  # named from the mask itself: the protocol needs no flag for it
     causal = bool((m == np.tril(np.ones_like(m))).all())
     kind, window = ("none" if m.all() else "causal" if causal else "window"), 0
     if kind == "window":  # a sliding window: the keys the last query sees before itself
         window = int(m[-1].sum()) - 1
-    return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=length,
-                          seq_kv=length, mask=kind, window=max(window, 0))
+    return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=mask.shape[-2],
+                          seq_kv=mask.shape[-1], mask=kind, window=max(window, 0))
 
 
 def forward_bytes(info, length: int, keep: frozenset[str]) -> int:
@@ -183,8 +184,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     compute = time.perf_counter() - t0
     if cancel is not None and cancel():
         raise Cancelled
-    length = len(encoded.ids)
-    masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, length, length)).copy() for t in traces]
+    masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in traces]
     stages, layer_weights = _arrays(traces, keep)
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,

@@ -72,6 +72,13 @@ class RunConfig:
                          "widths must match; empty = random weights from the seed", widget="weightsChooser")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
                       widget="textEdit", group="Input")
+    decoder_text: str = param("", "Decoder text",
+                              "Encoder-decoder models (T5, BART): the decoder's input after its start token; empty = "
+                              "the decoder start token alone", widget="decoderTextEdit", group="Input")
+    stack: str = param("", "Stack",
+                       "Which attention of the model the maps show: encoder (self-attention over the text), decoder "
+                       "(causal self-attention over the decoder text) or cross (decoder tokens as rows reading the "
+                       "encoder's as columns); empty = the model's first stack", widget="stackEdit", group="Input")
     inputs: str = param("", "Inputs",
                         "Random (torch.randn from the seed) or your own tensors from a file (.pt, .npz, .safetensors) "
                         "named as the forward's arguments (x; queries, keys, values; x, y): batch and lengths follow "
@@ -158,8 +165,9 @@ class RunConfig:
 
     @property
     def lkv(self) -> int:
-        """Key/value length actually used (self-attention variants use seq_q)."""
-        return self.seq_kv if self.spec.cross else self.seq_q
+        """Key/value length actually used (self-attention variants use seq_q; a model's maps are resolved
+        to their own shape, which an encoder-decoder's cross-attention makes non-square)."""
+        return self.seq_kv if self.spec.cross or self.spec.backed else self.seq_q
 
     @property
     def head_dim(self) -> int:

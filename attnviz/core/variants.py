@@ -79,7 +79,7 @@ def _attn(c):
 def _load_pretrained(c, memory_budget: int | None):
     from ..models import load_model  # lazily: attnviz.models builds on the kernel
 
-    return load_model(c.model, memory_budget=memory_budget)
+    return load_model(c.model, memory_budget=memory_budget).stack_view(c.stack, c.decoder_text)
 
 
 def _no_inputs(c) -> tuple[Tensor, ...]:
@@ -91,7 +91,7 @@ def _not_a_module(c) -> nn.Module:
 
 
 # What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.
-BACKED_FIELDS = frozenset({"variant", "model", "text", "layer", "device"})
+BACKED_FIELDS = frozenset({"variant", "model", "text", "decoder_text", "stack", "layer", "device"})
 TOY_FIELDS = frozenset({"variant", "text", "layer"})  # toys ship with attnviz and run on the CPU
 
 
@@ -198,7 +198,7 @@ VARIANTS: dict[str, VariantSpec] = {
         VariantSpec(
             id="pretrained",
             label="Pretrained model (local folder)",
-            seed="a Hugging Face model folder: BERT, GPT-2, Llama, Mistral, Qwen2",
+            seed="a Hugging Face model folder: any family transformers runs",
             description="A trained transformer on your own text: every layer and head, with the tokens on the axes.",
             build=_not_a_module,
             inputs=_no_inputs,

@@ -25,10 +25,11 @@ from .hf_attention import ATTN_NAME, current, recording, register
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
 HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
-         ("ForMaskedLM", "AutoModelForMaskedLM"))
+         ("ForMaskedLM", "AutoModelForMaskedLM"))  # an encoder-decoder opens headless (T5Model, BartModel)
 WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
 NO_POSITION_LIMIT = 1 << 20  # relative-position models (T5) read any length the memory allows
 LAYER_INDEX = re.compile(r"\.(\d+)\.")
+CROSS_NAMES = {"EncDecAttention", "encoder_attn", "crossattention", "cross_attn"}  # t5, bart/whisper, bert
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def _discover(base: nn.Module, interface: bool) -> list[nn.Module]:
     with torch.inference_mode():
         if interface:
             with recording(()) as rec:
-                base(input_ids=ids)
+                base(**model_inputs(base, ids))
             modules = list(dict.fromkeys(m for m, _ in rec.calls))
         else:
             modules = _modules_returning_weights(base, ids)
@@ -171,20 +172,51 @@ def _modules_returning_weights(base: nn.Module, ids: Tensor) -> list[nn.Module]:
                 returned.setdefault(id(t), module)  # inner modules finish first
     handles = [m.register_forward_hook(spy) for m in base.modules() if m is not base]
     try:
-        out = base(input_ids=ids, output_attentions=True)
+        out = base(**model_inputs(base, ids), output_attentions=True)
     finally:
         for h in handles:
             h.remove()
-    return [returned[id(w)] for w in out.attentions] if all(id(w) in returned for w in out.attentions) else []
+    weights = _all_attentions(out)
+    return [returned[id(w)] for w in weights] if all(id(w) in returned for w in weights) else []
 
 
-def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool):
-    """One forward: (the last hidden state, one Trace per layer, the notes of the calls)."""
+def _all_attentions(out) -> tuple:
+    """output_attentions of every stack, in call order (an encoder-decoder's encoder, then per decoder
+    layer its self- and cross-attention)."""
+    if getattr(out, "encoder_attentions", None) is None:
+        return tuple(out.attentions)
+    decoder = [w for pair in zip(out.decoder_attentions, out.cross_attentions) for w in pair]
+    return tuple(out.encoder_attentions) + tuple(decoder)
+
+
+def model_inputs(base: nn.Module, ids: Tensor, decoder_ids: Tensor | None = None) -> dict[str, Tensor]:
+    """The forward's inputs: an encoder-decoder also gets its decoder's (the start token alone by default)."""
+    inputs = {"input_ids": ids}
+    if getattr(base.config, "is_encoder_decoder", False):
+        start = base.config.decoder_start_token_id
+        inputs["decoder_input_ids"] = decoder_ids if decoder_ids is not None else torch.tensor(
+            [[0 if start is None else start]], device=ids.device)
+    return inputs
+
+
+def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool,
+               decoder_ids: Tensor | None = None):
+    """One forward: (the last hidden state, one Trace per attention module, the notes of the calls)."""
+    inputs = model_inputs(base, ids, decoder_ids)
     with recording(record) as rec:
-        out = base(input_ids=ids, output_attentions=weights_only) if weights_only else base(input_ids=ids)
+        out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
     if weights_only:
-        rec.calls = list(zip(modules, weights_only_traces(out.attentions, record)))
+        rec.calls = list(zip(modules, weights_only_traces(_all_attentions(out), record)))
     return out.last_hidden_state, trace_modules(rec, modules), tuple(rec.notes)
+
+
+def stack_of(name: str) -> str:
+    """An attention module's stack from its qualified name: cross (a decoder reading the encoder),
+    encoder, or decoder (every decoder-only model)."""
+    parts = name.split(".")
+    if any(p in CROSS_NAMES for p in parts):
+        return "cross"
+    return "encoder" if "encoder" in parts else "decoder"
 
 
 def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -223,19 +255,22 @@ def weights_only_traces(attentions, record) -> list[Trace]:
     return traces
 
 
-def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], name: str, size: int) -> ModelInfo:
+def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: list[str], name: str,
+          size: int) -> ModelInfo:
     config = model.config.get_text_config()
     first = traces[0]
+    order = tuple(dict.fromkeys(stacks))
     heads = first.weights.shape[1]
     kv_heads = first["k"].shape[1] if "k" in first else heads
     stages = [s for s in STAGE_NAMES if s in first]
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return ModelInfo(
-        family=config.model_type, model_type=config.model_type, architecture=type(model).__name__, layers=len(traces),
+        family=config.model_type, model_type=config.model_type, architecture=type(model).__name__,
+        layers=stacks.count(order[0]),
         heads=heads, kv_heads=kv_heads, d_model=int(getattr(config, "hidden_size", 0) or first.weights.shape[-1]),
         vocab_size=int(config.vocab_size), max_positions=int(positions or NO_POSITION_LIMIT),
         causal=not bool(first["mask"][0, 0, 0, 1]), parameter_bytes=size, name=name,
-        dtype=_dtype_name(folder), stages=tuple(stages))
+        dtype=_dtype_name(folder), stages=tuple(stages), stacks=order)
 
 
 def _dtype_name(folder: ModelFolder) -> str:
@@ -243,8 +278,8 @@ def _dtype_name(folder: ModelFolder) -> str:
     return stored if isinstance(stored, str) else json.dumps(stored)
 
 
-def load_transformers_model(folder: ModelFolder, name: str, size: int) -> tuple[nn.Module, list[nn.Module], ModelInfo]:
-    """(the whole model, its attention modules in layer order, its info) for a checked folder."""
+def load_transformers_model(folder: ModelFolder, name: str, size: int):
+    """(the whole model, its attention modules in call order, each one's stack, its info) for a checked folder."""
     tf = transformers()
     config = _config(folder)
     _check_layers(folder, config)
@@ -257,5 +292,7 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int) -> tuple[
                          "choose a model with attention layers")
     with torch.inference_mode():
         _, traces, _ = run_layers(model.base_model, torch.tensor([[0, 1]]), ALL_STAGES, modules, not interface)
-    return model, modules, _info(folder, model, traces, name, size)
+    names = {m: n for n, m in model.base_model.named_modules()}
+    stacks = [stack_of(names[m]) for m in modules]
+    return model, modules, stacks, _info(folder, model, traces, stacks, name, size)
 

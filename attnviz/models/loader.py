@@ -35,9 +35,9 @@ class PretrainedModel:
     """A model folder ready to run: `encode(text)` then `forward(ids, record)` (one Trace per layer)."""
 
     def __init__(self, folder: ModelFolder, module: nn.Module, tokenizer: TextTokenizer, info: ModelInfo,
-                 attention_modules: list[nn.Module]):
+                 attention_modules: list[nn.Module], stacks: list[str]):
         self.folder, self.module, self.tokenizer, self.info = folder, module, tokenizer, info
-        self.attention_modules = attention_modules  # in layer order
+        self.attention_modules, self.stacks = attention_modules, stacks  # in call order; each one's stack
         self.notes: tuple[str, ...] = ()
 
     def encode(self, text: str) -> Encoded:
@@ -61,13 +61,24 @@ class PretrainedModel:
         return self.tokenizer.decode_prefix(text, self.info.max_positions)
 
     @torch.inference_mode()
-    def forward(self, ids: Tensor, record=()) -> tuple[Tensor, list[Trace]]:
-        """ids (1, L) -> the last hidden state (1, L, d) and each layer's trace of the `record` stages."""
+    def forward(self, ids: Tensor, record=(), *, stack: str = "", decoder_ids: Tensor | None = None
+                ) -> tuple[Tensor, list[Trace]]:
+        """ids (1, L) -> the last hidden state (1, L, d) and the trace of the `record` stages of each layer
+        of `stack` (default: the model's first). An encoder-decoder's decoder reads `decoder_ids` (1, Ld)."""
         weights_only = "scores" not in self.info.stages
+        if decoder_ids is not None:
+            decoder_ids = decoder_ids.to(self.device)
         # the base model, without its head: no logits are computed unless a view asks for them
         hidden, traces, self.notes = run_layers(self.module.base_model, ids.to(self.device), record,
-                                                self.attention_modules, weights_only)
-        return hidden, traces
+                                                self.attention_modules, weights_only, decoder_ids)
+        chosen = stack or self.info.stacks[0]
+        return hidden, [t for t, s in zip(traces, self.stacks) if s == chosen]
+
+    def stack_view(self, stack: str = "", decoder_text: str = ""):
+        """This model as one stack's layers (see stacks.py); the model itself for its only stack."""
+        from .stacks import stack_view
+
+        return stack_view(self, stack, decoder_text)
 
     @property
     def device(self) -> torch.device:
@@ -101,8 +112,8 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
         raise ModelError(folder.path, f"the weights need about {_gib(size)} as float32, over {_gib(allowed)} "
                          f"({source})", "choose a smaller model, or free memory")
     tokenizer = TextTokenizer(folder.tokenizer)
-    module, modules, info = load_transformers_model(folder, model_name(folder.path), size)
-    return PretrainedModel(folder, module, tokenizer, info, modules)
+    module, modules, stacks, info = load_transformers_model(folder, model_name(folder.path), size)
+    return PretrainedModel(folder, module, tokenizer, info, modules, stacks)
 
 
 _cache: OrderedDict[tuple, PretrainedModel] = OrderedDict()

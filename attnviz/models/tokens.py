@@ -83,6 +83,14 @@ class TextTokenizer:
         labels = tuple(label(t, bool(s), self.byte_level) for t, s in zip(enc.tokens, special))
         return Encoded(tuple(enc.ids), labels)
 
+    def label_of(self, token_id: int) -> str:
+        """One id's display label (a decoder's start token, say), as `encode` would label it."""
+        token = self._tok.id_to_token(token_id)
+        if token is None:
+            return f"<{token_id}>"
+        special = token in {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        return label(token, special, self.byte_level)
+
     def decode_prefix(self, text: str, n_tokens: int) -> str:
         """The longest start of `text` whose tokens fit `n_tokens` ids (specials included)."""
         enc = self._tok.encode(text)

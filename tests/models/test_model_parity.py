@@ -188,3 +188,34 @@ def test_real_model_folder_matches_transformers():
     for trace, ref in zip(traces, ref_attn):
         torch.testing.assert_close(trace.weights, ref.float(), atol=1e-4, rtol=0)
     torch.testing.assert_close(hidden, ref_hidden.float(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_encoder_decoder_every_stack_matches_transformers(tiny_models, family):
+    """Encoder self-attention, decoder self-attention and cross-attention (with T5's position bias as
+    the biased stage) against transformers' eager encoder_/decoder_/cross_attentions."""
+    from transformers import AutoModel
+
+    folder = tiny_models(family)
+    m = load_model(folder)
+    assert m.info.stacks == ("encoder", "decoder", "cross") and m.info.layers == 2
+    view = m.stack_view("cross", "the cat sat")
+    enc = view.encode(SENTENCE)
+    dec = torch.tensor([list(view.decoder.ids)])
+    ref = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = ref(input_ids=torch.tensor([enc.ids]), decoder_input_ids=dec, output_attentions=True)
+    shapes = {"encoder": (len(enc.ids), len(enc.ids)), "decoder": (dec.shape[1],) * 2,
+              "cross": (dec.shape[1], len(enc.ids))}
+    for stack, refs in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
+                        ("cross", out.cross_attentions)):
+        hidden, traces = m.forward(torch.tensor([enc.ids]), {"weights"}, stack=stack, decoder_ids=dec)
+        assert len(traces) == len(refs) == 2
+        for trace, r in zip(traces, refs):
+            assert trace.weights.shape[-2:] == shapes[stack]
+            torch.testing.assert_close(trace.weights, r, atol=1e-4, rtol=0, msg=stack)
+        assert float(traces[-1].weights.std()) > 0.01
+    torch.testing.assert_close(hidden, out.last_hidden_state, atol=1e-4, rtol=0)
+    if family == "t5":  # the relative position bias is recorded as its own stage
+        _, traces = m.forward(torch.tensor([enc.ids]), {"scaled", "biased"}, stack="encoder", decoder_ids=dec)
+        assert float((traces[0].biased - traces[0].scaled).abs().max()) > 0.01

@@ -30,8 +30,7 @@ def settle(qtbot, w, timeout=20000):
 
 @pytest.fixture
 def model_window(qtbot, tiny_models, monkeypatch, tmp_path):
-    tiny_models("bert"), tiny_models("gpt2")
-    monkeypatch.setenv("ATTNVIZ_MODELS", str(tiny_models("bert").parent))
+    monkeypatch.setenv("ATTNVIZ_MODELS", os.pathsep.join(str(tiny_models(kind)) for kind in ("bert", "gpt2")))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     from attnviz.ui import MainWindow
 

@@ -180,3 +180,42 @@ def test_opening_the_app_does_not_import_transformers():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "False"
+
+
+def test_cross_attention_rows_are_decoder_tokens_and_columns_the_encoders(tiny_models, tmp_path):
+    folder = tiny_models("t5")
+    config = RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, decoder_text="the cat", stack="cross",
+                       layer=1)
+    result = run(config)
+    model = load_model(folder)
+    enc, dec = model.encode(SENTENCE), model.stack_view("cross", "the cat").decoder
+    assert result.weights.shape == (1, model.info.heads, len(dec.ids), len(enc.ids))
+    assert result.tokens == dec.tokens and result.key_tokens == enc.tokens
+    assert result.layer_weights.shape == (2, 1, model.info.heads, len(dec.ids), len(enc.ids))
+    np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=1e-5)
+    decoder = run(config.replace(stack="decoder"))
+    assert decoder.weights.shape[-2:] == (len(dec.ids),) * 2 and decoder.config.mask == "causal"
+    out = tmp_path / "cross.png"
+    argv = ["render", "--model", str(folder), "--text", SENTENCE, "--decoder-text", "the cat", "--stack", "cross"]
+    assert main([*argv, "-o", str(out)]) == 0 and out.stat().st_size > 0
+    assert main([*argv, "-o", str(tmp_path / "cross.npz")]) == 0
+    with np.load(tmp_path / "cross.npz") as saved:
+        assert saved["weights"].shape == (1, model.info.heads, len(dec.ids), len(enc.ids))
+
+
+@pytest.mark.parametrize(("family", "changes", "field", "match"), [
+    ("bert", {"decoder_text": "hello"}, "decoder_text", "not an encoder-decoder"),
+    ("llama", {"stack": "cross"}, "stack", "has the stacks decoder"),
+    ("t5", {"stack": "upstairs"}, "stack", "has the stacks encoder, decoder, cross"),
+])
+def test_a_stack_or_decoder_text_the_model_lacks(tiny_models, tmp_path, family, changes, field, match):
+    from attnviz.core import ConfigError
+
+    folder = tiny_models(family)
+    with pytest.raises(ConfigError, match=match) as info:
+        run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, **changes))
+    assert info.value.field == field
+    out = tmp_path / "never.png"
+    flag, value = next(iter(changes.items()))
+    argv = ["render", "--model", str(folder), "--text", SENTENCE, f"--{flag.replace('_', '-')}", value, "-o", str(out)]
+    assert main(argv) == 2 and not out.exists()

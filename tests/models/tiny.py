@@ -140,6 +140,32 @@ INTERFACE_FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "gpt_neox", "llam
 WEIGHTS_ONLY_FAMILIES = ["gpt_neo"]
 
 
+def make_seq2seq(folder, model_type: str):
+    """A tiny T5 or BART: two encoder and two decoder layers of four heads."""
+    import torch
+    import transformers
+
+    tok = bytelevel_tokenizer()
+    settings = SEQ2SEQ_SETTINGS[model_type]
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=tok.get_vocab_size(), pad_token_id=0,
+                                               decoder_start_token_id=0, **settings)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0 if model_type == "t5" else 1.0)  # T5 initialises with tiny factors: make the maps show
+    _save(folder, model, tok)
+
+
+SEQ2SEQ_SETTINGS = {
+    "t5": dict(d_model=32, d_kv=8, num_heads=4, num_layers=2, num_decoder_layers=2, d_ff=48,
+               relative_attention_num_buckets=8, relative_attention_max_distance=16, initializer_factor=1.0),
+    "bart": dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                 encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64, init_std=0.3),
+}
+SEQ2SEQ_FAMILIES = list(SEQ2SEQ_SETTINGS)
+
+
 def make_llama3(folder):
     make_family(folder, "llama", **KV, rope_parameters={"rope_type": "llama3", "rope_theta": 1000.0, "factor": 8.0,
                                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -151,3 +177,5 @@ BUILDERS = {"bert": make_bert, "gpt2": make_gpt2, "llama": make_llama,
             "llama3": make_llama3}
 for _family in INTERFACE_FAMILIES + WEIGHTS_ONLY_FAMILIES:
     BUILDERS.setdefault(_family, lambda f, t=_family: make_family(f, t))
+for _family in SEQ2SEQ_FAMILIES:
+    BUILDERS[_family] = lambda f, t=_family: make_seq2seq(f, t)
