@@ -12,25 +12,42 @@
 3. `memory`: a 12-layer, width-768 BERT (bert-base-sized) at 512 tokens, in a fresh process: peak RSS
    over the interpreter with its imports, for load_model + run() + frames.render. Target:
    <= weights + 2.5 x the maps kept (every layer's scores and weights) + 400 MB.
+4. `smollm2_edit`: a SmolLM2-135M-shaped llama (30 layers, 9 heads, 3 KV heads, width 576, vocab 49152,
+   tied embeddings, random float32 weights written with transformers) at 128 tokens, in one process and
+   interleaved round by round: the window's text edit -> all 9 heads on screen, transformers' own eager
+   forward (AutoModel, attn_implementation="eager", output_attentions=True, inference mode) on the same
+   ids at the worker's torch thread count, core.run() alone at that count, and a layer change.
+   Targets: edit <= 1.3 x eager + 60 ms of drawing; layer change p50 <= 50 ms.
+5. `smollm2_open`: the same shape in bfloat16 (a ~270 MB folder, as SmolLM2-135M is published) ->
+   load_model after clear_cache(), median of a few opens. Target: <= 2 s.
+6. `gemma3_memory`: a Gemma-3-270M-shaped gemma3_text (18 layers, 4 heads, 1 KV head, head_dim 256, width
+   640, vocab 262144, sliding window 512, 5 sliding layers then 1 full) at 512 tokens: peak RSS of a
+   fresh process as in 3. Same target.
 Every number is recorded with the load average (/proc/loadavg) around it.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .common import BENCH_DIR, MIB, ROOT, load_average, log, machine_info, summary
+from .common import BENCH_DIR, MIB, ROOT, interleaved, load_average, log, machine_info, median, paired_ratios, summary
 
 ALLOWANCE = 400 * 1000 * 1000
 MAP_STAGES_KEPT = 2  # scores and weights per layer (dropped is weights in eval mode)
+EAGER_RATIO = 1.3  # the window's edit against transformers' eager forward ...
+DRAWING_S = 0.060  # ... plus at most this much for drawing
+LAYER_CHANGE_S = 0.050
+HF_OPEN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,7 @@ class ModelSize:
     width: int
     tokens: int
     vocab: int = 30522
+    specials: int = 2  # [CLS] and [SEP]
 
     @property
     def parameters(self) -> int:
@@ -53,14 +71,59 @@ class ModelSize:
         return self.layers * MAP_STAGES_KEPT * self.heads * self.tokens ** 2 * 4
 
 
+@dataclass(frozen=True)
+class HfShape:
+    """A decoder written by transformers' own class for `model_type`, with random weights."""
+
+    name: str
+    model_type: str  # config.json's: llama, gemma3_text
+    layers: int
+    heads: int
+    kv_heads: int
+    width: int
+    intermediate: int
+    vocab: int
+    tokens: int
+    head_dim: int = 0  # 0: width / heads
+    sliding_window: int = 0  # 0: none; else `full_every - 1` sliding layers, then one full layer, repeated
+    full_every: int = 6
+    max_positions: int = 8192
+    specials: int = 0  # the tokenizer adds none: N words are N tokens
+
+    @property
+    def maps_bytes(self) -> int:
+        return self.layers * MAP_STAGES_KEPT * self.heads * self.tokens ** 2 * 4
+
+    def config_fields(self) -> dict:
+        fields = {"vocab_size": self.vocab, "hidden_size": self.width, "intermediate_size": self.intermediate,
+                  "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
+                  "num_key_value_heads": self.kv_heads, "max_position_embeddings": self.max_positions,
+                  "tie_word_embeddings": True}
+        if self.head_dim:
+            fields["head_dim"] = self.head_dim
+        if self.sliding_window:
+            fields["sliding_window"] = self.sliding_window
+            fields["layer_types"] = ["full_attention" if (i + 1) % self.full_every == 0 else "sliding_attention"
+                                     for i in range(self.layers)]
+        return fields
+
+
 MINILM = ModelSize("minilm", layers=6, heads=12, width=384, tokens=128)
 BASE = ModelSize("base-512", layers=12, heads=12, width=768, tokens=512)
 TINY = ModelSize("tiny", layers=2, heads=2, width=32, tokens=16, vocab=200)
+SMOLLM2 = HfShape("smollm2-135m", "llama", layers=30, heads=9, kv_heads=3, width=576, intermediate=1536,
+                  vocab=49152, tokens=128)
+GEMMA3 = HfShape("gemma3-270m", "gemma3_text", layers=18, heads=4, kv_heads=1, width=640, intermediate=2048,
+                 vocab=262144, tokens=512, head_dim=256, sliding_window=512, max_positions=32768)
+TINY_LLAMA = HfShape("tiny-llama", "llama", layers=2, heads=2, kv_heads=1, width=32, intermediate=64, vocab=200,
+                     tokens=16)
+TINY_GEMMA3 = HfShape("tiny-gemma3", "gemma3_text", layers=6, heads=2, kv_heads=1, width=32, intermediate=64,
+                      vocab=200, tokens=16, head_dim=16, sliding_window=8, max_positions=64)
 
 
-def text_of(size: ModelSize, variant: int = 0) -> str:
-    """`tokens - 2` words (plus [CLS] and [SEP]); `variant` changes one word."""
-    words = [f"w{(7 * i) % (size.vocab - 10)}" for i in range(size.tokens - 2)]
+def text_of(size: ModelSize | HfShape, variant: int = 0) -> str:
+    """`tokens - specials` words (the tokenizer adds the specials); `variant` changes one word."""
+    words = [f"w{(7 * i) % (size.vocab - 10)}" for i in range(size.tokens - size.specials)]
     words[len(words) // 2] = f"w{variant % (size.vocab - 10)}"
     return " ".join(words)
 
@@ -104,7 +167,43 @@ def write_model(size: ModelSize, folder: Path) -> Path:
     return folder
 
 
-def bench_open(folder: Path, repeats: int) -> dict:
+def write_hf_model(shape: HfShape, folder: Path, bfloat16_folder: Path | None = None) -> Path:
+    """Random weights in transformers' own class for the shape, saved by save_pretrained (float32
+    safetensors; the same weights in bfloat16 into `bfloat16_folder` if given), and a WordLevel
+    tokenizer.json: `w{i}` is id i + 1, no specials, so a text of N words is N tokens."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    transformers.utils.logging.disable_progress_bar()
+    config = transformers.AutoConfig.for_model(shape.model_type, **shape.config_fields())
+    config.architectures = [transformers.AutoModelForCausalLM._model_mapping[type(config)].__name__]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).float()
+    vocab = {"<unk>": 0, **{f"w{i}": i + 1 for i in range(shape.vocab - 1)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    for target, dtype in ((folder, torch.float32), (bfloat16_folder, torch.bfloat16)):
+        if target is not None:
+            model.to(dtype).save_pretrained(str(target))
+            tok.save(str(target / "tokenizer.json"))
+    return folder
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def weights_bytes(folder: Path) -> int:
+    """The checkpoint's parameters as float32 (what attnviz computes in), from the safetensors headers."""
+    from attnviz.models.folder import parameter_bytes, read_folder
+
+    return parameter_bytes(read_folder(folder))
+
+
+def bench_open(folder: Path, repeats: int, target_s: float = 1.0) -> dict:
+    """load_model(folder) after clear_cache(): the first open (imports included), then `repeats` more.
+    The files stay in the page cache: "cold" is attnviz's model cache, not the disk."""
     from attnviz.models import clear_cache, load_model
 
     times = []
@@ -112,12 +211,15 @@ def bench_open(folder: Path, repeats: int) -> dict:
     for _ in range(repeats + 1):
         clear_cache()
         t0 = time.perf_counter()
-        load_model(folder)
+        model = load_model(folder)
         times.append(time.perf_counter() - t0)
     load.append(load_average())
-    size = sum(f.stat().st_size for f in folder.iterdir())
-    return {"folder_bytes": size, "first_s": times[0], "seconds": summary(times[1:]), "loadavg": load,
-            "target": "<= 1 s", "pass": summary(times[1:])["p50"] <= 1.0}
+    dtype = model.info.dtype
+    del model
+    clear_cache()
+    p50 = summary(times[1:])["p50"]
+    return {"folder_bytes": folder_bytes(folder), "dtype": dtype, "first_s": times[0], "seconds": summary(times[1:]),
+            "loadavg": load, "target": f"<= {target_s:g} s", "target_s": target_s, "pass": p50 <= target_s}
 
 
 def bench_engine(folder: Path, size: ModelSize, repeats: int) -> dict:
@@ -139,66 +241,152 @@ def bench_engine(folder: Path, size: ModelSize, repeats: int) -> dict:
     return {"run_new_text_s": summary(forward), "layer_from_forward_s": per_layer, "loadavg": load}
 
 
-def bench_edit(folder: Path, size: ModelSize, repeats: int, lowered: bool = True) -> dict:
-    """Offscreen window: a text edit (and a layer change) -> the new maps on screen.
-    lowered=False: the experiment with the worker thread left at the GUI's priority (not what ships)."""
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication
+class Window:
+    """The offscreen MainWindow on a pretrained folder. Each change is timed until its result is on
+    screen: the window settled on that request (sigShown), then a forced repaint of the head grid."""
 
-    import attnviz.ui.worker as worker_module
-    from attnviz.ui import MainWindow
+    def __init__(self, folder: Path, text: str):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        from PySide6.QtWidgets import QApplication
 
-    if not lowered:
-        worker_module.lower_priority = lambda *_: None  # any step: stay at the GUI's priority
+        from attnviz.ui import MainWindow
 
-    app = QApplication.instance() or QApplication([])
-    w = MainWindow()
-    w.resize(1400, 950)
-    w.show()
+        self.app = QApplication.instance() or QApplication([])
+        self.w = w = MainWindow()
+        w.resize(1400, 950)
+        w.show()
+        self.parts: dict[str, list] = {"worker_s": [], "forward_s": [], "threads": []}
+        self._worker_s = 0.0
+        w.sigShown.connect(lambda _: None)
+        self._shown = w._on_done
+        w.worker.sigDone.disconnect(w._on_done)
+        w.worker.sigDone.connect(self._on_done)
+        variant = w.panel.widgets["variant"]
+        self.shown_after(lambda: variant.setCurrentIndex(variant.findData("pretrained")))
+        self.shown_after(lambda: w.panel.widgets["model"].set_folder(str(folder)))
+        self.shown_after(lambda: w.panel.widgets["text"].setText(text))
+        assert w.last_error is None, w.last_error
 
-    parts = {"worker_s": [], "compute_s": []}
+    def _on_done(self, outcome) -> None:  # what the worker thread spent on the request (run + frames)
+        self._worker_s = outcome.worker_time_s
+        self._shown(outcome)
 
-    def shown_after(change) -> float:
-        before = w.latest_id
+    def shown_after(self, change: Callable[[], object]) -> float:
+        w, before = self.w, self.w.latest_id
         t0 = time.perf_counter()
         change()
         while not (w.latest_id > before and w.is_settled()):
-            app.processEvents()
+            self.app.processEvents()
             time.sleep(0.0005)
         w.headGrid.viewport().repaint()
         return time.perf_counter() - t0
 
-    def edit(k: int) -> float:
-        dt = shown_after(lambda: text.setText(text_of(size, k + 1)))
-        parts["worker_s"].append(w.last_outcome_worker_s)
-        parts["compute_s"].append(w.result.compute_time_s)
+    def edit(self, text: str) -> float:
+        """The text box set to `text` (one forward, every layer) -> the layer's heads on screen."""
+        dt = self.shown_after(lambda: self.w.panel.widgets["text"].setText(text))
+        assert self.w.last_error is None, self.w.last_error
+        self.parts["worker_s"].append(self._worker_s)
+        self.parts["forward_s"].append(self.w.result.compute_time_s)
+        self.parts["threads"].append(self.w.worker.threads_used)
         return dt
 
-    w.sigShown.connect(lambda _: None)
-    original = w._on_done
+    def layer(self, layer: int) -> float:
+        """The layer spin box changed (no forward: the worker keeps every layer's maps)."""
+        return self.shown_after(lambda: self.w.panel.widgets["layer"].setValue(layer))
 
-    def on_done(outcome):  # what the worker thread spent on the request (run + frames)
-        w.last_outcome_worker_s = outcome.worker_time_s
-        original(outcome)
-    w.worker.sigDone.disconnect(w._on_done)
-    w.worker.sigDone.connect(on_done)
+    def close(self) -> None:
+        self.w.close()
 
-    panel = w.panel
-    shown_after(lambda: panel.widgets["variant"].setCurrentIndex(panel.widgets["variant"].findData("pretrained")))
-    shown_after(lambda: panel.widgets["model"].set_folder(str(folder)))
-    text = panel.widgets["text"]
-    shown_after(lambda: text.setText(text_of(size)))
-    assert w.last_error is None, w.last_error
-    load = [load_average()]
-    edits = [edit(k) for k in range(repeats)]
-    layers = [shown_after(lambda k=k: panel.widgets["layer"].setValue((k + 1) % size.layers)) for k in range(repeats)]
-    load.append(load_average())
-    heads, tokens = w.result.weights.shape[1], w.result.weights.shape[-1]
-    w.close()
+
+def bench_edit(folder: Path, size: ModelSize, repeats: int, lowered: bool = True) -> dict:
+    """Offscreen window: a text edit (and a layer change) -> the new maps on screen.
+    lowered=False: the experiment with the worker thread left at the GUI's priority (not what ships)."""
+    import attnviz.ui.worker as worker_module
+
+    lower = worker_module.lower_priority
+    if not lowered:
+        worker_module.lower_priority = lambda *_: None  # any step: stay at the GUI's priority
+    try:
+        win = Window(folder, text_of(size))
+        load = [load_average()]
+        edits = [win.edit(text_of(size, k + 1)) for k in range(repeats)]
+        layers = [win.layer((k + 1) % size.layers) for k in range(repeats)]
+        load.append(load_average())
+        heads, tokens = win.w.result.weights.shape[1], win.w.result.weights.shape[-1]
+        win.close()
+    finally:
+        worker_module.lower_priority = lower
     return {"edit_s": summary(edits), "layer_change_s": summary(layers), "heads": heads, "tokens": tokens,
-            "worker_s": summary(parts["worker_s"]), "forward_s": summary(parts["compute_s"]),
+            "worker_s": summary(win.parts["worker_s"]), "forward_s": summary(win.parts["forward_s"]),
             "worker_lowered": lowered, "loadavg": load, "target": "edit p50 <= 150 ms",
             "pass": summary(edits)["p50"] <= 0.150}
+
+
+def eager_model(folder: Path):
+    """transformers' own model for the folder (headless, as attnviz runs it), attention "eager"."""
+    import torch
+    import transformers
+
+    return transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager", dtype=torch.float32,
+                                                  local_files_only=True).eval()
+
+
+def eager_forward(model, ids) -> tuple:
+    """One forward with every layer's attention weights returned (output_attentions=True)."""
+    import torch
+
+    with torch.inference_mode():
+        return model(input_ids=ids, output_attentions=True).attentions
+
+
+def bench_edit_vs_eager(folder: Path, shape: HfShape, repeats: int) -> dict:
+    """In one window, round by round in rotating order: a text edit -> on screen, transformers' eager
+    forward of the same ids, core.run() alone (both at the torch thread count the worker's last
+    forward used, on this thread) and a layer change (no forward)."""
+    import torch
+
+    from attnviz.core import RunConfig, run
+    from attnviz.ui.worker import set_torch_threads
+
+    own_threads = torch.get_num_threads()
+    win = Window(folder, text_of(shape))
+    try:
+        eager = eager_model(folder)
+        ids = torch.tensor([win.w.result.token_ids.tolist()])
+        assert len(eager_forward(eager, ids)) == shape.layers
+        base = RunConfig(variant="pretrained", model=str(folder), text=text_of(shape))
+        texts, layers = itertools.count(1), itertools.cycle(range(1, shape.layers + 1))
+        contenders = {"edit": lambda: win.edit(text_of(shape, next(texts))),
+                      "eager": lambda: eager_forward(eager, ids),
+                      "run": lambda: run(base.replace(text=text_of(shape, next(texts)))),
+                      "layer": lambda: win.layer(next(layers) % shape.layers)}
+        load = [load_average()]
+        times = interleaved(contenders, repeats, warmup=1,
+                            between=lambda: set_torch_threads(max(1, win.w.worker.threads_used)))
+        load.append(load_average())
+        heads, tokens = win.w.result.weights.shape[1], win.w.result.weights.shape[-1]
+    finally:
+        torch.set_num_threads(own_threads)
+        win.close()
+    return {**_edit_vs_eager_summary(times, win.parts), "heads": heads, "tokens": tokens, "loadavg": load}
+
+
+def _edit_vs_eager_summary(times: dict[str, list[float]], parts: dict[str, list]) -> dict:
+    s = {name: summary(ts) for name, ts in times.items()}
+    edit, eager, run_s, layer = (s[k]["p50"] for k in ("edit", "eager", "run", "layer"))
+    return {
+        "edit_s": s["edit"], "eager_s": s["eager"], "run_s": s["run"], "layer_change_s": s["layer"],
+        "worker_s": summary(parts["worker_s"][-len(times["edit"]):]),
+        "forward_s": summary(parts["forward_s"][-len(times["edit"]):]),
+        "threads": sorted(set(parts["threads"])),
+        "ratio_edit_vs_eager": edit / eager, "ratio_edit_less_drawing_vs_eager": (edit - DRAWING_S) / eager,
+        "ratio_run_vs_eager": run_s / eager,
+        "paired_ratio_edit_vs_eager": median(paired_ratios(times["edit"], times["eager"])),
+        "paired_ratio_run_vs_eager": median(paired_ratios(times["run"], times["eager"])),
+        "target": f"edit p50 <= {EAGER_RATIO} x eager p50 + {DRAWING_S * 1e3:.0f} ms; layer change p50 <= "
+                  f"{LAYER_CHANGE_S * 1e3:.0f} ms",
+        "pass_edit": edit <= EAGER_RATIO * eager + DRAWING_S, "pass_layer": layer <= LAYER_CHANGE_S,
+    }
 
 
 def _memory_child(spec: dict) -> dict:
@@ -222,7 +410,7 @@ def _memory_child(spec: dict) -> dict:
             "peak_bytes": peak(), "seconds": time.perf_counter() - t0, "tokens": int(result.weights.shape[-1])}
 
 
-def bench_memory(folder: Path, size: ModelSize) -> dict:
+def bench_memory(folder: Path, size: ModelSize | HfShape) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     spec = {"folder": str(folder), "text": text_of(size)}
@@ -235,24 +423,42 @@ def bench_memory(folder: Path, size: ModelSize) -> dict:
     if proc.returncode:
         return {"status": "failed", "reason": proc.stderr.strip()[-800:]}
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    weights = size.parameters * 4
+    weights = weights_bytes(folder)
     budget = weights + 2.5 * size.maps_bytes + ALLOWANCE
     used = data["peak_bytes"] - data["after_imports_bytes"]
-    return {**data, "weights_bytes": weights, "maps_kept_bytes": size.maps_bytes, "increment_bytes": used,
-            "budget_bytes": int(budget), "pass": used <= budget, "loadavg": load,
+    return {**data, "model": size.name, "weights_bytes": weights, "maps_kept_bytes": size.maps_bytes,
+            "increment_bytes": used, "budget_bytes": int(budget), "pass": used <= budget, "loadavg": load,
             "target": "peak RSS over the imports <= weights + 2.5 x maps kept + 400 MB"}
 
 
-def run_all(sizes: tuple[ModelSize, ModelSize], repeats: int, root: Path) -> dict:
-    small, large = sizes
+def _write_all(sizes: tuple[ModelSize, ModelSize], hf: tuple[HfShape, HfShape], root: Path) -> dict[str, Path]:
+    (small, large), (llama, gemma) = sizes, hf
     log(f"writing random checkpoints under {root}")
-    small_dir, large_dir = write_model(small, root / small.name), write_model(large, root / large.name)
-    results = {"machine": machine_info(), "sizes": [asdict(small), asdict(large)]}
-    for key, fn in (("open", lambda: bench_open(small_dir, repeats)),
-                    ("engine", lambda: bench_engine(small_dir, small, repeats)),
-                    ("edit", lambda: bench_edit(small_dir, small, repeats)),
-                    ("edit_worker_not_lowered", lambda: bench_edit(small_dir, small, repeats, lowered=False)),
-                    ("memory", lambda: bench_memory(large_dir, large))):
+    t0 = time.perf_counter()
+    dirs = {"small": write_model(small, root / small.name), "large": write_model(large, root / large.name),
+            "llama": root / llama.name, "llama_bf16": root / f"{llama.name}-bf16", "gemma": root / gemma.name}
+    write_hf_model(llama, dirs["llama"], dirs["llama_bf16"])
+    write_hf_model(gemma, dirs["gemma"])
+    log(f"written in {time.perf_counter() - t0:.0f} s")
+    return dirs
+
+
+def run_all(sizes: tuple[ModelSize, ModelSize], repeats: int, root: Path,
+            hf: tuple[HfShape, HfShape] = (SMOLLM2, GEMMA3)) -> dict:
+    (small, large), (llama, gemma) = sizes, hf
+    d = _write_all(sizes, hf, root)
+    results = {"machine": machine_info(), "sizes": [asdict(small), asdict(large)],
+               "hf_sizes": [asdict(llama), asdict(gemma)]}
+    opens = max(3, repeats // 4)  # a few cold opens
+    for key, fn in (("open", lambda: bench_open(d["small"], repeats)),
+                    ("engine", lambda: bench_engine(d["small"], small, repeats)),
+                    ("edit", lambda: bench_edit(d["small"], small, repeats)),
+                    ("smollm2_edit", lambda: bench_edit_vs_eager(d["llama"], llama, repeats)),
+                    ("smollm2_open", lambda: bench_open(d["llama_bf16"], opens, HF_OPEN_S)),
+                    ("smollm2_open_float32", lambda: bench_open(d["llama"], opens, HF_OPEN_S)),
+                    ("edit_worker_not_lowered", lambda: bench_edit(d["small"], small, repeats, lowered=False)),
+                    ("memory", lambda: bench_memory(d["large"], large)),
+                    ("gemma3_memory", lambda: bench_memory(d["gemma"], gemma))):
         log(f"{key} ...")
         try:
             results[key] = fn()
@@ -261,9 +467,9 @@ def run_all(sizes: tuple[ModelSize, ModelSize], repeats: int, root: Path) -> dic
     return results
 
 
-def table(r: dict) -> str:
+def _bert_rows(r: dict) -> list[str]:
     ms = 1e3
-    lines = ["| measurement | value | target | pass | load avg |", "|---|---|---|---|---|"]
+    lines = []
     if "seconds" in r.get("open", {}):
         o = r["open"]
         lines.append(f"| open {o['folder_bytes'] / MIB:.0f} MiB folder (p50; first {o['first_s'] * ms:.0f} ms) | "
@@ -288,21 +494,65 @@ def table(r: dict) -> str:
                      f"{e['edit_s']['p50'] * ms:.0f} / {e['edit_s']['p90'] * ms:.0f} ms "
                      f"({e['worker_s']['p50'] * ms:.0f}, {e['forward_s']['p50'] * ms:.0f} ms)"
                      f" | - | - | {e['loadavg']} |")
-    if "increment_bytes" in r.get("memory", {}):
-        m = r["memory"]
-        lines.append(f"| 12 x 768 at {m['tokens']} tokens: peak RSS over imports | "
-                     f"{m['increment_bytes'] / MIB:.0f} MiB "
-                     f"| <= {m['budget_bytes'] / MIB:.0f} MiB (weights {m['weights_bytes'] / MIB:.0f} + 2.5 x maps "
-                     f"{m['maps_kept_bytes'] / MIB:.0f} + 381) | {m['pass']} | {m['loadavg']} |")
-    for key in ("open", "engine", "edit", "memory"):
-        if r.get(key, {}).get("status") == "failed":
-            lines.append(f"| {key} | failed: {r[key]['reason'][:200]} | | | |")
+    return lines
+
+
+def _smollm2_rows(r: dict) -> list[str]:
+    ms, lines = 1e3, []
+    name = r.get("hf_sizes", [{"name": "smollm2-135m"}])[0]["name"]
+    if "edit_s" in r.get("smollm2_edit", {}):
+        e = r["smollm2_edit"]
+        p50 = {k: e[f"{k}_s"]["p50"] * ms for k in ("edit", "eager", "run", "layer_change", "worker", "forward")}
+        lines += [
+            f"| {name}, {e['tokens']} tokens: text edit -> {e['heads']} heads on screen (p50 / p90) | "
+            f"{p50['edit']:.0f} / {e['edit_s']['p90'] * ms:.0f} ms | - | - | {e['loadavg']} |",
+            f"| of which worker thread (run + frames) / forward (p50) | {p50['worker']:.0f} / {p50['forward']:.0f} ms"
+            f" | - | - | |",
+            f"| transformers eager forward, output_attentions, {e['threads']} thread(s) (p50) | {p50['eager']:.0f} ms "
+            f"| - | - | |",
+            f"| edit / eager (paired per round: {e['paired_ratio_edit_vs_eager']:.2f}) | "
+            f"{e['ratio_edit_vs_eager']:.2f} | - | - | |",
+            f"| (edit - {DRAWING_S * ms:.0f} ms) / eager | {e['ratio_edit_less_drawing_vs_eager']:.2f} | "
+            f"<= {EAGER_RATIO} | {e['pass_edit']} | |",
+            f"| core.run() alone (p50) / eager (paired: {e['paired_ratio_run_vs_eager']:.2f}) | {p50['run']:.0f} ms / "
+            f"{e['ratio_run_vs_eager']:.2f} | - | - | |",
+            f"| layer change -> on screen, no forward (p50 / p90) | {p50['layer_change']:.0f} / "
+            f"{e['layer_change_s']['p90'] * ms:.0f} ms | <= {LAYER_CHANGE_S * ms:.0f} ms | {e['pass_layer']} | |"]
+    for key in ("smollm2_open", "smollm2_open_float32"):
+        if "seconds" in r.get(key, {}):
+            o = r[key]
+            lines.append(f"| open {name}, {o['dtype']}, {o['folder_bytes'] / MIB:.0f} MiB (p50 of "
+                         f"{o['seconds']['n']}; first {o['first_s'] * ms:.0f} ms) | {o['seconds']['p50'] * ms:.0f} ms "
+                         f"| <= {o['target_s'] * ms:.0f} ms | {o['pass']} | {o['loadavg']} |")
+    return lines
+
+
+def _memory_rows(r: dict) -> list[str]:
+    lines = []
+    for key in ("memory", "gemma3_memory"):
+        if "increment_bytes" in r.get(key, {}):
+            m = r[key]
+            label = {"base-512": "12 x 768 BERT"}.get(m["model"], m["model"])
+            over = [(m[f"after_{k}_bytes"] - m["after_imports_bytes"]) / MIB for k in ("load", "run")]
+            lines.append(f"| {label} at {m['tokens']} tokens: peak RSS over imports (after load / run) | "
+                         f"{m['increment_bytes'] / MIB:.0f} MiB ({over[0]:.0f} / {over[1]:.0f}) | "
+                         f"<= {m['budget_bytes'] / MIB:.0f} MiB (weights {m['weights_bytes'] / MIB:.0f} + 2.5 x maps "
+                         f"{m['maps_kept_bytes'] / MIB:.0f} + 381) | {m['pass']} | {m['loadavg']} |")
+    return lines
+
+
+def table(r: dict) -> str:
+    lines = ["| measurement | value | target | pass | load avg |", "|---|---|---|---|---|"]
+    lines += _bert_rows(r) + _smollm2_rows(r) + _memory_rows(r)
+    for key, entry in r.items():
+        if isinstance(entry, dict) and entry.get("status") == "failed":
+            lines.append(f"| {key} | failed: {entry['reason'][:200]} | | | |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.models", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="5 rounds instead of 20")
+    p.add_argument("--quick", action="store_true", help="5 rounds instead of 20 (3 opens instead of 5)")
     p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
     p.add_argument("--output", default=str(BENCH_DIR / "results-models.json"))
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -310,9 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_memory_child(json.loads(args.child))))
         return 0
-    sizes = (TINY, TINY) if args.tiny else (MINILM, BASE)
+    sizes, hf = ((TINY, TINY), (TINY_LLAMA, TINY_GEMMA3)) if args.tiny else ((MINILM, BASE), (SMOLLM2, GEMMA3))
     with tempfile.TemporaryDirectory(prefix="attnviz-models-") as tmp:
-        results = run_all(sizes, 5 if args.quick or args.tiny else 20, Path(tmp))
+        results = run_all(sizes, 5 if args.quick or args.tiny else 20, Path(tmp), hf)
     Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
     return 0

@@ -21,6 +21,7 @@ from torch import Tensor
 from ..core.config import ConfigError
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+GGUF_MAGIC = b"GGUF"
 PICKLE_WEIGHTS = "pytorch_model.bin"
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
                "F8_E4M3": 1, "F8_E5M2": 1}
@@ -37,16 +38,26 @@ class ModelError(ConfigError):
 class ModelFolder:
     path: Path
     config: dict  # config.json
-    weights: tuple[Path, ...]  # the safetensors shards, or the one pickle checkpoint
+    weights: tuple[Path, ...]  # the safetensors shards, or the one pickle checkpoint, or the GGUF file
     tokenizer: Path
+    gguf_file: bool = False  # weights[0] is a GGUF file (config and tokenizer inside it)
 
     @property
     def safetensors(self) -> bool:
         return self.weights[0].suffix == ".safetensors"
 
+    @property
+    def gguf(self) -> Path | None:
+        """The GGUF file this model is (weights, config and tokenizer in one), else None."""
+        return self.weights[0] if self.gguf_file else None
+
+    @property
+    def name(self) -> str:
+        return self.gguf.stem if self.gguf else self.path.name
+
     def stamp(self) -> tuple:
         """Changes when any file changes (the model cache's key)."""
-        files = (self.path / "config.json", self.tokenizer, *self.weights)
+        files = self.weights if self.gguf else (self.path / "config.json", self.tokenizer, *self.weights)
         return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
 
 
@@ -56,8 +67,14 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(folder, "no model folder given", "choose a folder with config.json, *.safetensors and "
                          "tokenizer.json (e.g. one in the Hugging Face cache)")
     path = Path(folder).expanduser()
+    if path.is_file() and is_gguf(path):  # a llama.cpp / LM Studio model file, or an Ollama blob
+        return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
+    if path.is_file():
+        raise ModelError(folder, "this is a file, not a model folder", "choose the folder that holds config.json, "
+                         "or a .gguf file")
     if not path.is_dir():
-        raise ModelError(folder, "no such folder", "check the path; it must be a local model folder")
+        raise ModelError(folder, "no such folder or .gguf file", "check the path; it must be a local model folder "
+                         "or a .gguf file")
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelError(folder, "not a model folder: it has no config.json",
@@ -74,6 +91,15 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
                          "use a folder that has tokenizer.json, or save one with transformers' "
                          "AutoTokenizer(...).save_pretrained(folder)")
     return ModelFolder(path, config, _weight_files(path), tokenizer)
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether a file is GGUF: by its magic bytes (Ollama's blobs have no suffix)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
 
 
 def _weight_files(path: Path) -> tuple[Path, ...]:
@@ -100,6 +126,10 @@ def _weight_files(path: Path) -> tuple[Path, ...]:
 def parameter_bytes(folder: ModelFolder, dtype_bytes: int = 4) -> int:
     """Bytes the weights take once held as `dtype_bytes`-wide floats, read from the safetensors headers
     (nothing loaded); a pickle checkpoint counts its file size, doubled if stored in 16 bits."""
+    if folder.gguf:
+        from .gguf_files import read_gguf
+
+        return read_gguf(folder.gguf).elements * dtype_bytes
     if not folder.safetensors:
         size = folder.weights[0].stat().st_size
         half = str(folder.config.get("torch_dtype", folder.config.get("dtype", ""))) in ("float16", "bfloat16")

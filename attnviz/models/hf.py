@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from ..core.kernel import Trace
 from ..core.stages import ALL_STAGES, STAGE_NAMES
 from .folder import ModelError, ModelFolder, _header, load_state
+from .gguf_files import read_gguf
 from .hf_attention import ATTN_NAME, current, recording, register
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
@@ -64,6 +65,8 @@ def transformers():
 
 def _config(folder: ModelFolder):
     tf = transformers()
+    if folder.gguf:
+        return _gguf_config(tf, folder.gguf)
     model_type = folder.config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise ModelError(folder.path / "config.json", "config.json names no model_type",
@@ -80,8 +83,17 @@ def _config(folder: ModelFolder):
             from exc
 
 
-def _auto_class(tf, config):
-    architecture = (getattr(config, "architectures", None) or [""])[0]
+def _gguf_config(tf, path):
+    read_gguf(path)  # readable, of an architecture transformers dequantises: else one clear line
+    try:
+        return tf.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - metadata transformers cannot map
+        raise ModelError(path, f"transformers cannot read the GGUF file's configuration ({str(exc).strip()[:160]})",
+                         "use a GGUF file written by llama.cpp's converter") from exc
+
+
+def _auto_class(tf, config, gguf: bool = False):
+    architecture = (getattr(config, "architectures", None) or ["ForCausalLM" if gguf else ""])[0]
     for suffix, auto in HEADS:
         if architecture.endswith(suffix):
             try:
@@ -101,6 +113,8 @@ def uses_interface(cls: type) -> bool:
 
 def checkpoint_layers(folder: ModelFolder) -> int:
     """1 + the highest layer index among the checkpoint's keys (read from the safetensors headers)."""
+    if folder.gguf:
+        return read_gguf(folder.gguf).layers
     if not folder.safetensors:
         return -1
     indices = [int(m.group(1)) for shard in folder.weights for key in _header(shard)
@@ -119,12 +133,13 @@ def _check_layers(folder: ModelFolder, config) -> None:
 
 
 def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> nn.Module:
-    if not folder.safetensors:  # a pickle is read with weights_only=True first, for attnviz's own message
+    if not folder.safetensors and not folder.gguf:  # a pickle is read with weights_only=True first
         load_state(folder)
+    source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
     try:
         model, loading = cls.from_pretrained(
             str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
-            attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, use_safetensors=None)
+            attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, **source)
     except Exception as exc:  # noqa: BLE001 - size mismatches, corrupt files, a config the code rejects
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(folder.path, f"transformers cannot load the weights ({first_line})",
@@ -274,6 +289,8 @@ def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: li
 
 
 def _dtype_name(folder: ModelFolder) -> str:
+    if folder.gguf:
+        return f"gguf {read_gguf(folder.gguf).quantization}"
     stored = folder.config.get("torch_dtype") or folder.config.get("dtype") or "float32"
     return stored if isinstance(stored, str) else json.dumps(stored)
 
@@ -283,7 +300,7 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     tf = transformers()
     config = _config(folder)
     _check_layers(folder, config)
-    cls = _auto_class(tf, config)
+    cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
     interface = uses_interface(cls)
     model = _from_pretrained(cls, folder, config, ATTN_NAME if interface else "eager")
     modules = _discover(model.base_model, interface)

@@ -111,8 +111,14 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     if size > allowed:
         raise ModelError(folder.path, f"the weights need about {_gib(size)} as float32, over {_gib(allowed)} "
                          f"({source})", "choose a smaller model, or free memory")
-    tokenizer = TextTokenizer(folder.tokenizer)
-    module, modules, stacks, info = load_transformers_model(folder, model_name(folder.path), size)
+    if folder.gguf:
+        from .gguf_files import gguf_tokenizer
+
+        tokenizer = TextTokenizer.of(gguf_tokenizer(folder.gguf), folder.gguf)
+    else:
+        tokenizer = TextTokenizer(folder.tokenizer)
+    name = folder.name if folder.gguf else model_name(folder.path)
+    module, modules, stacks, info = load_transformers_model(folder, name, size)
     return PretrainedModel(folder, module, tokenizer, info, modules, stacks)
 
 

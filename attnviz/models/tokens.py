@@ -65,17 +65,22 @@ class Encoded:
 class TextTokenizer:
     """tokenizer.json through the `tokenizers` library, padding and truncation off."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, tokenizer=None):
         from tokenizers import Tokenizer
 
         try:
-            self._tok = Tokenizer.from_file(str(path))
+            self._tok = tokenizer if tokenizer is not None else Tokenizer.from_file(str(path))
         except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
             raise ModelError(path, f"tokenizer.json cannot be read ({exc})", "restore the file") from exc
         self._tok.no_padding()
         self._tok.no_truncation()
         decoder = (json.loads(self._tok.to_str()).get("decoder") or {})
         self.byte_level = _has_type(decoder, "ByteLevel")
+
+    @classmethod
+    def of(cls, tokenizer, source: Path) -> TextTokenizer:
+        """A `tokenizers.Tokenizer` built elsewhere (a GGUF file's vocabulary), named by its file."""
+        return cls(source, tokenizer)
 
     def encode(self, text: str) -> Encoded:
         enc = self._tok.encode(text)

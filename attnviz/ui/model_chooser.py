@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QToolButton, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QToolButton, QWidget
 
 from ..models.discover import find_model_folders, hub_cache, supported_text
 from .choices import add_choice
@@ -26,13 +26,20 @@ class ModelChooser(QWidget):
         self.combo.setAccessibleName("modelCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setMinimumContentsLength(6)  # the panel column fits at its 300 px minimum (a test checks)
-        self.combo.setToolTip(f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders separated by "
-                              f"the path separator). Opens {supported_text()}. Nothing is downloaded.")
+        self.combo.setToolTip(f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders or .gguf files "
+                              "separated by the path separator), and GGUF models in Ollama's and LM Studio's stores. "
+                              f"Opens {supported_text()}. Nothing is downloaded.")
         self.openButton = QToolButton()
         self.openButton.setObjectName("openModelButton")
         self.openButton.setAccessibleName("openModelButton")
         self.openButton.setText("Open…")
-        self.openButton.setToolTip("Choose a local model folder (config.json, *.safetensors, tokenizer.json)")
+        self.openButton.setToolTip("Choose a local model folder (config.json, *.safetensors, tokenizer.json); the "
+                                   "arrow opens a .gguf file instead (llama.cpp, Ollama, LM Studio)")
+        self.openButton.setPopupMode(QToolButton.MenuButtonPopup)
+        menu = QMenu(self.openButton)
+        menu.addAction("Model folder…", self.open_dialog)
+        menu.addAction("GGUF file…", self.open_gguf_dialog)
+        self.openButton.setMenu(menu)
         layout.addWidget(self.combo, 1)
         layout.addWidget(self.openButton)
         self.refresh()
@@ -62,6 +69,13 @@ class ModelChooser(QWidget):
         self.combo.blockSignals(not emit)
         self.combo.setCurrentIndex(max(index, 0))
         self.combo.blockSignals(False)
+
+    def open_gguf_dialog(self) -> None:
+        start = str(Path(self.folder()).parent) if self.folder() else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model file", start,
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.set_folder(path)
 
     def open_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a model folder", self.folder() or str(Path.home()))

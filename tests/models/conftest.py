@@ -6,6 +6,13 @@ import pytest
 from tiny import BUILDERS
 
 
+@pytest.fixture(autouse=True)
+def _qt(qapp):
+    """A QApplication first (pytest-qt), so in-process renders never create a widget-less QGuiApplication
+    that a later window test could not build its widgets on."""
+    return qapp
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """family -> folder, built lazily (only the families a test asks for)."""

@@ -179,3 +179,59 @@ for _family in INTERFACE_FAMILIES + WEIGHTS_ONLY_FAMILIES:
     BUILDERS.setdefault(_family, lambda f, t=_family: make_family(f, t))
 for _family in SEQ2SEQ_FAMILIES:
     BUILDERS[_family] = lambda f, t=_family: make_seq2seq(f, t)
+
+
+def _permute_for_gguf(w, heads: int):
+    """llama.cpp's converter permutes q and k rows for its RoPE layout; transformers undoes it on load."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_llama_gguf(folder, path, architecture: str = "llama") -> None:
+    """The tiny llama in `folder` (safetensors, config.json, tokenizer.json) as a float32 GGUF file, written
+    with the gguf package's own writer: llama.cpp's tensor names and metadata, the BPE vocabulary and merges."""
+    import json
+
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((folder / "config.json").read_text())
+    state = load_file(str(folder / "model.safetensors"))
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_dimension_count(config["hidden_size"] // heads)
+    w.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    w.add_vocab_size(config["vocab_size"])
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv_: kv_[1])
+    added = {t["id"]: t["content"] for t in tok["added_tokens"]}
+    tokens = [added.get(i, t) for t, i in vocab]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if i in added else 1 for i in range(len(tokens))])  # 3: control, 1: normal
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
+    w.add_bos_token_id(1)
+    w.add_add_bos_token(True)
+    w.add_eos_token_id(0)
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    w.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", state["model.norm.weight"])
+    w.add_tensor("output.weight", state["lm_head.weight"])
+    for i in range(config["num_hidden_layers"]):
+        for theirs, ours in names.items():
+            t = state[f"model.layers.{i}.{theirs}.weight"]
+            if ours in ("attn_q", "attn_k"):
+                t = _permute_for_gguf(t, heads if ours == "attn_q" else kv)
+            w.add_tensor(f"blk.{i}.{ours}.weight", t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
