@@ -72,6 +72,9 @@ class RunConfig:
                          "widths must match; empty = random weights from the seed", widget="weightsChooser")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
                       widget="textEdit", group="Input")
+    chat: bool = param(False, "Chat template",
+                       "Wrap the text as one user turn in the model's own chat template (with the assistant's "
+                       "prompt after it), as a chat model reads it", widget="chatCheck", group="Input")
     decoder_text: str = param("", "Decoder text",
                               "Encoder-decoder models (T5, BART): the decoder's input after its start token; empty = "
                               "the decoder start token alone", widget="decoderTextEdit", group="Input")

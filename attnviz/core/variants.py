@@ -79,7 +79,7 @@ def _attn(c):
 def _load_pretrained(c, memory_budget: int | None):
     from ..models import load_model  # lazily: attnviz.models builds on the kernel
 
-    return load_model(c.model, memory_budget=memory_budget).stack_view(c.stack, c.decoder_text)
+    return load_model(c.model, memory_budget=memory_budget).view(c.stack, c.decoder_text, c.chat)
 
 
 def _no_inputs(c) -> tuple[Tensor, ...]:
@@ -91,7 +91,7 @@ def _not_a_module(c) -> nn.Module:
 
 
 # What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.
-BACKED_FIELDS = frozenset({"variant", "model", "text", "decoder_text", "stack", "layer", "device"})
+BACKED_FIELDS = frozenset({"variant", "model", "text", "chat", "decoder_text", "stack", "layer", "device"})
 TOY_FIELDS = frozenset({"variant", "text", "layer"})  # toys ship with attnviz and run on the CPU
 
 

@@ -313,3 +313,14 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     stacks = [stack_of(names[m]) for m in modules]
     return model, modules, stacks, _info(folder, model, traces, stacks, name, size)
 
+
+def chat_tokenizer(folder: ModelFolder):
+    """transformers' tokenizer for the folder or GGUF file, where it carries a chat template; else None."""
+    tf = transformers()
+    source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(str(folder.path), local_files_only=True, trust_remote_code=False,
+                                               **source)
+    except Exception:  # noqa: BLE001 - no tokenizer transformers can build: then no template either
+        return None
+    return tok if getattr(tok, "chat_template", None) else None

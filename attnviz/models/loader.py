@@ -23,10 +23,11 @@ from torch import Tensor, nn
 
 from ..core.kernel import Trace
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
-from .hf import ModelInfo, load_transformers_model, run_layers
+from .hf import ModelInfo, chat_tokenizer, load_transformers_model, run_layers
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
+_UNREAD = object()
 GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}
 MEMORY_FRACTION = 0.5  # as the runner: this share of the free memory, unless a budget is given
 
@@ -39,12 +40,14 @@ class PretrainedModel:
         self.folder, self.module, self.tokenizer, self.info = folder, module, tokenizer, info
         self.attention_modules, self.stacks = attention_modules, stacks  # in call order; each one's stack
         self.notes: tuple[str, ...] = ()
+        self._chat: object = _UNREAD  # transformers' tokenizer with the chat template, read when first asked
 
-    def encode(self, text: str) -> Encoded:
-        """The text's token ids and labels; ConfigError (field `text`) when empty or too long."""
+    def encode(self, text: str, special: bool = True) -> Encoded:
+        """The text's token ids and labels (special: with the tokenizer's own template, e.g. [CLS] ... [SEP]);
+        ConfigError (field `text`) when empty or too long."""
         if not text.strip():
             raise ModelError(text, "the text is empty", "type a sentence", field_name="text")
-        encoded = self.tokenizer.encode(text)
+        encoded = self.tokenizer.encode(text, special)
         n, limit = len(encoded.ids), self.info.max_positions
         if n > limit:
             cut = self.tokenizer.decode_prefix(text, limit)
@@ -74,11 +77,25 @@ class PretrainedModel:
         chosen = stack or self.info.stacks[0]
         return hidden, [t for t, s in zip(traces, self.stacks) if s == chosen]
 
-    def stack_view(self, stack: str = "", decoder_text: str = ""):
-        """This model as one stack's layers (see stacks.py); the model itself for its only stack."""
-        from .stacks import stack_view
+    def view(self, stack: str = "", decoder_text: str = "", chat: bool = False):
+        """This model as one run sees it: its stack, decoder input and chat switch (see view.py)."""
+        from .view import model_view
 
-        return stack_view(self, stack, decoder_text)
+        return model_view(self, stack, decoder_text, chat)
+
+    def has_chat_template(self) -> bool:
+        return self._chat_tokenizer() is not None
+
+    def chat_text(self, text: str) -> str:
+        """`text` as one user turn in the model's chat template, with the generation prompt."""
+        return self._chat_tokenizer().apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                           add_generation_prompt=True)
+
+    def _chat_tokenizer(self):
+        """transformers' tokenizer of the folder (or GGUF file) where it has a chat template, else None."""
+        if self._chat is _UNREAD:
+            self._chat = chat_tokenizer(self.folder)
+        return self._chat
 
     @property
     def device(self) -> torch.device:

@@ -82,8 +82,9 @@ class TextTokenizer:
         """A `tokenizers.Tokenizer` built elsewhere (a GGUF file's vocabulary), named by its file."""
         return cls(source, tokenizer)
 
-    def encode(self, text: str) -> Encoded:
-        enc = self._tok.encode(text)
+    def encode(self, text: str, special: bool = True) -> Encoded:
+        """Ids and labels; `special` adds the file's template tokens ([CLS] ... [SEP], a BOS)."""
+        enc = self._tok.encode(text, add_special_tokens=special)
         special = enc.special_tokens_mask
         labels = tuple(label(t, bool(s), self.byte_level) for t, s in zip(enc.tokens, special))
         return Encoded(tuple(enc.ids), labels)

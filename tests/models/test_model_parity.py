@@ -199,7 +199,7 @@ def test_encoder_decoder_every_stack_matches_transformers(tiny_models, family):
     folder = tiny_models(family)
     m = load_model(folder)
     assert m.info.stacks == ("encoder", "decoder", "cross") and m.info.layers == 2
-    view = m.stack_view("cross", "the cat sat")
+    view = m.view("cross", "the cat sat")
     enc = view.encode(SENTENCE)
     dec = torch.tensor([list(view.decoder.ids)])
     ref = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()

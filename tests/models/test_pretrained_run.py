@@ -188,7 +188,7 @@ def test_cross_attention_rows_are_decoder_tokens_and_columns_the_encoders(tiny_m
                        layer=1)
     result = run(config)
     model = load_model(folder)
-    enc, dec = model.encode(SENTENCE), model.stack_view("cross", "the cat").decoder
+    enc, dec = model.encode(SENTENCE), model.view("cross", "the cat").decoder
     assert result.weights.shape == (1, model.info.heads, len(dec.ids), len(enc.ids))
     assert result.tokens == dec.tokens and result.key_tokens == enc.tokens
     assert result.layer_weights.shape == (2, 1, model.info.heads, len(dec.ids), len(enc.ids))
@@ -219,3 +219,38 @@ def test_a_stack_or_decoder_text_the_model_lacks(tiny_models, tmp_path, family, 
     flag, value = next(iter(changes.items()))
     argv = ["render", "--model", str(folder), "--text", SENTENCE, f"--{flag.replace('_', '-')}", value, "-o", str(out)]
     assert main(argv) == 2 and not out.exists()
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_chat_wraps_the_text_as_one_user_turn(tiny_models, tmp_path):
+    """--chat: the ids are what transformers' apply_chat_template gives for one user turn."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "chat-llama"
+    shutil.copytree(tiny_models("llama"), folder)
+    (folder / "tokenizer_config.json").write_text(__import__("json").dumps({"chat_template": CHAT_TEMPLATE}))
+    result = run(RunConfig(variant="pretrained", model=str(folder), text="the cat sat", chat=True))
+    reference = AutoTokenizer.from_pretrained(folder).apply_chat_template(
+        [{"role": "user", "content": "the cat sat"}], tokenize=True, add_generation_prompt=True)
+    reference = reference["input_ids"] if hasattr(reference, "keys") else reference
+    assert list(result.token_ids) == list(reference)
+    plain = run(RunConfig(variant="pretrained", model=str(folder), text="the cat sat"))
+    assert len(result.tokens) > len(plain.tokens) + 4 and result.weights.shape[-1] == len(result.tokens)
+    assert main(["render", "--model", str(folder), "--text", "the cat sat", "--chat",
+                 "-o", str(tmp_path / "chat.png")]) == 0
+
+
+def test_chat_for_a_model_without_a_template(tiny_models, tmp_path):
+    from attnviz.core import ConfigError
+
+    with pytest.raises(ConfigError, match="has no chat template") as info:
+        run(RunConfig(variant="pretrained", model=str(tiny_models("gpt2")), text="the cat", chat=True))
+    assert info.value.field == "chat"
+    out = tmp_path / "never.png"
+    assert main(["render", "--model", str(tiny_models("gpt2")), "--text", "x", "--chat", "-o", str(out)]) == 2
+    assert not out.exists()

@@ -1,0 +1,89 @@
+"""A loaded model as one run sees it: which stack its maps show, the decoder's input, the chat template.
+
+The model cache holds one PretrainedModel per folder; `model_view(model, stack, decoder_text, chat)`
+gives a run the protocol of core/backed.py (info, encode, forward) for its own choices, without
+changing the shared model.
+
+- Stacks. An encoder-decoder (T5, BART) has three kinds of attention: the encoder's self-attention
+  over the text, the decoder's causal self-attention over the decoder's input, and the decoder's
+  cross-attention, whose rows are decoder tokens and whose columns are the encoder's. Each layer's axis
+  labels go in `layer_tokens`. The decoder reads its start token, then the tokens of `decoder_text`.
+- Chat. With `chat`, the text is wrapped as one user turn by the model's own chat template (what
+  transformers' `apply_chat_template` renders, with the generation prompt), then tokenized without
+  adding special tokens again, as transformers does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..core.config import ConfigError
+from .tokens import Encoded
+
+
+@dataclass(frozen=True)
+class ViewEncoded:
+    ids: tuple[int, ...]  # the model's (an encoder-decoder's encoder's) input
+    tokens: tuple[str, ...]
+    layer_tokens: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None  # per layer: (rows, columns)
+
+
+class ModelView:
+    """A PretrainedModel with one run's stack, decoder input and chat switch."""
+
+    def __init__(self, model, stack: str, decoder: Encoded | None, chat: bool):
+        self.model, self.stack, self.decoder, self.chat = model, stack, decoder, chat
+        layers = model.stacks.count(stack)
+        self.info = dataclasses.replace(model.info, layers=layers, causal=model.info.causal or stack == "decoder")
+        self.module = model.module
+        self.notes: tuple[str, ...] = ()
+
+    def encode(self, text: str) -> ViewEncoded:
+        encoded = self.model.encode(self.model.chat_text(text) if self.chat else text, special=not self.chat)
+        if self.decoder is None:
+            return ViewEncoded(encoded.ids, encoded.tokens)
+        rows = encoded.tokens if self.stack == "encoder" else self.decoder.tokens
+        cols = self.decoder.tokens if self.stack == "decoder" else encoded.tokens
+        return ViewEncoded(encoded.ids, encoded.tokens, ((rows, cols),) * self.info.layers)
+
+    def truncate(self, text: str) -> str:
+        return self.model.truncate(text)
+
+    def forward(self, ids: Tensor, record=()):
+        decoder_ids = None if self.decoder is None else torch.tensor([list(self.decoder.ids)], dtype=torch.long)
+        out = self.model.forward(ids, record, stack=self.stack, decoder_ids=decoder_ids)
+        self.notes = self.model.notes
+        return out
+
+
+def decoder_input(model, decoder_text: str) -> Encoded:
+    """The decoder's start token, then the tokens of `decoder_text` (as the folder's tokenizer gives them)."""
+    start = model.module.config.decoder_start_token_id
+    start = 0 if start is None else int(start)
+    head = Encoded((start,), (model.tokenizer.label_of(start),))
+    if not decoder_text.strip():
+        return head
+    rest = model.tokenizer.encode(decoder_text)
+    return Encoded(head.ids + rest.ids, head.tokens + rest.tokens)
+
+
+def model_view(model, stack: str = "", decoder_text: str = "", chat: bool = False) -> ModelView:
+    """`model` seen as `stack` (empty: its first); ConfigError for a stack it lacks, a decoder text given
+    to a model without a decoder input, or chat for a model without a chat template."""
+    stacks, name = model.info.stacks, model.info.name
+    encoder_decoder = getattr(model.module.config, "is_encoder_decoder", False)
+    if decoder_text.strip() and not encoder_decoder:
+        raise ConfigError("decoder_text", decoder_text, f"{name} is not an encoder-decoder: it reads one text",
+                          "clear the decoder text (it is for T5, BART and other encoder-decoders)", suggestions=("",))
+    if stack and stack not in stacks:
+        raise ConfigError("stack", stack, f"{name} has the stacks {', '.join(stacks)}",
+                          f"choose one of {', '.join(stacks)}, or leave it empty", suggestions=stacks)
+    if chat and not model.has_chat_template():
+        raise ConfigError("chat", chat, f"{name} has no chat template (tokenizer_config.json or the GGUF file "
+                          "names none)", "turn the chat template off", suggestions=(False,))
+    decoder = decoder_input(model, decoder_text) if encoder_decoder else None
+    return ModelView(model, stack or stacks[0], decoder, chat)
