@@ -334,7 +334,9 @@ def _plan_render(args: argparse.Namespace) -> tuple:
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     """Run the checked plan and write its files; one clear line and an exit status on failure."""
     from .core import ConfigError
+    from .core.runner import require_kept
     from .export import ExportError, ImageTooLarge, format_of
+    from .frames import view_stage
 
     try:
         from .core import run
@@ -342,6 +344,8 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
         result = _run(run, config, record, args.truncate)
         if config.spec.backed:
             options.check(result.config)  # --head against the model's heads
+            if args.view not in ("pipeline", "output"):
+                require_kept(result, view_stage(options.map_view))  # e.g. scores of a weights-only family
         if args.rollout and (result.layer_weights is None or result.layer_weights.shape[0] < 2):
             return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: --rollout needs a multi-layer model; this run "
                                      f"({config.variant}) has one attention layer")

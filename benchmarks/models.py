@@ -269,6 +269,7 @@ class Window:
         w.resize(1400, 950)
         w.show()
         self.parts: dict[str, list] = {"worker_s": [], "forward_s": [], "threads": []}
+        self.blocking = False  # True: wait in a QEventLoop instead of polling processEvents every 0.5 ms
         self._worker_s = 0.0
         w.sigShown.connect(lambda _: None)
         self._shown = w._on_done
@@ -288,11 +289,33 @@ class Window:
         w, before = self.w, self.w.latest_id
         t0 = time.perf_counter()
         change()
+        if self.blocking:
+            self._wait(before)
         while not (w.latest_id > before and w.is_settled()):
             self.app.processEvents()
             time.sleep(0.0005)
         w.headGrid.viewport().repaint()
         return time.perf_counter() - t0
+
+    def _wait(self, before: int) -> None:
+        """Qt's own event loop until the request after `before` is on screen (or failed)."""
+        from PySide6.QtCore import QEventLoop, QTimer
+
+        loop, w = QEventLoop(), self.w
+
+        def check(*_) -> None:
+            if w.latest_id > before and w.is_settled():
+                loop.quit()
+        net = QTimer()  # a safety net, should the window settle without a signal
+        net.timeout.connect(check)
+        net.start(20)
+        w.sigShown.connect(check)
+        w.sigFailed.connect(check)
+        QTimer.singleShot(0, check)
+        loop.exec()
+        net.stop()
+        w.sigShown.disconnect(check)
+        w.sigFailed.disconnect(check)
 
     def edit(self, text: str) -> float:
         """The text box set to `text` (one forward, every layer) -> the layer's heads on screen."""

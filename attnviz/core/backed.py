@@ -198,6 +198,9 @@ def _notes(model) -> tuple[str, ...]:
     info, notes = model.info, list(getattr(model, "notes", ()))
     if getattr(info, "stages", None) and "scores" not in info.stages:
         notes.append(WEIGHTS_ONLY_NOTE)
-    if getattr(info, "dtype", "float32") in ("bfloat16", "float16"):
-        notes.append(f"{info.dtype} checkpoint computed in float32")
+    dtype = getattr(info, "dtype", "float32")
+    if dtype in ("bfloat16", "float16"):
+        notes.append(f"{dtype} checkpoint computed in float32")
+    elif dtype.startswith("gguf"):
+        notes.append(f"{dtype} weights dequantised to float32")
     return tuple(notes)

@@ -330,6 +330,16 @@ def require_stage(config: RunConfig, stage: str, field_name: str = "view") -> No
                           "capped, position rope for q_proj/k_proj, the differential variant for combined)")
 
 
+def require_kept(result: RunResult, stage: str, field_name: str = "view") -> None:
+    """ConfigError unless `result` holds `stage`: a model records only what its family exposes (weights
+    alone for some; no soft cap where it has none), known once it is loaded."""
+    if stage in result.stages:
+        return
+    kept = [n for n in result.stages if BY_NAME[n].is_map]
+    raise ConfigError(field_name, stage, f"this model records no {stage} stage (its maps: {', '.join(kept)})",
+                      f"choose one of {', '.join(kept)}", suggestions=tuple(kept))
+
+
 def recorded_stages(config: RunConfig, record: Iterable[str] | None = None) -> frozenset[str]:
     """The stages a run keeps: those asked for (default DEFAULT_RECORD) that this config produces,
     always with the map the views draw (`dropped`) and the output."""

@@ -198,7 +198,7 @@ VARIANTS: dict[str, VariantSpec] = {
         VariantSpec(
             id="pretrained",
             label="Pretrained model (local folder)",
-            seed="a Hugging Face model folder: any family transformers runs",
+            seed="a Hugging Face model folder or a .gguf file, of any family transformers runs",
             description="A trained transformer on your own text: every layer and head, with the tokens on the axes.",
             build=_not_a_module,
             inputs=_no_inputs,

@@ -22,6 +22,8 @@ from ..core.config import ConfigError
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 GGUF_MAGIC = b"GGUF"
+# Where a folder has no tokenizer.json: the files AutoTokenizer converts to a fast tokenizer
+VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 PICKLE_WEIGHTS = "pytorch_model.bin"
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
                "F8_E4M3": 1, "F8_E5M2": 1}
@@ -85,12 +87,17 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(config_file, f"config.json cannot be read ({exc})", "restore the file") from exc
     if not isinstance(config, dict):
         raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
-    tokenizer = path / "tokenizer.json"
-    if not tokenizer.is_file():
-        raise ModelError(folder, "no tokenizer.json in the folder (attnviz reads only the fast-tokenizer file)",
-                         "use a folder that has tokenizer.json, or save one with transformers' "
-                         "AutoTokenizer(...).save_pretrained(folder)")
-    return ModelFolder(path, config, _weight_files(path), tokenizer)
+    return ModelFolder(path, config, _weight_files(path), _tokenizer_file(path))
+
+
+def _tokenizer_file(path: Path) -> Path:
+    """tokenizer.json, else the vocabulary file transformers' AutoTokenizer builds a fast tokenizer from."""
+    for name in ("tokenizer.json", *VOCABULARY_FILES):
+        if (path / name).is_file():
+            return path / name
+    raise ModelError(path, "no tokenizer in the folder: neither tokenizer.json nor a vocabulary file "
+                     f"({', '.join(VOCABULARY_FILES)})", "use the folder the model was saved in with its tokenizer "
+                     "(AutoTokenizer(...).save_pretrained(folder))")
 
 
 def is_gguf(path: Path) -> bool:

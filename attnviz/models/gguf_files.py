@@ -65,16 +65,3 @@ def _check_architecture(path: str, architecture: str) -> None:
         raise ModelError(path, f"transformers cannot dequantise GGUF files of the {architecture} architecture",
                          f"use a model of one of {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}, or its "
                          "Hugging Face folder")
-
-
-def gguf_tokenizer(path: Path):
-    """The file's own tokenizer, as a `tokenizers.Tokenizer` (what transformers builds from its vocabulary)."""
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True,
-                                            trust_remote_code=False)
-    except Exception as exc:  # noqa: BLE001 - a vocabulary transformers cannot convert
-        raise ModelError(path, f"the GGUF file's tokenizer cannot be read ({str(exc).strip()[:160]})",
-                         "use a GGUF file with a tokenizer (tokenizer.ggml.*)") from exc
-    return tok.backend_tokenizer

@@ -324,3 +324,19 @@ def chat_tokenizer(folder: ModelFolder):
     except Exception:  # noqa: BLE001 - no tokenizer transformers can build: then no template either
         return None
     return tok if getattr(tok, "chat_template", None) else None
+
+
+def fast_tokenizer(folder: ModelFolder):
+    """A `tokenizers.Tokenizer` from what transformers' AutoTokenizer builds where the folder has no
+    tokenizer.json (a GGUF file's vocabulary, a sentencepiece model, vocab.txt)."""
+    tf = transformers()
+    source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(str(folder.path), local_files_only=True, trust_remote_code=False,
+                                               **source)
+        return tok.backend_tokenizer
+    except Exception as exc:  # noqa: BLE001 - a vocabulary transformers cannot convert (or sentencepiece missing)
+        raise ModelError(folder.tokenizer, f"transformers cannot build a tokenizer from this file "
+                         f"({type(exc).__name__}: {str(exc).strip()[:160]})",
+                         "save the model's tokenizer.json (AutoTokenizer(...).save_pretrained(folder)); a "
+                         "sentencepiece file needs the sentencepiece package") from exc

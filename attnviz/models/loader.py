@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from ..core.kernel import Trace
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
-from .hf import ModelInfo, chat_tokenizer, load_transformers_model, run_layers
+from .hf import ModelInfo, chat_tokenizer, fast_tokenizer, load_transformers_model, run_layers
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
@@ -128,10 +128,8 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     if size > allowed:
         raise ModelError(folder.path, f"the weights need about {_gib(size)} as float32, over {_gib(allowed)} "
                          f"({source})", "choose a smaller model, or free memory")
-    if folder.gguf:
-        from .gguf_files import gguf_tokenizer
-
-        tokenizer = TextTokenizer.of(gguf_tokenizer(folder.gguf), folder.gguf)
+    if folder.gguf or folder.tokenizer.name != "tokenizer.json":  # a GGUF's vocabulary, a sentencepiece file
+        tokenizer = TextTokenizer.of(fast_tokenizer(folder), folder.tokenizer)
     else:
         tokenizer = TextTokenizer(folder.tokenizer)
     name = folder.name if folder.gguf else model_name(folder.path)

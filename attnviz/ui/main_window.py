@@ -57,6 +57,10 @@ TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in
 HOVER_HINT = "Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back)."
 
 
+STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
+                  "cross": "cross-attention (decoder tokens reading the encoder's)"}
+
+
 def caption_for(result) -> tuple[str, bool]:
     """What to look for in a result's maps, and whether it is a trained model's own caption."""
     config = result.config
@@ -68,8 +72,10 @@ def caption_for(result) -> tuple[str, bool]:
     if result.source is not None:
         info = result.source.info
         lacking = f" ({WEIGHTS_ONLY_NOTE})" if WEIGHTS_ONLY_NOTE in result.notes else ""
-        return (f"Pretrained {info.name} ({info.model_type}) on your text: layer {config.layer} of {info.layers} "
-                f"(0-{info.layers - 1}){lacking}. Hover a cell for the token pair and its weight."), False
+        stacks = getattr(info, "stacks", ())
+        stack = f" {STACK_CAPTIONS[config.stack or stacks[0]]}," if len(stacks) > 1 else ""
+        return (f"Pretrained {info.name} ({info.model_type}) on your text:{stack} layer {config.layer} of "
+                f"{info.layers} (0-{info.layers - 1}){lacking}. Hover a cell for the token pair and its weight."), False
     if config.weights:
         return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
     return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "

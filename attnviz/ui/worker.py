@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from ..core import ConfigError, RunConfig, RunResult, run
+from ..core.backed import backed_stages
 from ..core.runner import (
     SLOW_CPU_DTYPES,
     Cancelled,
     MemoryBudgetError,
     estimate_flops,
+    require_kept,
     require_stage,
     run_stages,
 )
@@ -41,6 +43,11 @@ def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
     if options.pipeline_head is None:
         return frozenset({stage})
     return frozenset({stage}) | (ALL_STAGES & frozenset(run_stages(config)))
+
+
+def producible(needed: frozenset[str], source) -> frozenset[str]:
+    """The needed stages a result can have: a model's forward (`source`) records what its family exposes."""
+    return needed if source is None else needed & frozenset(backed_stages(source.info))
 
 
 @dataclass(frozen=True)
@@ -442,7 +449,7 @@ class Worker(QObject):
         """Whether the last result cannot show `config` (a model-backed result is kept by its
         forward's config, since its own config holds the shapes the model gave it)."""
         last = self._last
-        if last is None or not needed <= last.stages.keys():
+        if last is None or not producible(needed, last.source) <= last.stages.keys():
             return True
         if last.source is not None:
             return not (last.source.serves(config) and last.config.layer == config.layer)
@@ -454,7 +461,7 @@ class Worker(QObject):
     def _from_source(self, config: RunConfig, needed: frozenset[str]) -> RunResult | None:
         """Another layer of the last model forward (changing the layer never runs the model again)."""
         source = self._last.source if self._last is not None else None
-        if source is None or not source.serves(config) or not needed <= source.stages.keys():
+        if source is None or not source.serves(config) or not producible(needed, source) <= source.stages.keys():
             return None
         return source.result(config.layer)
 
@@ -472,6 +479,7 @@ class Worker(QObject):
             self._pools.clear()
             self._last = reused or self._run(request.config, needed)
             self._last_request = request.config
+        require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
         if self._checkpoint():
             return
         frames = render(self._last, request.options, self._pools)

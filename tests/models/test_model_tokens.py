@@ -28,3 +28,23 @@ def test_labels_of_real_encodings(tiny_models):
     assert "".join(gpt2.tokens) == SENTENCE  # byte-level labels join back into the text
     llama = load_model(tiny_models("llama")).encode(SENTENCE)
     assert llama.tokens[0] == "<s>" and "".join(llama.tokens[1:]) == SENTENCE
+
+
+def test_a_folder_with_only_a_vocabulary_file(tiny_models, tmp_path):
+    """No tokenizer.json: transformers' AutoTokenizer builds the fast tokenizer from vocab.txt, and the
+    ids equal those of the tokenizer.json the model was saved with."""
+    import json
+    import shutil
+
+    from tiny import SENTENCE
+
+    from attnviz.models import load_model
+
+    folder = tmp_path / "vocab-only"
+    shutil.copytree(tiny_models("bert"), folder)
+    vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
+    (folder / "tokenizer.json").unlink()
+    (folder / "vocab.txt").write_text("\n".join(sorted(vocab, key=vocab.get)) + "\n")
+    enc = load_model(folder).encode(SENTENCE)
+    assert enc == load_model(tiny_models("bert")).encode(SENTENCE)
+    assert enc.tokens[0] == "[CLS]" and "cat" in enc.tokens

@@ -121,3 +121,22 @@ def test_discovery_reads_the_hf_cache_and_attnviz_models(tmp_path):
     found = find_model_folders(env)
     assert [label for label, _ in found] == ["one", "a", "b", "org/tiny-bert"]
     assert found[-1][1] == snap
+
+
+def test_with_the_pipeline_open_a_view_change_runs_no_second_forward(model_window, qtbot):
+    """The pipeline asks for every stage a configuration has; a model records only what its family
+    exposes (bert: no soft cap, no bias), so the stages it lacks must not make every request stale."""
+    w = model_window
+    dock = w.explain.docks["pipelineDock"]
+    dock.show()
+    dock.raise_()
+    qtbot.waitUntil(lambda: w.explain.shown("pipelineDock"))
+    settle(qtbot, w)
+    assert {"qk", "scaled"} <= w.result.stages.keys() and "capped" not in w.result.stages
+    n = len(w.compute.calls)
+    w.colormapCombo.setCurrentIndex((w.colormapCombo.currentIndex() + 1) % w.colormapCombo.count())
+    settle(qtbot, w)
+    w.panel.widgets["layer"].setValue(1)
+    settle(qtbot, w)
+    assert len(w.compute.calls) == n and w.result.config.layer == 1
+    dock.hide()

@@ -254,3 +254,11 @@ def test_chat_for_a_model_without_a_template(tiny_models, tmp_path):
     out = tmp_path / "never.png"
     assert main(["render", "--model", str(tiny_models("gpt2")), "--text", "x", "--chat", "-o", str(out)]) == 2
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("family", "view"), [("gpt_neo", "scores"), ("llama", "capped")])
+def test_a_view_of_a_stage_the_model_does_not_record(tiny_models, tmp_path, family, view, capsys):
+    out = tmp_path / "never.png"
+    argv = ["render", "--model", str(tiny_models(family)), "--text", SENTENCE, "--view", view, "-o", str(out)]
+    assert main(argv) == 2 and not out.exists()
+    assert f"records no {view} stage" in capsys.readouterr().err
