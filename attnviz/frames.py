@@ -476,26 +476,50 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     return frames
 
 
-def model_mosaic(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px: int, colormap: str,
-                 gap: int = 2) -> np.ndarray:
+def model_mosaic(blocks, tile_px: int, colormap: str, gap: int = 2) -> np.ndarray:
     """Every layer x head of a model as one RGBA picture (bertviz's model view): row = layer, column =
-    head, then the mean over the layer's heads. Each tile is max-pooled to tile_px and scaled to its
-    own maximum (so a layer's pattern shows even where one token takes most of the weight).
+    head, then the mean over the layer's heads; an encoder-decoder's stacks one block under another.
+    Each tile is max-pooled to at most tile_px, scaled to its own maximum (so a layer's pattern shows even
+    where one token takes most of the weight), then drawn as a tile_px square whatever the map's shape.
 
-    layer_weights: (layers, 1, H, L, L); allowed: bool (1, L, L) or None. Returns (rows, cols, 4) uint8.
+    blocks: [(layer_weights (layers, 1, H, Lq, Lkv), allowed bool (1, Lq, Lkv) or None)], one per stack.
+    Returns (rows, cols, 4) uint8; mosaic_rows and mosaic_columns give the tiles' places.
     """
+    heads = blocks[0][0].shape[2]
+    x0 = mosaic_columns(heads, tile_px, gap)
+    tops = mosaic_rows([lw.shape[0] for lw, _ in blocks], tile_px, gap)
+    out = np.full((tops[-1] + tile_px, x0[-1] + tile_px, 4), 255, np.uint8)
+    lut = colormaps.lut(colormap)
+    first = 0
+    for layer_weights, allowed in blocks:
+        for n, image in enumerate(_square_tiles(layer_weights, allowed, tile_px)):
+            r, c = divmod(n, heads + 1)
+            y = tops[first + r]
+            out[y: y + tile_px, x0[c]: x0[c] + tile_px] = lut[image]
+        first += layer_weights.shape[0]
+    return out
+
+
+def _square_tiles(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px: int) -> list[np.ndarray]:
+    """One stack's tiles (each layer's heads, then their mean) as tile_px x tile_px uint8 index images."""
     layers, _, heads, lq, lkv = layer_weights.shape
-    w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, L, L)
+    w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, Lq, Lkv)
     maps = torch.cat([w, torch.nan_to_num(w, nan=0.0).mean(1, keepdim=True)], 1).reshape(-1, lq, lkv)
     images, _ = quantise_maps(maps, allowed, None, (tile_px, tile_px), False, shared=False)
-    lut = colormaps.lut(colormap)
-    th, tw = images[0].shape
-    x0 = mosaic_columns(heads, tw, gap)
-    out = np.full((layers * (th + gap) - gap, x0[-1] + tw, 4), 255, np.uint8)
-    for n, image in enumerate(images):
-        r, c = divmod(n, heads + 1)
-        out[r * (th + gap): r * (th + gap) + th, x0[c]: x0[c] + tw] = lut[image]
-    return out
+    h, width = images[0].shape
+    rows, cols = np.arange(tile_px) * h // tile_px, np.arange(tile_px) * width // tile_px
+    return [image[rows][:, cols] for image in images]
+
+
+def mosaic_rows(layers_per_block: list[int], tile_px: int, gap: int = 2) -> list[int]:
+    """Top edge of each mosaic row, block after block (a stack's layers), blocks a little further apart."""
+    tops, y = [], 0
+    for layers in layers_per_block:
+        for _ in range(layers):
+            tops.append(y)
+            y += tile_px + gap
+        y += 3 * gap
+    return tops
 
 
 def mosaic_columns(heads: int, tile_w: int, gap: int = 2) -> list[int]:

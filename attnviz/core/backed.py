@@ -56,6 +56,9 @@ class ModelForward:
     compute_time_s: float
     total_time_s: float
     notes: tuple[str, ...] = field(default=())
+    # An encoder-decoder's every stack, for the model view: (stack, layer_weights, layer 0's mask (1, Lq, Lkv));
+    # () for a model of one stack
+    stacks: tuple[tuple[str, np.ndarray, np.ndarray], ...] = field(default=())
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -76,6 +79,20 @@ class ModelForward:
             total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
             layer_weights=self.layer_weights, source=self)
 
+    def blocks(self, layer: int) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+        """(stack, layer_weights, allowed or None) of every stack, in the model's order: what the model view
+        draws. The shown stack's mask is the shown layer's."""
+        own = self.masks[layer][0]
+        shown = (self.stack, self.layer_weights, None if own.all() else own)
+        if not self.stacks:
+            return [shown]
+        return [shown if lw is self.layer_weights else (name, lw, None if m.all() else m) for name, lw, m in
+                self.stacks]
+
+    @property
+    def stack(self) -> str:
+        """The stack this forward's results show ("" for a model of one stack)."""
+        return next((name for name, lw, _ in self.stacks if lw is self.layer_weights), "")
 
     def labels(self, layer: int) -> dict[str, tuple[str, ...]]:
         """tokens (rows) and key_tokens (columns, only where they differ) of one layer's maps."""
@@ -189,8 +206,28 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
         tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
-        layer_tokens=_layer_tokens(encoded), notes=_notes(model),
+        layer_tokens=_layer_tokens(encoded), notes=_notes(model), stacks=_stack_blocks(model, layer_weights),
         compute_time_s=compute, total_time_s=time.perf_counter() - started)
+
+
+def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
+    """Every stack's weights and first mask, where the model has several (model.other_stacks after its forward:
+    stack -> traces); the shown stack's entry is this forward's own layer_weights."""
+    from .runner import _numpy
+
+    others = getattr(model, "other_stacks", None)
+    if not others:
+        return ()
+    blocks = []
+    for name in model.info.stacks:
+        if name == model.stack:
+            blocks.append((name, layer_weights, np.ones((1, *layer_weights.shape[-2:]), bool)))
+        else:
+            traces = others[name]
+            weights = np.stack([_numpy(t.weights) for t in traces])
+            mask = traces[0].mask.cpu().numpy()
+            blocks.append((name, weights, np.broadcast_to(mask, (1, 1, *weights.shape[-2:]))[0]))
+    return tuple(blocks)
 
 
 def _notes(model) -> tuple[str, ...]:

@@ -68,14 +68,23 @@ class PretrainedModel:
                 ) -> tuple[Tensor, list[Trace]]:
         """ids (1, L) -> the last hidden state (1, L, d) and the trace of the `record` stages of each layer
         of `stack` (default: the model's first). An encoder-decoder's decoder reads `decoder_ids` (1, Ld)."""
+        hidden, by_stack = self.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        return hidden, by_stack[stack or self.info.stacks[0]]
+
+    @torch.inference_mode()
+    def forward_stacks(self, ids: Tensor, record=(), *, decoder_ids: Tensor | None = None
+                       ) -> tuple[Tensor, dict[str, list[Trace]]]:
+        """One forward: the last hidden state and, per stack, each layer's trace."""
         weights_only = "scores" not in self.info.stages
         if decoder_ids is not None:
             decoder_ids = decoder_ids.to(self.device)
         # the base model, without its head: no logits are computed unless a view asks for them
         hidden, traces, self.notes = run_layers(self.module.base_model, ids.to(self.device), record,
                                                 self.attention_modules, weights_only, decoder_ids)
-        chosen = stack or self.info.stacks[0]
-        return hidden, [t for t, s in zip(traces, self.stacks) if s == chosen]
+        by_stack: dict[str, list[Trace]] = {name: [] for name in self.info.stacks}
+        for trace, name in zip(traces, self.stacks):
+            by_stack[name].append(trace)
+        return hidden, by_stack
 
     def view(self, stack: str = "", decoder_text: str = "", chat: bool = False):
         """This model as one run sees it: its stack, decoder input and chat switch (see view.py)."""

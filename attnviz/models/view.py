@@ -41,6 +41,7 @@ class ModelView:
         self.info = dataclasses.replace(model.info, layers=layers, causal=model.info.causal or stack == "decoder")
         self.module = model.module
         self.notes: tuple[str, ...] = ()
+        self.other_stacks: dict | None = None  # after a forward of several stacks: the ones not shown
 
     def encode(self, text: str) -> ViewEncoded:
         encoded = self.model.encode(self.model.chat_text(text) if self.chat else text, special=not self.chat)
@@ -54,10 +55,12 @@ class ModelView:
         return self.model.truncate(text)
 
     def forward(self, ids: Tensor, record=()):
+        """The shown stack's (hidden, traces); every other stack's traces go to `other_stacks` (the model view)."""
         decoder_ids = None if self.decoder is None else torch.tensor([list(self.decoder.ids)], dtype=torch.long)
-        out = self.model.forward(ids, record, stack=self.stack, decoder_ids=decoder_ids)
+        hidden, by_stack = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
         self.notes = self.model.notes
-        return out
+        self.other_stacks = {name: t for name, t in by_stack.items() if name != self.stack} or None
+        return hidden, by_stack[self.stack]
 
 
 def decoder_input(model, decoder_text: str) -> Encoded:

@@ -411,7 +411,10 @@ class MainWindow(QMainWindow):
         if needed > self.hoverLabel.height():  # grows once for longer texts; never shrinks back
             self.hoverLabel.setFixedHeight(needed)
 
-    def _open_tile(self, layer: int, head: int) -> None:
+    def _open_tile(self, stack: str, layer: int, head: int) -> None:
+        shown = self.result.source.stack if self.result is not None and self.result.source is not None else ""
+        if stack != shown:  # another stack of an encoder-decoder: its forward runs again
+            self.panel.widgets["stack"].setText(stack)
         self.panel.widgets["layer"].setValue(layer)
         self.headGrid.set_focus(head if head >= 0 else None)
         self.schedule()

@@ -1,5 +1,6 @@
 """The model view: every layer x head of a model as small tiles (bertviz's model view), the mean over
-each layer's heads in the last column. Click a tile to open that layer and head in the head grid.
+each layer's heads in the last column; an encoder-decoder's encoder, decoder and cross-attention stacks one
+block under another. Click a tile to open that stack, layer and head in the head grid.
 
 The mosaic is composed on a background thread (frames.model_mosaic) once per model forward; the GUI
 thread only swaps the finished picture in.
@@ -14,21 +15,22 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
 
-from ..frames import model_mosaic, mosaic_columns
+from ..frames import model_mosaic, mosaic_columns, mosaic_rows
 from .panel import named
 from .views import lean_axes
 from .worker import lower_priority
 
 GAP = 2
+STACK_LABELS = {"encoder": "enc", "decoder": "dec", "cross": "cross"}  # the row labels of an encoder-decoder
 MIN_TILE, MAX_TILE = 12, 72
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
             "(Variant) to see all its layers and heads here.")
 
 
 class ModelView(pg.GraphicsLayoutWidget):
-    """Shows a ModelForward (core.backed); sigOpen(layer, head) on a click (head -1: the layer's mean)."""
+    """Shows a ModelForward (core.backed); sigOpen(stack, layer, head) on a click (head -1: the layer's mean)."""
 
-    sigOpen = Signal(int, int)
+    sigOpen = Signal(str, int, int)  # (stack: "" for a model of one stack, layer, head)
     sigHover = Signal(str)
     _sigMosaic = Signal(object, object, int)  # (source, RGBA mosaic, tile px), from the composing thread
 
@@ -67,20 +69,21 @@ class ModelView(pg.GraphicsLayoutWidget):
         return int(max(MIN_TILE, min(MAX_TILE, w, h)))
 
     def show_source(self, source, layer: int, colormap: str) -> None:
-        """Show a model forward's layers (composed off this thread unless it is already shown)."""
+        """Show a model forward's layers, every stack of an encoder-decoder (composed off this thread
+        unless it is already shown)."""
         self.layer = layer
         if source is self.source and colormap == self.colormap:
             self._mark()
             return
         self.source, self.colormap = source, colormap
         self._note_shown = False  # a random result before this one's tiles arrive puts the note back
-        lw = source.layer_weights
-        tile = self.tile_px(lw.shape[0], lw.shape[2])
-        allowed = source.masks[layer][0] if not source.masks[layer].all() else None
+        blocks = source.blocks(layer)
+        heads = source.layer_weights.shape[2]
+        tile = self.tile_px(sum(lw.shape[0] for _, lw, _ in blocks), heads)
 
         def compose() -> None:
             lower_priority()  # like the worker: the GUI thread wins the CPU
-            mosaic = model_mosaic(lw, allowed, tile, colormap, GAP)
+            mosaic = model_mosaic([(lw, allowed) for _, lw, allowed in blocks], tile, colormap, GAP)
             with contextlib.suppress(RuntimeError):  # the window closed meanwhile
                 self._sigMosaic.emit(source, mosaic, tile)
         threading.Thread(target=compose, name="attnviz-model-view", daemon=True).start()
@@ -104,15 +107,19 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.plot.setTitle(None)
         for axis in ("left", "top"):
             self.plot.showAxis(axis)
-        layers, _, heads = source.layer_weights.shape[:3]
-        self.tile = mosaic.shape[0] // layers if layers == 1 else (mosaic.shape[0] + GAP) // layers - GAP
+        blocks = source.blocks(self.layer)
+        heads = source.layer_weights.shape[2]
+        self.tile = tile
+        self.rows = [(name, r) for name, lw, _ in blocks for r in range(lw.shape[0])]  # (stack, layer) per row
+        self.tops = mosaic_rows([lw.shape[0] for _, lw, _ in blocks], tile, GAP)
         self.image.setImage(mosaic, autoLevels=False, levels=(0, 255))
         self.image.setRect(QRectF(0, 0, mosaic.shape[1], mosaic.shape[0]))
-        step = self.tile + GAP
-        self.columns = mosaic_columns(heads, self.tile, GAP)
-        self.plot.getAxis("left").setTicks([[(r * step + self.tile / 2, f"L{r}") for r in range(layers)]])
-        top = [(x + self.tile / 2, f"H{c}") for c, x in enumerate(self.columns[:-1])]
-        self.plot.getAxis("top").setTicks([top + [(self.columns[-1] + self.tile / 2, "mean")]])
+        self.columns = mosaic_columns(heads, tile, GAP)
+        several = len(blocks) > 1
+        labels = [f"{STACK_LABELS.get(name, name)} L{r}" if several else f"L{r}" for name, r in self.rows]
+        self.plot.getAxis("left").setTicks([[(y + tile / 2, text) for y, text in zip(self.tops, labels)]])
+        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(self.columns[:-1])]
+        self.plot.getAxis("top").setTicks([top + [(self.columns[-1] + tile / 2, "mean")]])
         self._size = mosaic.shape[:2]
         self._fit()
         self._mark()
@@ -132,23 +139,25 @@ class ModelView(pg.GraphicsLayoutWidget):
         self._fit()
 
     def _mark(self) -> None:
-        if not self.tile:
+        if not self.tile or self.source is None:
             return
-        step = self.tile + GAP
+        row = self.rows.index((self.source.stack, self.layer)) if (self.source.stack, self.layer) in self.rows else 0
         width = self.columns[-1] + self.tile
-        self.marker.setRect(QRectF(-1, self.layer * step - 1, width + 2, self.tile + 2))
+        self.marker.setRect(QRectF(-1, self.tops[row] - 1, width + 2, self.tile + 2))
 
-    def tile_at(self, scene_pos) -> tuple[int, int] | None:
-        """(layer, head) under a scene position; head -1 for the mean column."""
+    def tile_at(self, scene_pos) -> tuple[str, int, int] | None:
+        """(stack, layer, head) under a scene position; head -1 for the mean column; stack "" for a
+        model of one stack."""
         if self.source is None or not self.tile:
             return None
         p = self.plot.getViewBox().mapSceneToView(scene_pos)
-        layers, _, heads = self.source.layer_weights.shape[:3]
-        row = int(p.y() // (self.tile + GAP))
+        heads = self.source.layer_weights.shape[2]
+        row = next((r for r, y in enumerate(self.tops) if y <= p.y() < y + self.tile), None)
         col = next((c for c, x in enumerate(self.columns) if x <= p.x() < x + self.tile), None)
-        if col is None or not 0 <= row < layers or p.y() % (self.tile + GAP) >= self.tile:
+        if row is None or col is None:
             return None
-        return row, (-1 if col == heads else col)
+        stack, layer = self.rows[row]
+        return stack, layer, (-1 if col == heads else col)
 
     def _clicked(self, event) -> None:
         if event.button() == Qt.LeftButton:
@@ -159,5 +168,6 @@ class ModelView(pg.GraphicsLayoutWidget):
     def _hovered(self, pos) -> None:
         hit = self.tile_at(pos)
         if hit is not None:
-            layer, head = hit
-            self.sigHover.emit(f"L{layer} {'mean over heads' if head < 0 else f'H{head}'} · click to open")
+            stack, layer, head = hit
+            where = f"{STACK_LABELS.get(stack, stack)} " if stack else ""
+            self.sigHover.emit(f"{where}L{layer} {'mean over heads' if head < 0 else f'H{head}'} · click to open")

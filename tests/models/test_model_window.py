@@ -89,11 +89,11 @@ def test_model_view_click_opens_a_layer_and_head(model_window, qtbot):
     vb = view.plot.getViewBox()
     step = view.tile + 2
     scene = vb.mapViewToScene(QPointF(view.columns[3] + view.tile / 2, 1 * step + view.tile / 2))
-    assert view.tile_at(scene) == (1, 3)
+    assert view.tile_at(scene) == ("", 1, 3)
     mean = vb.mapViewToScene(QPointF(view.columns[-1] + 1, 0.5))
-    assert view.tile_at(mean) == (0, -1)
+    assert view.tile_at(mean) == ("", 0, -1)
     with qtbot.waitSignal(w.sigShown, timeout=10000):
-        view.sigOpen.emit(1, 3)
+        view.sigOpen.emit("", 1, 3)
     assert w.headGrid.focus == 3 and w.result.config.layer == 1
 
 
@@ -140,3 +140,30 @@ def test_with_the_pipeline_open_a_view_change_runs_no_second_forward(model_windo
     settle(qtbot, w)
     assert len(w.compute.calls) == n and w.result.config.layer == 1
     dock.hide()
+
+
+def test_the_model_view_shows_every_stack_of_an_encoder_decoder(model_window, qtbot, tiny_models):
+    """T5: encoder, decoder and cross-attention blocks of square tiles (cross maps are 3 x 13 tokens); a
+    click on a cross tile opens that stack, layer and head."""
+    from attnviz.core import RunConfig
+
+    w = model_window
+    w.panel.set_config(RunConfig(variant="pretrained", model=str(tiny_models("t5")), text=SENTENCE,
+                                 decoder_text="the cat"))
+    settle(qtbot, w)
+    view = w.modelView
+    qtbot.waitUntil(lambda: view.source is w.result.source and view.tile > 0 and len(view.rows) == 6, timeout=10000)
+    assert view.rows == [(s, r) for s in ("encoder", "decoder", "cross") for r in (0, 1)]
+    labels = [text for _, text in view.plot.getAxis("left")._tickLevels[0]]
+    assert labels == ["enc L0", "enc L1", "dec L0", "dec L1", "cross L0", "cross L1"]
+    assert view.image.image.shape[0] == view.tops[-1] + view.tile  # every tile square, whatever its map's shape
+    vb = view.plot.getViewBox()
+    cross = vb.mapViewToScene(QPointF(view.columns[2] + view.tile / 2, view.tops[5] + view.tile / 2))
+    assert view.tile_at(cross) == ("cross", 1, 2)
+    with qtbot.waitSignal(w.sigShown, timeout=20000):
+        view.sigOpen.emit(*view.tile_at(cross))
+    settle(qtbot, w)
+    r = w.result
+    assert r.config.stack == "cross" and r.config.layer == 1 and w.headGrid.focus == 2
+    assert r.weights.shape[-2:] == (len(r.tokens), len(r.key_tokens)) and len(r.tokens) < len(r.key_tokens)
+    assert w.modelView.source.stack == "cross"
