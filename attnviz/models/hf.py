@@ -3,7 +3,8 @@
 `load_transformers_model(folder)` imports transformers (lazily, hub offline), builds the folder's
 architecture class with `attn_implementation="attnviz"` where the family's code calls the attention
 interface (else "eager", weights only), checks every weight was found, and finds the attention
-modules by one two-token forward. `trace_modules` turns a Recording into one Trace per layer.
+modules (layers.py). Also the folder's transformers tokenizer where attnviz needs one: a chat template,
+or a fast tokenizer built from a vocabulary file or a GGUF file.
 """
 
 from __future__ import annotations
@@ -16,21 +17,20 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..core.kernel import Trace
 from ..core.stages import ALL_STAGES, STAGE_NAMES
 from .folder import ModelError, ModelFolder, _header, load_state
 from .gguf_files import read_gguf
-from .hf_attention import ATTN_NAME, current, recording, register
+from .hf_attention import ATTN_NAME, register
+from .layers import discover, run_layers, stack_of
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
 HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
          ("ForMaskedLM", "AutoModelForMaskedLM"))  # an encoder-decoder opens headless (T5Model, BartModel)
-WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
 NO_POSITION_LIMIT = 1 << 20  # relative-position models (T5) read any length the memory allows
 LAYER_INDEX = re.compile(r"\.(\d+)\.")
-CROSS_NAMES = {"EncDecAttention", "encoder_attn", "crossattention", "cross_attn"}  # t5, bart/whisper, bert
 
 
 @dataclass(frozen=True)
@@ -159,117 +159,6 @@ def _optional(key: str, model: nn.Module) -> bool:
     return ".pooler." in f".{key}" or (has_head and not key.startswith(model.base_model_prefix + "."))
 
 
-def _discover(base: nn.Module, interface: bool) -> list[nn.Module]:
-    """The attention modules in layer order, from one forward over two tokens; each gets the hooks
-    that record its input (stage x) and output."""
-    ids = torch.tensor([[0, 1]])
-    with torch.inference_mode():
-        if interface:
-            with recording(()) as rec:
-                base(**model_inputs(base, ids))
-            modules = list(dict.fromkeys(m for m, _ in rec.calls))
-        else:
-            modules = _modules_returning_weights(base, ids)
-    for m in modules:
-        m.register_forward_pre_hook(_keep_input, with_kwargs=True)
-        m.register_forward_hook(_keep_output)
-    return modules
-
-
-def _modules_returning_weights(base: nn.Module, ids: Tensor) -> list[nn.Module]:
-    """For a family that does not call the interface: the innermost module returning each layer's
-    output_attentions tensor (its attention module)."""
-    returned: dict[int, nn.Module] = {}
-
-    def spy(module, args, output):
-        for t in output if isinstance(output, tuple) else ():
-            if isinstance(t, Tensor):
-                returned.setdefault(id(t), module)  # inner modules finish first
-    handles = [m.register_forward_hook(spy) for m in base.modules() if m is not base]
-    try:
-        out = base(**model_inputs(base, ids), output_attentions=True)
-    finally:
-        for h in handles:
-            h.remove()
-    weights = _all_attentions(out)
-    return [returned[id(w)] for w in weights] if all(id(w) in returned for w in weights) else []
-
-
-def _all_attentions(out) -> tuple:
-    """output_attentions of every stack, in call order (an encoder-decoder's encoder, then per decoder
-    layer its self- and cross-attention)."""
-    if getattr(out, "encoder_attentions", None) is None:
-        return tuple(out.attentions)
-    decoder = [w for pair in zip(out.decoder_attentions, out.cross_attentions) for w in pair]
-    return tuple(out.encoder_attentions) + tuple(decoder)
-
-
-def model_inputs(base: nn.Module, ids: Tensor, decoder_ids: Tensor | None = None) -> dict[str, Tensor]:
-    """The forward's inputs: an encoder-decoder also gets its decoder's (the start token alone by default)."""
-    inputs = {"input_ids": ids}
-    if getattr(base.config, "is_encoder_decoder", False):
-        start = base.config.decoder_start_token_id
-        inputs["decoder_input_ids"] = decoder_ids if decoder_ids is not None else torch.tensor(
-            [[0 if start is None else start]], device=ids.device)
-    return inputs
-
-
-def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool,
-               decoder_ids: Tensor | None = None):
-    """One forward: (the last hidden state, one Trace per attention module, the notes of the calls)."""
-    inputs = model_inputs(base, ids, decoder_ids)
-    with recording(record) as rec:
-        out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
-    if weights_only:
-        rec.calls = list(zip(modules, weights_only_traces(_all_attentions(out), record)))
-    return out.last_hidden_state, trace_modules(rec, modules), tuple(rec.notes)
-
-
-def stack_of(name: str) -> str:
-    """An attention module's stack from its qualified name: cross (a decoder reading the encoder),
-    encoder, or decoder (every decoder-only model)."""
-    parts = name.split(".")
-    if any(p in CROSS_NAMES for p in parts):
-        return "cross"
-    return "encoder" if "encoder" in parts else "decoder"
-
-
-def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
-    rec = current()
-    if rec is not None and "x" in rec.record:
-        rec.inputs[module] = args[0] if args else kwargs.get("hidden_states")
-
-
-def _keep_output(module: nn.Module, args: tuple, output) -> None:
-    rec = current()
-    if rec is not None and "output" in rec.record:
-        rec.outputs[module] = output[0] if isinstance(output, tuple) else output
-
-
-def trace_modules(rec, modules: list[nn.Module]) -> list[Trace]:
-    """One Trace per attention module (layer order), with the module's input and output added."""
-    by_module = {m: t for m, t in rec.calls}
-    traces = []
-    for m in modules:
-        trace = by_module[m]
-        for name, held in (("x", rec.inputs), ("output", rec.outputs)):
-            if m in held and name in rec.record:
-                trace[name] = held[m]
-        traces.append(trace)
-    return traces
-
-
-def weights_only_traces(attentions, record) -> list[Trace]:
-    """Traces from transformers' `output_attentions` (families whose code does not call the interface)."""
-    traces = []
-    for weights in attentions:
-        trace = Trace(set(record) & set(WEIGHTS_ONLY) | {"weights"})
-        trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())
-        trace["mask"] = (weights[:1] > 0).any(dim=1, keepdim=True)
-        traces.append(trace)
-    return traces
-
-
 def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: list[str], name: str,
           size: int) -> ModelInfo:
     config = model.config.get_text_config()
@@ -303,7 +192,7 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
     interface = uses_interface(cls)
     model = _from_pretrained(cls, folder, config, ATTN_NAME if interface else "eager")
-    modules = _discover(model.base_model, interface)
+    modules = discover(model.base_model, interface)
     if not modules:
         raise ModelError(folder.path, f"{type(model).__name__} ran no attention layer attnviz could see",
                          "choose a model with attention layers")

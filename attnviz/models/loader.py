@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from ..core.kernel import Trace
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
-from .hf import ModelInfo, chat_tokenizer, fast_tokenizer, load_transformers_model, run_layers
+from .hf import ModelInfo, chat_tokenizer, fast_tokenizer, load_transformers_model
+from .layers import run_layers
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
