@@ -13,10 +13,16 @@ from attnviz.models import load_model
 
 
 def reference(folder, ids):
-    """transformers' own eager attention with output_attentions: the reference nobody here wrote."""
+    """transformers' own eager attention with output_attentions: the reference nobody here wrote
+    (a .gguf file: transformers' GGUF loading)."""
+    from pathlib import Path
+
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    path = Path(folder)
+    source = (dict(pretrained_model_name_or_path=path.parent, gguf_file=path.name) if path.is_file()
+              else dict(pretrained_model_name_or_path=path))
+    model = AutoModel.from_pretrained(**source, attn_implementation="eager", dtype=torch.float32).eval()
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_attentions=True)
     return out.last_hidden_state, out.attentions
@@ -178,7 +184,8 @@ def test_second_load_comes_from_the_cache(tiny_models):
     assert load_model(folder) is load_model(folder)
 
 
-@pytest.mark.skipif(not os.environ.get("ATTNVIZ_TEST_MODEL"), reason="set ATTNVIZ_TEST_MODEL to a model folder")
+@pytest.mark.skipif(not os.environ.get("ATTNVIZ_TEST_MODEL"),
+                    reason="set ATTNVIZ_TEST_MODEL to a model folder or .gguf file")
 def test_real_model_folder_matches_transformers():
     folder = os.environ["ATTNVIZ_TEST_MODEL"]
     model = load_model(folder)
