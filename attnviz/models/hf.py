@@ -20,11 +20,11 @@ import torch
 from torch import nn
 
 from ..core.kernel import Trace
-from ..core.stages import ALL_STAGES, STAGE_NAMES
+from ..core.stages import STAGE_NAMES
 from .folder import ModelError, ModelFolder, _header, load_state
 from .gguf_files import read_gguf
 from .hf_attention import ATTN_NAME, register
-from .layers import discover, run_layers, stack_of
+from .layers import HOOKED, discover, stack_of
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
 HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
@@ -166,7 +166,7 @@ def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: li
     order = tuple(dict.fromkeys(stacks))
     heads = first.weights.shape[1]
     kv_heads = first["k"].shape[1] if "k" in first else heads
-    stages = [s for s in STAGE_NAMES if s in first]
+    stages = [s for s in STAGE_NAMES if s in first or s in HOOKED]
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return ModelInfo(
         family=config.model_type, model_type=config.model_type, architecture=type(model).__name__,
@@ -192,12 +192,10 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
     interface = uses_interface(cls)
     model = _from_pretrained(cls, folder, config, ATTN_NAME if interface else "eager")
-    modules = discover(model.base_model, interface)
+    modules, traces = discover(model.base_model, interface)
     if not modules:
         raise ModelError(folder.path, f"{type(model).__name__} ran no attention layer attnviz could see",
                          "choose a model with attention layers")
-    with torch.inference_mode():
-        _, traces, _ = run_layers(model.base_model, torch.tensor([[0, 1]]), ALL_STAGES, modules, not interface)
     names = {m: n for n, m in model.base_model.named_modules()}
     stacks = [stack_of(names[m]) for m in modules]
     return model, modules, stacks, _info(folder, model, traces, stacks, name, size)

@@ -13,32 +13,34 @@ import torch
 from torch import Tensor, nn
 
 from ..core.kernel import Trace
+from ..core.stages import ALL_STAGES
 from .hf_attention import current, recording
 
 WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
+HOOKED = ("x", "output")  # what the hooks on every attention module record
 CROSS_NAMES = {"EncDecAttention", "encoder_attn", "crossattention", "cross_attn"}  # t5, bart/whisper, bert
 
 
-def discover(base: nn.Module, interface: bool) -> list[nn.Module]:
-    """The attention modules in layer order, from one forward over two tokens; each gets the hooks
-    that record its input (stage x) and output."""
+def discover(base: nn.Module, interface: bool) -> tuple[list[nn.Module], list[Trace]]:
+    """The attention modules in call order and their traces (every stage they record), from one forward
+    over two tokens; each module then gets the hooks that record its input (stage x) and output."""
     ids = torch.tensor([[0, 1]])
     with torch.inference_mode():
         if interface:
-            with recording(()) as rec:
+            with recording(ALL_STAGES) as rec:
                 base(**model_inputs(base, ids))
-            modules = list(dict.fromkeys(m for m, _ in rec.calls))
+            modules, traces = list(dict.fromkeys(m for m, _ in rec.calls)), [t for _, t in rec.calls]
         else:
-            modules = _modules_returning_weights(base, ids)
+            modules, traces = _modules_returning_weights(base, ids)
     for m in modules:
         m.register_forward_pre_hook(_keep_input, with_kwargs=True)
         m.register_forward_hook(_keep_output)
-    return modules
+    return modules, traces
 
 
-def _modules_returning_weights(base: nn.Module, ids: Tensor) -> list[nn.Module]:
+def _modules_returning_weights(base: nn.Module, ids: Tensor) -> tuple[list[nn.Module], list[Trace]]:
     """For a family that does not call the interface: the innermost module returning each layer's
-    output_attentions tensor (its attention module)."""
+    output_attentions tensor (its attention module), and the traces of those weights."""
     returned: dict[int, nn.Module] = {}
 
     def spy(module, args, output):
@@ -52,7 +54,9 @@ def _modules_returning_weights(base: nn.Module, ids: Tensor) -> list[nn.Module]:
         for h in handles:
             h.remove()
     weights = _all_attentions(out)
-    return [returned[id(w)] for w in weights] if all(id(w) in returned for w in weights) else []
+    if not all(id(w) in returned for w in weights):
+        return [], []
+    return [returned[id(w)] for w in weights], weights_only_traces(weights, WEIGHTS_ONLY)
 
 
 def _all_attentions(out) -> tuple:
