@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -56,9 +56,9 @@ class ModelForward:
     compute_time_s: float
     total_time_s: float
     notes: tuple[str, ...] = field(default=())
-    # An encoder-decoder's every stack, for the model view: (stack, layer_weights, layer 0's mask (1, Lq, Lkv));
-    # () for a model of one stack
-    stacks: tuple[tuple[str, np.ndarray, np.ndarray], ...] = field(default=())
+    # An encoder-decoder's every stack, for the model view: (stack, layer_weights, layer 0's mask (1, Lq, Lkv),
+    # None for the shown stack, whose layers' masks are `masks`); () for a model of one stack
+    stacks: tuple[tuple[str, np.ndarray, np.ndarray | None], ...] = field(default=())
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -84,10 +84,8 @@ class ModelForward:
         draws. The shown stack's mask is the shown layer's."""
         own = self.masks[layer][0]
         shown = (self.stack, self.layer_weights, None if own.all() else own)
-        if not self.stacks:
-            return [shown]
-        return [shown if lw is self.layer_weights else (name, lw, None if m.all() else m) for name, lw, m in
-                self.stacks]
+        return [shown if lw is self.layer_weights else (name, lw, None if m.all() else m)
+                for name, lw, m in self.stacks] or [shown]
 
     @property
     def stack(self) -> str:
@@ -152,18 +150,18 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
 
 
 def _arrays(traces: list, keep: frozenset[str]) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
-    """Per-layer NumPy of each kept stage; the weights stacked once into (layers, 1, H, L, L)."""
+    """Per-layer NumPy of each stage every layer kept (a layer that ran its family's own eager attention
+    keeps only the weights: then no layer shows the others' scores); the weights stacked once into
+    (layers, 1, H, L, L)."""
     from .runner import _numpy
 
     layer_weights = np.stack([_numpy(t.weights) for t in traces])
-    stages: dict[str, list[np.ndarray]] = {}
+    common = [name for name in STAGE_NAMES if all(name in t for t in traces)]
+    stages: dict[str, list[np.ndarray]] = {name: [] for name in common}
     for i, trace in enumerate(traces):
-        for name in STAGE_NAMES:
-            if name not in trace:
-                continue
+        for name in common:
             same_as_weights = trace[name] is trace["weights"]
-            array = layer_weights[i] if same_as_weights else _numpy(trace[name])
-            stages.setdefault(name, []).append(array)
+            stages[name].append(layer_weights[i] if same_as_weights else _numpy(trace[name]))
     return stages, layer_weights
 
 
@@ -184,7 +182,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     encoded = model.encode(config.text)
     keep = frozenset((set(DEFAULT_RECORD if record is None else record) | {"weights", "dropped", "output"})
                      & set(backed_stages(model.info)))
-    check_forward_memory(config, model.info, len(encoded.ids), keep, memory_budget)
+    check_forward_memory(config, *_forward_shape(model, len(encoded.ids)), keep, memory_budget)
     if cancel is not None and cancel():
         raise Cancelled
     module = getattr(model, "module", None)
@@ -220,14 +218,23 @@ def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
         return ()
     blocks = []
     for name in model.info.stacks:
-        if name == model.stack:
-            blocks.append((name, layer_weights, np.ones((1, *layer_weights.shape[-2:]), bool)))
+        if name == model.stack:  # its mask is the shown layer's (ModelForward.blocks)
+            blocks.append((name, layer_weights, None))
         else:
             traces = others[name]
             weights = np.stack([_numpy(t.weights) for t in traces])
             mask = traces[0].mask.cpu().numpy()
             blocks.append((name, weights, np.broadcast_to(mask, (1, 1, *weights.shape[-2:]))[0]))
     return tuple(blocks)
+
+
+def _forward_shape(model, length: int) -> tuple:
+    """(info, length) the memory check counts: an encoder-decoder's forward records every stack's layers
+    (model.forward_layers of them) at the longer of its two texts (model.decoder_length)."""
+    layers = getattr(model, "forward_layers", None)
+    if layers is None:
+        return model.info, length
+    return replace(model.info, layers=layers), max(length, model.decoder_length)
 
 
 def _notes(model) -> tuple[str, ...]:

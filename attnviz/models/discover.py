@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from .hf import WEIGHTS_ONLY_SEEN
 from .loader import model_name
 
 GGUF_SUFFIX = ".gguf"
@@ -102,4 +103,4 @@ def find_model_folders(env: Mapping[str, str] = os.environ) -> list[tuple[str, P
 def supported_text() -> str:
     """What opens (said without importing transformers: the chooser must not pay for it)."""
     return ("every family transformers runs, on attnviz's kernel; weights only where the family's code does not "
-            "call transformers' attention interface (gpt_neo, falcon, deberta_v2, mpnet)")
+            f"call transformers' attention interface ({', '.join(WEIGHTS_ONLY_SEEN)}, ...)")

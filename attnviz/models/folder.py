@@ -1,7 +1,8 @@
-"""A local Hugging Face model folder: config.json, the weights and tokenizer.json. Nothing is downloaded.
+"""A local model: a Hugging Face folder (config.json, the weights, a tokenizer) or a GGUF file, checked
+before transformers builds anything. Nothing is downloaded.
 
-Weights: `*.safetensors` (one file, or shards listed in model.safetensors.index.json), opened
-memory-mapped and left as stored; `pytorch_model.bin` only through torch.load(weights_only=True),
+Weights: `*.safetensors` (one file, or shards listed in model.safetensors.index.json), their headers
+checked against the file sizes; `pytorch_model.bin` only after torch.load(weights_only=True) read it,
 which refuses pickles that would run code. Every problem is a ModelError naming the folder or file
 and what to do (a ConfigError on the `model` field, so the CLI exits 2 and the app keeps its view).
 """
@@ -143,13 +144,13 @@ def parameter_bytes(folder: ModelFolder, dtype_bytes: int = 4) -> int:
         return size * (2 if half else 1) * dtype_bytes // 4
     total = 0
     for shard in folder.weights:
-        for info in _header(shard).values():
+        for info in safetensors_header(shard).values():
             if isinstance(info, dict) and "shape" in info:
                 total += math.prod(info["shape"]) * max(dtype_bytes, 1)
     return total
 
 
-def _header(shard: Path) -> dict:
+def safetensors_header(shard: Path) -> dict:
     """The JSON header of a safetensors file (8-byte length, then JSON), checked against the file size."""
     try:
         size = shard.stat().st_size
@@ -168,21 +169,10 @@ def _header(shard: Path) -> dict:
                          "download the file again") from exc
 
 
-def load_state(folder: ModelFolder) -> dict[str, Tensor]:
-    """Every checkpoint tensor by its key, as stored (safetensors memory-mapped)."""
-    if not folder.safetensors:
-        return _load_pickle(folder.weights[0])
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    state: dict[str, Tensor] = {}
-    for shard in folder.weights:
-        _header(shard)  # a truncated file fails here with a clear message
-        try:
-            state.update(load_file(str(shard)))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise ModelError(shard, f"corrupt safetensors file ({exc})", "download the file again") from exc
-    return state
+def check_pickle(folder: ModelFolder) -> None:
+    """A pytorch_model.bin read with torch.load(weights_only=True) (memory-mapped), so a pickle that would run
+    code is refused with attnviz's own message before transformers opens it."""
+    _load_pickle(folder.weights[0])
 
 
 def _load_pickle(path: Path) -> dict[str, Tensor]:

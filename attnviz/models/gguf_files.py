@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .folder import ModelError
+from .hf_attention import transformers
 
 BLOCK = re.compile(r"^blk\.(\d+)\.")
 
@@ -59,6 +60,7 @@ def _summary(path: str, size: int, mtime_ns: int) -> GgufSummary:
 
 
 def _check_architecture(path: str, architecture: str) -> None:
+    transformers()  # imported with the hub offline before anything of it
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     if architecture not in GGUF_SUPPORTED_ARCHITECTURES:

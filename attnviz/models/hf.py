@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -21,21 +20,25 @@ from torch import nn
 
 from ..core.kernel import Trace
 from ..core.stages import STAGE_NAMES
-from .folder import ModelError, ModelFolder, _header, load_state
+from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
 from .gguf_files import read_gguf
-from .hf_attention import ATTN_NAME, register
+from .hf_attention import ATTN_NAME, transformers
 from .layers import HOOKED, discover, stack_of
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
 HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
          ("ForMaskedLM", "AutoModelForMaskedLM"))  # an encoder-decoder opens headless (T5Model, BartModel)
+# Families seen running weights only (their code does not call the attention interface), in transformers 5.24
+WEIGHTS_ONLY_SEEN = ("gpt_neo", "falcon", "bloom", "mpt", "xglm", "deberta_v2", "mpnet")
 NO_POSITION_LIMIT = 1 << 20  # relative-position models (T5) read any length the memory allows
-LAYER_INDEX = re.compile(r"\.(\d+)\.")
+# A layer's index in a checkpoint key: under the containers families keep their layers in (not experts.N.)
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks|albert_layers)\.(\d+)\.")
+LAYER_COUNTS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
+MAX_SHARED_LAYERS = 4096  # a model whose layers share one set of weights (ALBERT) still has a sane depth
 
 
 @dataclass(frozen=True)
 class ModelInfo:
-    family: str  # config.json's model_type (kept under its first name)
     model_type: str
     architecture: str  # the transformers class that runs it (LlamaForCausalLM ...)
     layers: int
@@ -50,17 +53,6 @@ class ModelInfo:
     stacks: tuple[str, ...] = ("decoder",)
     dtype: str = "float32"  # the checkpoint's dtype (computed in float32 on the CPU)
     stages: tuple[str, ...] = ()  # the stages this family records
-
-
-def transformers():
-    """transformers, imported with the hub offline and attnviz's kernel registered."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # before the first import: huggingface_hub reads it then
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    import transformers as tf
-
-    tf.logging.set_verbosity_error()  # missing weights are checked here and said in one line
-    register()
-    return tf
 
 
 def _config(folder: ModelFolder):
@@ -117,24 +109,32 @@ def checkpoint_layers(folder: ModelFolder) -> int:
         return read_gguf(folder.gguf).layers
     if not folder.safetensors:
         return -1
-    indices = [int(m.group(1)) for shard in folder.weights for key in _header(shard)
+    indices = [int(m.group(1)) for shard in folder.weights for key in safetensors_header(shard)
                for m in [LAYER_INDEX.search(key)] if m]
     return max(indices, default=-1) + 1
 
 
 def _check_layers(folder: ModelFolder, config) -> None:
     """A config.json asking for more layers than the checkpoint holds is refused before anything is built
-    (building a billion layers would never end; fewer would leave layers without weights)."""
-    layers = getattr(config.get_text_config(), "num_hidden_layers", None)
+    (building a billion layers would never end; fewer would leave layers without weights). Every layer count
+    is checked (num_hidden_layers, T5's num_decoder_layers, BART's encoder_layers / decoder_layers ...)."""
+    text = config.get_text_config()
+    values = {name: getattr(text, name, None) for name in LAYER_COUNTS}  # attribute maps give gpt2's n_layer too
+    counts = {name: v for name, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    if not counts:
+        return
+    name, layers = max(counts.items(), key=lambda kv: kv[1])
+    shared = getattr(text, "num_hidden_groups", None) is not None  # ALBERT: groups of layers share weights
     held = checkpoint_layers(folder)
-    if isinstance(layers, int) and held >= 0 and layers > held:
-        raise ModelError(layers, f"config.json asks for {layers} layers but the checkpoint holds {held}",
-                         "use the config.json saved with these weights", field_name="num_hidden_layers")
+    limit = MAX_SHARED_LAYERS if shared else held
+    if held >= 0 and layers > limit:
+        raise ModelError(layers, f"config.json asks for {layers} layers ({name}) but the checkpoint holds "
+                         f"{held}", "use the config.json saved with these weights", field_name=name)
 
 
 def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> nn.Module:
     if not folder.safetensors and not folder.gguf:  # a pickle is read with weights_only=True first
-        load_state(folder)
+        check_pickle(folder)
     source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
     try:
         model, loading = cls.from_pretrained(
@@ -169,7 +169,7 @@ def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: li
     stages = [s for s in STAGE_NAMES if s in first or s in HOOKED]
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return ModelInfo(
-        family=config.model_type, model_type=config.model_type, architecture=type(model).__name__,
+        model_type=config.model_type, architecture=type(model).__name__,
         layers=stacks.count(order[0]),
         heads=heads, kv_heads=kv_heads, d_model=int(getattr(config, "hidden_size", 0) or first.weights.shape[-1]),
         vocab_size=int(config.vocab_size), max_positions=int(positions or NO_POSITION_LIMIT),
@@ -190,15 +190,41 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     config = _config(folder)
     _check_layers(folder, config)
     cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
-    interface = uses_interface(cls)
-    model = _from_pretrained(cls, folder, config, ATTN_NAME if interface else "eager")
-    modules, traces = discover(model.base_model, interface)
+    model, modules, traces = _load_with_kernel(cls, folder, config)
+    names = {m: n for n, m in model.base_model.named_modules()}
+    stacks = [stack_of(names[m]) for m in modules]
+    if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
+        stacks = ["decoder" if bool(~traces[0]["mask"][0, 0, 0, 1]) else "encoder"] * len(stacks)
+    return model, modules, stacks, _info(folder, model, traces, stacks, name, size)
+
+
+def _load_with_kernel(cls, folder: ModelFolder, config):
+    """The model with attnviz's kernel as its attention where its code calls the interface (also inside a
+    wrapper, as LLaVA's language model does), else eager with output_attentions (weights only)."""
+    known = uses_interface(cls)
+    try:
+        model = _from_pretrained(cls, folder, config, ATTN_NAME)
+        modules, traces = _discover(model, True)
+        if modules:
+            return model, modules, traces
+    except ModelError:
+        if known:
+            raise
+    model = _from_pretrained(cls, folder, config, "eager")
+    modules, traces = _discover(model, False)
     if not modules:
         raise ModelError(folder.path, f"{type(model).__name__} ran no attention layer attnviz could see",
                          "choose a model with attention layers")
-    names = {m: n for n, m in model.base_model.named_modules()}
-    stacks = [stack_of(names[m]) for m in modules]
-    return model, modules, stacks, _info(folder, model, traces, stacks, name, size)
+    return model, modules, traces
+
+
+def _discover(model: nn.Module, interface: bool):
+    try:
+        return discover(model.base_model, interface)
+    except Exception as exc:  # noqa: BLE001 - a vision, audio or state-space model's forward on text ids
+        raise ModelError(model.name_or_path, f"{type(model).__name__} cannot run on text alone ({type(exc).__name__}: "
+                         f"{str(exc).strip()[:120]})", "choose a text model (attnviz reads a text, not images or "
+                         "audio)") from exc
 
 
 def chat_tokenizer(folder: ModelFolder):

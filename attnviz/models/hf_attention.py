@@ -20,6 +20,7 @@ the app's worker and a test may run models side by side).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -38,8 +39,8 @@ ATTN_NAME = "attnviz"
 PASSIVE = frozenset({
     "position_ids", "cache_position", "past_key_values", "past_key_value", "use_cache", "output_attentions",
     "output_hidden_states", "return_dict", "layer_idx", "sliding_window", "position_embeddings", "token_type_ids",
-    "num_items_in_batch", "is_causal", "layer_head_mask", "head_mask", "config", "block_sequence_ids",
-    "output_router_logits", "logits_to_keep",
+    "num_items_in_batch", "is_causal", "config", "block_sequence_ids", "output_router_logits", "logits_to_keep",
+    "deterministic",  # flash attention's switch (ModernBERT): no arithmetic here
 })
 HANDLED = frozenset({"softcap", "s_aux", "position_bias"})
 
@@ -52,8 +53,8 @@ class Recording:
 
     record: frozenset[str]
     calls: list[tuple[nn.Module, Trace]] = field(default_factory=list)
-    inputs: dict[nn.Module, Tensor] = field(default_factory=dict)  # each attention module's input (stage x)
-    outputs: dict[nn.Module, Tensor] = field(default_factory=dict)  # what it returned (stage output)
+    inputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # each module's inputs (stage x), per call
+    outputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # what it returned (stage output)
     notes: list[str] = field(default_factory=list)
 
     def add(self, module: nn.Module, trace: Trace) -> None:
@@ -78,6 +79,17 @@ def recording(record) -> Iterator[Recording]:
 def current() -> Recording | None:
     """The Recording of the forward running on this thread, if any."""
     return getattr(_local, "current", None)
+
+
+def transformers():
+    """transformers, imported with the hub offline and attnviz's kernel registered."""
+    os.environ["HF_HUB_OFFLINE"] = "1"  # before the first import: huggingface_hub reads it then
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()  # missing weights are checked by attnviz and said in one line
+    register()
+    return tf
 
 
 def register() -> None:

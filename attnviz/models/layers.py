@@ -22,17 +22,18 @@ CROSS_NAMES = {"EncDecAttention", "encoder_attn", "crossattention", "cross_attn"
 
 
 def discover(base: nn.Module, interface: bool) -> tuple[list[nn.Module], list[Trace]]:
-    """The attention modules in call order and their traces (every stage they record), from one forward
-    over two tokens; each module then gets the hooks that record its input (stage x) and output."""
+    """The attention module of every call in call order (a module shared by several layers, as in ALBERT,
+    once per layer) and the calls' traces (every stage they record), from one forward over two tokens;
+    each module then gets the hooks that record its input (stage x) and output."""
     ids = torch.tensor([[0, 1]])
     with torch.inference_mode():
         if interface:
             with recording(ALL_STAGES) as rec:
                 base(**model_inputs(base, ids))
-            modules, traces = list(dict.fromkeys(m for m, _ in rec.calls)), [t for _, t in rec.calls]
+            modules, traces = [m for m, _ in rec.calls], [t for _, t in rec.calls]
         else:
             modules, traces = _modules_returning_weights(base, ids)
-    for m in modules:
+    for m in dict.fromkeys(modules):
         m.register_forward_pre_hook(_keep_input, with_kwargs=True)
         m.register_forward_hook(_keep_output)
     return modules, traces
@@ -41,12 +42,10 @@ def discover(base: nn.Module, interface: bool) -> tuple[list[nn.Module], list[Tr
 def _modules_returning_weights(base: nn.Module, ids: Tensor) -> tuple[list[nn.Module], list[Trace]]:
     """For a family that does not call the interface: the innermost module returning each layer's
     output_attentions tensor (its attention module), and the traces of those weights."""
-    returned: dict[int, nn.Module] = {}
+    returned: list[tuple[nn.Module, Tensor]] = []  # the tensors are held, so no id is reused meanwhile
 
     def spy(module, args, output):
-        for t in output if isinstance(output, tuple) else ():
-            if isinstance(t, Tensor):
-                returned.setdefault(id(t), module)  # inner modules finish first
+        returned.extend((module, t) for t in (output if isinstance(output, tuple) else ()) if isinstance(t, Tensor))
     handles = [m.register_forward_hook(spy) for m in base.modules() if m is not base]
     try:
         out = base(**model_inputs(base, ids), output_attentions=True)
@@ -54,9 +53,10 @@ def _modules_returning_weights(base: nn.Module, ids: Tensor) -> tuple[list[nn.Mo
         for h in handles:
             h.remove()
     weights = _all_attentions(out)
-    if not all(id(w) in returned for w in weights):
+    modules = [next((m for m, t in returned if t is w), None) for w in weights]  # inner modules finish first
+    if not weights or None in modules:
         return [], []
-    return [returned[id(w)] for w in weights], weights_only_traces(weights, WEIGHTS_ONLY)
+    return modules, weights_only_traces(weights, WEIGHTS_ONLY)
 
 
 def _all_attentions(out) -> tuple:
@@ -86,7 +86,18 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
         out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
     if weights_only:
         rec.calls = list(zip(modules, weights_only_traces(_all_attentions(out), record)))
-    return out.last_hidden_state, trace_modules(rec, modules), tuple(rec.notes)
+    traces = trace_modules(rec)
+    if len(traces) != len(modules):
+        raise RuntimeError(f"the forward ran {len(traces)} attention calls where the model was found to run "
+                           f"{len(modules)}")
+    return _last_hidden(out), traces, tuple(rec.notes)
+
+
+def _last_hidden(out) -> Tensor:
+    hidden = getattr(out, "last_hidden_state", None)
+    if hidden is None:  # a class whose forward returns logits only (no headless base)
+        raise RuntimeError(f"the model's forward returns no hidden states ({type(out).__name__})")
+    return hidden
 
 
 def stack_of(name: str) -> str:
@@ -101,24 +112,25 @@ def stack_of(name: str) -> str:
 def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     rec = current()
     if rec is not None and "x" in rec.record:
-        rec.inputs[module] = args[0] if args else kwargs.get("hidden_states")
+        rec.inputs.setdefault(module, []).append(args[0] if args else kwargs.get("hidden_states"))
 
 
 def _keep_output(module: nn.Module, args: tuple, output) -> None:
     rec = current()
     if rec is not None and "output" in rec.record:
-        rec.outputs[module] = output[0] if isinstance(output, tuple) else output
+        rec.outputs.setdefault(module, []).append(output[0] if isinstance(output, tuple) else output)
 
 
-def trace_modules(rec, modules: list[nn.Module]) -> list[Trace]:
-    """One Trace per attention module (layer order), with the module's input and output added."""
-    by_module = {m: t for m, t in rec.calls}
+def trace_modules(rec) -> list[Trace]:
+    """One Trace per attention call, in call order, with its module's input and output of that call added
+    (the n-th call of a module pairs with its n-th input and output)."""
+    seen: dict[nn.Module, int] = {}
     traces = []
-    for m in modules:
-        trace = by_module[m]
+    for module, trace in rec.calls:
+        n = seen[module] = seen.get(module, -1) + 1
         for name, held in (("x", rec.inputs), ("output", rec.outputs)):
-            if m in held and name in rec.record:
-                trace[name] = held[m]
+            if name in rec.record and n < len(held.get(module, ())):
+                trace[name] = held[module][n]
         traces.append(trace)
     return traces
 

@@ -69,23 +69,24 @@ class PretrainedModel:
                 ) -> tuple[Tensor, list[Trace]]:
         """ids (1, L) -> the last hidden state (1, L, d) and the trace of the `record` stages of each layer
         of `stack` (default: the model's first). An encoder-decoder's decoder reads `decoder_ids` (1, Ld)."""
-        hidden, by_stack = self.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        hidden, by_stack, self.notes = self.forward_stacks(ids, record, decoder_ids=decoder_ids)
         return hidden, by_stack[stack or self.info.stacks[0]]
 
     @torch.inference_mode()
     def forward_stacks(self, ids: Tensor, record=(), *, decoder_ids: Tensor | None = None
-                       ) -> tuple[Tensor, dict[str, list[Trace]]]:
-        """One forward: the last hidden state and, per stack, each layer's trace."""
+                       ) -> tuple[Tensor, dict[str, list[Trace]], tuple[str, ...]]:
+        """One forward: the last hidden state, per stack each layer's trace, and the notes of its calls
+        (returned, not kept on this shared model: runs on several threads may share it)."""
         weights_only = "scores" not in self.info.stages
         if decoder_ids is not None:
             decoder_ids = decoder_ids.to(self.device)
         # the base model, without its head: no logits are computed unless a view asks for them
-        hidden, traces, self.notes = run_layers(self.module.base_model, ids.to(self.device), record,
-                                                self.attention_modules, weights_only, decoder_ids)
+        hidden, traces, notes = run_layers(self.module.base_model, ids.to(self.device), record,
+                                           self.attention_modules, weights_only, decoder_ids)
         by_stack: dict[str, list[Trace]] = {name: [] for name in self.info.stacks}
         for trace, name in zip(traces, self.stacks):
             by_stack[name].append(trace)
-        return hidden, by_stack
+        return hidden, by_stack, notes
 
     def view(self, stack: str = "", decoder_text: str = "", chat: bool = False):
         """This model as one run sees it: its stack, decoder input and chat switch (see view.py)."""
@@ -98,8 +99,13 @@ class PretrainedModel:
 
     def chat_text(self, text: str) -> str:
         """`text` as one user turn in the model's chat template, with the generation prompt."""
-        return self._chat_tokenizer().apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                           add_generation_prompt=True)
+        try:
+            return self._chat_tokenizer().apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                               add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - a template's own raise_exception, or jinja's errors
+            raise ModelError(True, f"the model's chat template fails on one user turn ({type(exc).__name__}: "
+                             f"{str(exc).strip()[:120]})", "turn the chat template off", field_name="chat",
+                             suggestions=(False,)) from exc
 
     def _chat_tokenizer(self):
         """transformers' tokenizer of the folder (or GGUF file) where it has a chat template, else None."""

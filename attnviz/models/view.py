@@ -37,19 +37,32 @@ class ModelView:
 
     def __init__(self, model, stack: str, decoder: Encoded | None, chat: bool):
         self.model, self.stack, self.decoder, self.chat = model, stack, decoder, chat
-        layers = model.stacks.count(stack)
-        self.info = dataclasses.replace(model.info, layers=layers, causal=model.info.causal or stack == "decoder")
+        self.info = dataclasses.replace(model.info, layers=model.stacks.count(stack), causal=stack == "decoder")
         self.module = model.module
         self.notes: tuple[str, ...] = ()
         self.other_stacks: dict | None = None  # after a forward of several stacks: the ones not shown
+        self.forward_layers = len(model.stacks)  # what one forward records: every stack's layers
+        self.decoder_length = len(decoder.ids) if decoder is not None else 0
 
     def encode(self, text: str) -> ViewEncoded:
-        encoded = self.model.encode(self.model.chat_text(text) if self.chat else text, special=not self.chat)
+        encoded = self._chat_encode(text) if self.chat else self.model.encode(text)
         if self.decoder is None:
             return ViewEncoded(encoded.ids, encoded.tokens)
         rows = encoded.tokens if self.stack == "encoder" else self.decoder.tokens
         cols = self.decoder.tokens if self.stack == "decoder" else encoded.tokens
         return ViewEncoded(encoded.ids, encoded.tokens, ((rows, cols),) * self.info.layers)
+
+    def _chat_encode(self, text: str) -> Encoded:
+        """The text wrapped in the chat template, tokenized without specials again; a text too long offers
+        the cut of the user's own text that fits with the template around it."""
+        try:
+            return self.model.encode(self.model.chat_text(text), special=False)
+        except ConfigError as exc:
+            if exc.field != "text" or not exc.suggestions:
+                raise
+            around = len(self.model.tokenizer.encode(self.model.chat_text(""), False).ids)
+            cut = self.model.tokenizer.decode_prefix(text, max(self.info.max_positions - around, 0))
+            raise ConfigError("text", exc.value, exc.problem, exc.fix, suggestions=(cut,)) from exc
 
     def truncate(self, text: str) -> str:
         return self.model.truncate(text)
@@ -57,8 +70,7 @@ class ModelView:
     def forward(self, ids: Tensor, record=()):
         """The shown stack's (hidden, traces); every other stack's traces go to `other_stacks` (the model view)."""
         decoder_ids = None if self.decoder is None else torch.tensor([list(self.decoder.ids)], dtype=torch.long)
-        hidden, by_stack = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
-        self.notes = self.model.notes
+        hidden, by_stack, self.notes = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
         self.other_stacks = {name: t for name, t in by_stack.items() if name != self.stack} or None
         return hidden, by_stack[self.stack]
 
@@ -71,6 +83,14 @@ def decoder_input(model, decoder_text: str) -> Encoded:
     if not decoder_text.strip():
         return head
     rest = model.tokenizer.encode(decoder_text)
+    limit, n = model.info.max_positions, 1 + len(rest.ids)
+    if n > limit:
+        raise ConfigError("decoder_text", f"{decoder_text[:40]}…", f"{n} decoder tokens, but {model.info.name}'s "
+                          f"decoder reads at most {limit} positions", "shorten the decoder text",
+                          suggestions=(model.tokenizer.decode_prefix(decoder_text, limit - 1),))
+    if rest.ids and max(rest.ids) >= model.info.vocab_size:
+        raise ConfigError("decoder_text", decoder_text, f"the tokenizer gives id {max(rest.ids)} but the model has "
+                          f"{model.info.vocab_size} token embeddings", "use the tokenizer saved with this model")
     return Encoded(head.ids + rest.ids, head.tokens + rest.tokens)
 
 

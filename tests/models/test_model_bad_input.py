@@ -71,8 +71,20 @@ def test_more_layers_than_the_checkpoint_is_refused_before_building(tiny_models,
     config = json.loads((f / "config.json").read_text())
     (f / "config.json").write_text(json.dumps({**config, "n_layer": 1_000_000_000}))
     monkeypatch.setattr(hf, "_from_pretrained", lambda *a: pytest.fail("the model was built"))
-    err = _fails(f, match="asks for 1000000000 layers but the checkpoint holds 3", field="num_hidden_layers")
+    err = _fails(f, match=r"asks for 1000000000 layers \(num_hidden_layers\) but the checkpoint holds 3",
+                 field="num_hidden_layers")
     assert "config.json" in err.fix
+
+
+def test_every_layer_count_of_an_encoder_decoder_is_checked(tiny_models, tmp_path, monkeypatch):
+    import attnviz.models.hf as hf
+
+    f = _copy(tiny_models, tmp_path, "t5")
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "num_decoder_layers": 1_000_000_000}))
+    monkeypatch.setattr(hf, "_from_pretrained", lambda *a: pytest.fail("the model was built"))
+    _fails(f, match=r"asks for 1000000000 layers \(num_decoder_layers\) but the checkpoint holds 2",
+           field="num_decoder_layers")
 
 
 def test_no_tokenizer(tiny_models, tmp_path):

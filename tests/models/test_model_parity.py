@@ -56,6 +56,8 @@ def test_every_layer_matches_transformers(tiny_models, family):
     model = load_model(folder)
     assert model.attention_modules, "the family's attention ran on attnviz's kernel"
     _compare(folder, model)
+    shared = family == "albert"  # one module for every layer: a trace per call, not per module
+    assert len(set(model.attention_modules)) == (1 if shared else model.info.layers)
     assert {"q", "k", "v", "qk", "scaled", "scores", "weights", "context", "x", "output"} <= set(model.info.stages)
 
 
@@ -64,6 +66,7 @@ def test_weights_only_family_matches_transformers(tiny_models, family):
     folder = tiny_models(family)
     model = load_model(folder)
     assert model.info.stages == ("x", "weights", "dropped", "output")
+    assert len(set(model.attention_modules)) == model.info.layers  # one module per layer's weights
     _compare(folder, model)
 
 

@@ -262,3 +262,80 @@ def test_a_view_of_a_stage_the_model_does_not_record(tiny_models, tmp_path, fami
     argv = ["render", "--model", str(tiny_models(family)), "--text", SENTENCE, "--view", view, "-o", str(out)]
     assert main(argv) == 2 and not out.exists()
     assert f"records no {view} stage" in capsys.readouterr().err
+
+
+def test_a_fallback_on_some_layers_keeps_the_layers_aligned(tiny_models, monkeypatch):
+    """Layer 1 alone passes a keyword the kernel does not know: that layer records only the weights, so no
+    layer offers scores (a layer's scores never stand in for another's), and every layer's weights stay its own."""
+    import transformers.models.gpt2.modeling_gpt2 as gpt2
+
+    original = gpt2.GPT2Attention.forward
+
+    def forward(self, *args, **kwargs):
+        return original(self, *args, **({**kwargs, "novel_bias": 0.0} if self.layer_idx == 1 else kwargs))
+    folder = tiny_models("gpt2")
+    reference = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+    monkeypatch.setattr(gpt2.GPT2Attention, "forward", forward)
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE), record={"scores", "weights"})
+    assert "scores" not in result.stages and any("novel_bias" in n for n in result.notes)
+    np.testing.assert_allclose(result.layer_weights, reference.layer_weights, atol=1e-6)
+    for layer in range(3):
+        assert result.source.result(layer).weights.shape == reference.weights.shape
+
+
+def test_chat_with_truncate_cuts_the_users_text_not_the_template(tiny_models, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "chat-short"
+    shutil.copytree(tiny_models("bert"), folder)  # 40 positions
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    long = " ".join(["the cat sat on the mat"] * 10)
+    out = tmp_path / "chat.npz"
+    assert main(["render", "--model", str(folder), "--text", long, "--chat", "--truncate", "-o", str(out)]) == 0
+    with np.load(out) as saved:
+        tokens = list(saved["tokens"])
+    assert len(tokens) <= 40 and tokens.count("[CLS]") == 0  # wrapped once, no template specials added again
+
+
+def test_a_decoder_text_longer_than_the_decoders_positions(tiny_models):
+    from attnviz.core import ConfigError
+
+    with pytest.raises(ConfigError, match="decoder reads at most 64 positions") as info:
+        run(RunConfig(variant="pretrained", model=str(tiny_models("bart")), text=SENTENCE,
+                      decoder_text=" ".join(["the cat sat"] * 40), stack="cross"))
+    assert info.value.field == "decoder_text" and info.value.suggestions
+
+
+def test_a_chat_template_that_fails(tiny_models, tmp_path):
+    import json
+    import shutil
+
+    from attnviz.core import ConfigError
+
+    folder = tmp_path / "chat-raises"
+    shutil.copytree(tiny_models("llama"), folder)
+    template = "{{ raise_exception('only system turns here') }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    with pytest.raises(ConfigError, match="chat template fails on one user turn") as info:
+        run(RunConfig(variant="pretrained", model=str(folder), text="the cat", chat=True))
+    assert info.value.field == "chat"
+
+
+def test_the_memory_check_counts_every_stack_of_an_encoder_decoder(tiny_models):
+    """One forward records the encoder's, the decoder's and the cross layers: a budget that fits one stack's
+    maps but not all three is refused before the forward."""
+    from attnviz.core import ConfigError
+    from attnviz.core.backed import forward_bytes
+
+    folder = tiny_models("t5")
+    model = load_model(folder)
+    n = len(model.encode(SENTENCE).ids)
+    keep = frozenset({"weights", "dropped", "output", "x", "q", "k", "v", "scores", "context"})
+    one_stack, every_stack = forward_bytes(model.info, n, keep), forward_bytes(
+        __import__("dataclasses").replace(model.info, layers=6), n, keep)
+    assert one_stack < every_stack
+    config = RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, stack="cross")
+    with pytest.raises(ConfigError, match="every layer's maps at"):
+        run(config, memory_budget=(one_stack + every_stack) // 2)
+    assert run(config, memory_budget=every_stack * 2).weights.shape[0] == 1

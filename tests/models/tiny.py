@@ -114,7 +114,7 @@ def make_family(folder, model_type: str, **overrides):
     _save(folder, model, tok)
 
 
-ENCODERS = {"bert", "roberta", "distilbert"}
+ENCODERS = {"bert", "roberta", "distilbert", "electra", "xlm-roberta", "modernbert", "albert", "mpnet"}
 NO_BOS = {"gpt_neox", "gpt_neo"}
 KV = dict(num_key_value_heads=2)
 FAMILY_SETTINGS = {
@@ -134,10 +134,22 @@ FAMILY_SETTINGS = {
     "gpt_oss": dict(**KV, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=4,
                     layer_types=["sliding_attention", "full_attention"]),
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=4, num_layers=2),
+    "mixtral": dict(**KV, num_local_experts=2, num_experts_per_tok=1),
+    "qwen2_moe": dict(**KV, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                      shared_expert_intermediate_size=16),
+    "smollm3": dict(**KV),
+    "gpt_bigcode": dict(multi_query=True),
+    "opt": dict(ffn_dim=48, word_embed_proj_dim=32),
+    "gptj": dict(rotary_dim=4),
+    "electra": dict(embedding_size=32),
+    "xlm-roberta": dict(max_position_embeddings=80),
+    "modernbert": dict(global_attn_every_n_layers=2, local_attention=4),  # passes flash's `deterministic`
+    "albert": dict(embedding_size=16, num_hidden_groups=1),  # every layer shares one set of weights
 }
 INTERFACE_FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "gpt_neox", "llama", "llama3", "mistral", "qwen2",
-                      "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_oss"]
-WEIGHTS_ONLY_FAMILIES = ["gpt_neo"]
+                      "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_oss", "mixtral", "qwen2_moe", "smollm3",
+                      "gpt_bigcode", "opt", "phi", "gptj", "electra", "xlm-roberta", "modernbert", "albert"]
+WEIGHTS_ONLY_FAMILIES = ["gpt_neo", "bloom", "mpnet"]
 
 
 def make_seq2seq(folder, model_type: str):
