@@ -482,7 +482,7 @@ def model_mosaic(blocks, tile_px: int, colormap: str, gap: int = 2) -> np.ndarra
     Each tile is max-pooled to at most tile_px, scaled to its own maximum (so a layer's pattern shows even
     where one token takes most of the weight), then drawn as a tile_px square whatever the map's shape.
 
-    blocks: [(layer_weights (layers, 1, H, Lq, Lkv), allowed bool (1, Lq, Lkv) or None)], one per stack.
+    blocks: [(layer_weights (layers, 1, H, Lq, Lkv), allowed bool (layers, Lq, Lkv) or None)], one per stack.
     Returns (rows, cols, 4) uint8; mosaic_rows and mosaic_columns give the tiles' places.
     """
     heads = blocks[0][0].shape[2]
@@ -505,6 +505,8 @@ def _square_tiles(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px
     layers, _, heads, lq, lkv = layer_weights.shape
     w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, Lq, Lkv)
     maps = torch.cat([w, torch.nan_to_num(w, nan=0.0).mean(1, keepdim=True)], 1).reshape(-1, lq, lkv)
+    if allowed is not None:  # each layer's mask for its heads and its mean
+        allowed = np.repeat(allowed, heads + 1, axis=0)
     images, _ = quantise_maps(maps, allowed, None, (tile_px, tile_px), False, shared=False)
     h, width = images[0].shape
     rows, cols = np.arange(tile_px) * h // tile_px, np.arange(tile_px) * width // tile_px

@@ -56,8 +56,8 @@ class ModelForward:
     compute_time_s: float
     total_time_s: float
     notes: tuple[str, ...] = field(default=())
-    # An encoder-decoder's every stack, for the model view: (stack, layer_weights, layer 0's mask (1, Lq, Lkv),
-    # None for the shown stack, whose layers' masks are `masks`); () for a model of one stack
+    # An encoder-decoder's every stack, for the model view: (stack, layer_weights, each layer's mask (layers, Lq,
+    # Lkv), None for the shown stack, whose masks are `masks`); () for a model of one stack
     stacks: tuple[tuple[str, np.ndarray, np.ndarray | None], ...] = field(default=())
 
     def serves(self, config: RunConfig) -> bool:
@@ -79,10 +79,10 @@ class ModelForward:
             total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
             layer_weights=self.layer_weights, source=self)
 
-    def blocks(self, layer: int) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
-        """(stack, layer_weights, allowed or None) of every stack, in the model's order: what the model view
-        draws. The shown stack's mask is the shown layer's."""
-        own = self.masks[layer][0]
+    def blocks(self) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+        """(stack, layer_weights, allowed (layers, Lq, Lkv) or None) of every stack, in the model's order: what
+        the model view draws, each layer with its own mask (a sliding window's or a full layer's)."""
+        own = np.stack([m[0, 0] for m in self.masks])
         shown = (self.stack, self.layer_weights, None if own.all() else own)
         return [shown if lw is self.layer_weights else (name, lw, None if m.all() else m)
                 for name, lw, m in self.stacks] or [shown]
@@ -223,8 +223,8 @@ def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
         else:
             traces = others[name]
             weights = np.stack([_numpy(t.weights) for t in traces])
-            mask = traces[0].mask.cpu().numpy()
-            blocks.append((name, weights, np.broadcast_to(mask, (1, 1, *weights.shape[-2:]))[0]))
+            masks = np.stack([np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *weights.shape[-2:]))[0, 0] for t in traces])
+            blocks.append((name, weights, masks))
     return tuple(blocks)
 
 

@@ -77,7 +77,7 @@ class ModelView(pg.GraphicsLayoutWidget):
             return
         self.source, self.colormap = source, colormap
         self._note_shown = False  # a random result before this one's tiles arrive puts the note back
-        blocks = source.blocks(layer)
+        blocks = source.blocks()
         heads = source.layer_weights.shape[2]
         tile = self.tile_px(sum(lw.shape[0] for _, lw, _ in blocks), heads)
 
@@ -107,7 +107,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.plot.setTitle(None)
         for axis in ("left", "top"):
             self.plot.showAxis(axis)
-        blocks = source.blocks(self.layer)
+        blocks = source.blocks()
         heads = source.layer_weights.shape[2]
         self.tile = tile
         self.rows = [(name, r) for name, lw, _ in blocks for r in range(lw.shape[0])]  # (stack, layer) per row

@@ -339,3 +339,18 @@ def test_the_memory_check_counts_every_stack_of_an_encoder_decoder(tiny_models):
     with pytest.raises(ConfigError, match="every layer's maps at"):
         run(config, memory_budget=(one_stack + every_stack) // 2)
     assert run(config, memory_budget=every_stack * 2).weights.shape[0] == 1
+
+
+def test_the_model_view_masks_each_layer_with_its_own_mask(tiny_models):
+    """Gemma 3 alternates a sliding window (layer 0) and full attention (layer 1): each layer's tiles are
+    masked by that layer's mask, not by the shown layer's."""
+    from attnviz.colormaps import MASKED_INDEX
+    from attnviz.frames import _square_tiles
+
+    result = run(RunConfig(variant="pretrained", model=str(tiny_models("gemma3_text")), text=SENTENCE, layer=1))
+    ((_, weights, allowed),) = result.source.blocks()
+    n = weights.shape[-1]
+    tiles = _square_tiles(weights, allowed, n)  # one pixel per cell: per layer, its heads then their mean
+    heads = weights.shape[2]
+    far = (n - 1, 0)  # the last query and the first key: outside the window of 4, inside full attention
+    assert tiles[0][far] == MASKED_INDEX and tiles[heads + 1][far] != MASKED_INDEX
