@@ -204,7 +204,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
         tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
-        layer_tokens=_layer_tokens(encoded), notes=_notes(model), stacks=_stack_blocks(model, layer_weights),
+        layer_tokens=_layer_tokens(encoded), notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
         compute_time_s=compute, total_time_s=time.perf_counter() - started)
 
 
@@ -237,14 +237,15 @@ def _forward_shape(model, length: int) -> tuple:
     return replace(model.info, layers=layers), max(length, model.decoder_length)
 
 
-def _notes(model) -> tuple[str, ...]:
+def _notes(model, device: torch.device) -> tuple[str, ...]:
     """What the status line says of this model's forward: what it lacks, and how it computed."""
     info, notes = model.info, list(getattr(model, "notes", ()))
     if getattr(info, "stages", None) and "scores" not in info.stages:
         notes.append(WEIGHTS_ONLY_NOTE)
     dtype = getattr(info, "dtype", "float32")
     if dtype in ("bfloat16", "float16"):
-        notes.append(f"{dtype} checkpoint computed in float32")
+        notes.append(f"{dtype} checkpoint computed in " + (f"{dtype} (autocast)" if device.type == "cuda" else
+                                                             "float32 on the CPU"))
     elif dtype.startswith("gguf"):
         notes.append(f"{dtype} weights dequantised to float32")
     return tuple(notes)

@@ -13,6 +13,7 @@ costs only the forward. A model too large for the memory budget is refused befor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from .layers import run_layers
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
+HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _UNREAD = object()
 GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}
 MEMORY_FRACTION = 0.5  # as the runner: this share of the free memory, unless a budget is given
@@ -81,12 +83,22 @@ class PretrainedModel:
         if decoder_ids is not None:
             decoder_ids = decoder_ids.to(self.device)
         # the base model, without its head: no logits are computed unless a view asks for them
-        hidden, traces, notes = run_layers(self.module.base_model, ids.to(self.device), record,
-                                           self.attention_modules, weights_only, decoder_ids)
+        with self.compute_dtype():
+            hidden, traces, notes = run_layers(self.module.base_model, ids.to(self.device), record,
+                                               self.attention_modules, weights_only, decoder_ids)
         by_stack: dict[str, list[Trace]] = {name: [] for name in self.info.stacks}
         for trace, name in zip(traces, self.stacks):
             by_stack[name].append(trace)
         return hidden, by_stack, notes
+
+    def compute_dtype(self):
+        """On CUDA a bfloat16 / float16 checkpoint computes in its own dtype (autocast: the matrix products in
+        it, softmax and norms in float32 as the family's code says); on the CPU everything runs in float32
+        (half precision there is many times slower). The weights stay float32 either way."""
+        half = HALF_DTYPES.get(self.info.dtype)
+        if half is None or self.device.type != "cuda":
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=half)
 
     def view(self, stack: str = "", decoder_text: str = "", chat: bool = False):
         """This model as one run sees it: its stack, decoder input and chat switch (see view.py)."""

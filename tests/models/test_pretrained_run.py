@@ -354,3 +354,21 @@ def test_the_model_view_masks_each_layer_with_its_own_mask(tiny_models):
     heads = weights.shape[2]
     far = (n - 1, 0)  # the last query and the first key: outside the window of 4, inside full attention
     assert tiles[0][far] == MASKED_INDEX and tiles[heads + 1][far] != MASKED_INDEX
+
+
+def test_a_bfloat16_checkpoint_computes_in_float32_on_the_cpu(tiny_models, tmp_path):
+    import shutil
+
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    folder = tmp_path / "llama-bf16"
+    shutil.copytree(tiny_models("llama"), folder)
+    AutoModelForCausalLM.from_pretrained(tiny_models("llama"), dtype=torch.bfloat16).save_pretrained(folder)
+    model = load_model(folder)
+    assert model.info.dtype == "bfloat16" and next(model.module.parameters()).dtype == torch.float32
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+    assert "bfloat16 checkpoint computed in float32 on the CPU" in result.notes
+    ref = AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    with torch.no_grad():
+        attentions = ref(torch.tensor([list(result.token_ids)]), output_attentions=True).attentions
+    np.testing.assert_allclose(result.layer_weights[:, 0], torch.stack(attentions)[:, 0].numpy(), atol=1e-5)
