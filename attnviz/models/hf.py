@@ -127,7 +127,7 @@ def _check_layers(folder: ModelFolder, config) -> None:
     shared = getattr(text, "num_hidden_groups", None) is not None  # ALBERT: groups of layers share weights
     held = checkpoint_layers(folder)
     limit = MAX_SHARED_LAYERS if shared else held
-    if held >= 0 and layers > limit:
+    if held > 0 and layers > limit:  # no layer index found (an unusual naming): nothing to compare
         raise ModelError(layers, f"config.json asks for {layers} layers ({name}) but the checkpoint holds "
                          f"{held}", "use the config.json saved with these weights", field_name=name)
 
