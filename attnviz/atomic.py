@@ -1,4 +1,5 @@
-"""Atomic file writes: a temporary file in the target's folder, then os.replace.
+"""Atomic file writes: a temporary file in the target's folder, then os.replace (through a symbolic link,
+the file it points to is replaced and the link stays).
 
 A failed or interrupted write never leaves a partial file at the target and never destroys the
 file that was there before; the temporary file is removed on any failure (KeyboardInterrupt too).
@@ -41,8 +42,12 @@ def _reason(exc: OSError) -> str:
     return text[0].lower() + text[1:] if text else type(exc).__name__
 
 
-class MissingFolder(ExportError):
-    """The target's folder does not exist, is a file, or the target is a folder: a bad path, not a failure."""
+class BadPath(ExportError):
+    """A path that cannot name a file to write: a bad argument, not a failure."""
+
+
+class MissingFolder(BadPath):
+    """The target's folder does not exist, is a file, or the target is a folder."""
 
 
 class ReadOnlyTarget(ExportError):
@@ -62,7 +67,7 @@ def is_read_only(path: str | os.PathLike) -> bool:
 
 
 def check_target(path: str | os.PathLike, replace_readonly: bool = False) -> None:
-    """Raise ExportError (MissingFolder, ReadOnlyTarget) when `path` cannot or should not be written.
+    """Raise ExportError (BadPath, MissingFolder, ReadOnlyTarget) when `path` cannot or should not be written.
 
     Cheap: callers run it before any compute, so a bad path costs nothing.
     """
@@ -74,6 +79,8 @@ def check_target(path: str | os.PathLike, replace_readonly: bool = False) -> Non
         raise MissingFolder(path, f"the folder {parent} does not exist; create it or choose another folder")
     if not parent.is_dir():
         raise MissingFolder(path, f"{parent} is a file, not a folder; choose another folder")
+    if path.exists() and not path.is_file():  # through a link too: a device, a pipe (opening one could block)
+        raise BadPath(path, "it is not a regular file (a device or a pipe); choose another name")
     if not os.access(parent, os.W_OK | os.X_OK):  # also a read-only file system
         raise ExportError(path, f"the folder {parent} is not writable; choose another folder or make it writable")
     if not replace_readonly and is_read_only(path):
@@ -87,7 +94,10 @@ def atomic_writer(path: str | os.PathLike, replace_readonly: bool = False) -> It
     OSErrors (no such folder, no permission, disk full) become ExportError naming the path. An
     existing read-only file is refused (ReadOnlyTarget) unless `replace_readonly`.
     """
-    target = Path(path)
+    check_target(path, replace_readonly)
+    # A symbolic link stays a link: the file it points to is the one replaced (as cp and editors do), in its
+    # own folder, with its own mode; the link's target was checked to be a regular file or not yet there.
+    target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     check_target(target, replace_readonly)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)

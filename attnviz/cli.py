@@ -265,7 +265,7 @@ def _export_options(args: argparse.Namespace):
 
 def render_main(argv: list[str]) -> int:
     """`attnviz render`: parse, validate (exit 2), run, export (exit 1 on failure)."""
-    from .atomic import ExportError, MissingFolder
+    from .atomic import BadPath, ExportError
     from .core import ConfigError
 
     args = None
@@ -280,7 +280,7 @@ def render_main(argv: list[str]) -> int:
         config, options, record = _plan_render(args)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    except (UsageError, ConfigError, ValueError, MissingFolder) as exc:
+    except (UsageError, ConfigError, ValueError, BadPath) as exc:
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {_by_flag(exc, args)}")
     except ExportError as exc:  # a read-only target (never replaced from the command line), an unwritable folder
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")

@@ -283,3 +283,49 @@ def test_a_bare_token_labelled_grid_keeps_no_room_for_ticks():
     assert [r[:2] for r in lay.tiles] == [(0, 0), (w + export.GAP, 0), (0, h + export.GAP),
                                          (w + export.GAP, h + export.GAP)]
     assert (lay.width, lay.height) == (2 * w + export.GAP, 2 * h + export.GAP)
+
+
+def test_a_write_through_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
+    """-o link.png where link.png is a link: the file it points to is replaced with its own mode, the
+    link stays a link (it was replaced by a new file whose mode came from the link's target)."""
+    import os
+    import stat
+
+    from attnviz.atomic import write_bytes
+
+    real = tmp_path / "real.png"
+    real.write_bytes(b"old")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.png"
+    link.symlink_to(real)
+    write_bytes(link, b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+
+
+def test_a_write_to_a_device_or_pipe_is_refused_before_anything_is_opened(tmp_path):
+    import os
+    import stat
+
+    from attnviz.atomic import ExportError, check_target, write_bytes
+
+    fifo = tmp_path / "maps.png"
+    os.mkfifo(fifo)
+    link = tmp_path / "full.png"
+    link.symlink_to("/dev/full")
+    for target in (fifo, link):
+        with pytest.raises(ExportError, match="not a regular file"):
+            check_target(target)
+        with pytest.raises(ExportError, match="not a regular file"):
+            write_bytes(target, b"x")
+    assert link.is_symlink() and stat.S_ISFIFO(fifo.stat().st_mode)
+    from attnviz.cli import main
+
+    stats_fifo, stats_link = tmp_path / "stats.csv", tmp_path / "full.csv"
+    os.mkfifo(stats_fifo)
+    stats_link.symlink_to("/dev/full")
+    for target, stats in ((fifo, stats_fifo), (link, stats_link)):  # the CLI: a bad path, exit 2 before compute
+        assert main(["render", "--d-model", "8", "--heads", "2", "--seq-q", "4", "-o", str(target)]) == 2
+        assert main(["render", "--d-model", "8", "--heads", "2", "--stats", str(stats)]) == 2
+    assert link.is_symlink() and os.readlink(link) == "/dev/full" and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert stats_link.is_symlink() and stat.S_ISFIFO(stats_fifo.stat().st_mode)
