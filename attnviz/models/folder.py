@@ -21,6 +21,7 @@ from torch import Tensor
 
 from ..core.config import ConfigError
 
+SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 GGUF_MAGIC = b"GGUF"
 # Where a folder has no tokenizer.json: the files AutoTokenizer converts to a fast tokenizer
@@ -122,13 +123,15 @@ def _weight_files(path: Path) -> tuple[Path, ...]:
             raise ModelError(path / missing[0], f"a shard named in {SAFETENSORS_INDEX} is missing",
                              "download the model again (all shards)")
         return tuple(path / n for n in names)
-    shards = sorted(path.glob("*.safetensors"))
-    if shards:
-        return tuple(shards)
-    if (path / PICKLE_WEIGHTS).is_file():
-        return (path / PICKLE_WEIGHTS,)
-    raise ModelError(path, "no weights: neither *.safetensors nor pytorch_model.bin",
-                     "use a folder with the model's weights (model.safetensors)")
+    # What transformers reads, and nothing else: another *.safetensors beside it (an adapter, a copy) is not
+    # the model's. Regular files only: a pipe in their place would block the reader.
+    for name in (SAFETENSORS_FILE, PICKLE_WEIGHTS):
+        if (path / name).is_file():
+            return (path / name,)
+    others = sorted(p.name for p in path.glob("*.safetensors"))
+    hint = f" (the folder has {', '.join(others[:3])}, but no {SAFETENSORS_INDEX} naming them)" if others else ""
+    raise ModelError(path, f"no weights: neither {SAFETENSORS_FILE}, {SAFETENSORS_INDEX} nor {PICKLE_WEIGHTS}{hint}",
+                     "use a folder with the model's weights as saved (model.safetensors, or its shards and index)")
 
 
 def parameter_bytes(folder: ModelFolder, dtype_bytes: int = 4) -> int:

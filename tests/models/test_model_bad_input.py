@@ -154,3 +154,24 @@ def test_maps_over_the_budget_name_the_text_length(tiny_models):
     err = _fails(folder, text="the cat sat on the mat", match="every layer's maps at", field="text",
                  memory_budget=budget)
     assert "shorter text (at most about" in str(err)
+
+
+def test_a_pipe_named_model_safetensors_is_refused_without_blocking(tiny_models, tmp_path):
+    import os
+
+    f = _copy(tiny_models, tmp_path)
+    (f / "model.safetensors").unlink()
+    os.mkfifo(f / "model.safetensors")  # opening it for reading would block until a writer came
+    _fails(f, match="no weights", tmp_path=tmp_path)
+
+
+def test_a_stray_safetensors_file_beside_the_weights_is_not_read(tiny_models, tmp_path):
+    """Only what transformers loads counts: model.safetensors (or the shards its index names)."""
+    import numpy as np
+    from tiny import SENTENCE
+
+    f = _copy(tiny_models, tmp_path)
+    (f / "adapter.safetensors").write_bytes(b"\xff" * 64)  # garbage: reading it would fail
+    result = run(RunConfig(variant="pretrained", model=str(f), text=SENTENCE))
+    reference = run(RunConfig(variant="pretrained", model=str(tiny_models("bert")), text=SENTENCE))
+    np.testing.assert_array_equal(result.layer_weights, reference.layer_weights)
