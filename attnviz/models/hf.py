@@ -150,6 +150,13 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
         raise ModelError(bad[0], f"{len(bad)} weights of a {config.model_type} model missing from the checkpoint or of "
                          "another shape", "use the complete checkpoint saved with this config.json",
                          field_name="checkpoint key")
+    # A layer's tensor the model has no place for: more layers in the file than config.json builds, or a
+    # layer of another shape of model (a pooler or a head beside the base model is not a layer)
+    extra = sorted(k for k in loading.get("unexpected_keys") or [] if LAYER_INDEX.search(k))
+    if extra:
+        raise ModelError(extra[0], f"{len(extra)} layer weights in the checkpoint that a {config.model_type} model "
+                         "built from config.json has no place for (more layers than it says?)",
+                         "use the config.json saved with these weights", field_name="checkpoint key")
     return model.eval()
 
 

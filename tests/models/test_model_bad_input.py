@@ -175,3 +175,12 @@ def test_a_stray_safetensors_file_beside_the_weights_is_not_read(tiny_models, tm
     result = run(RunConfig(variant="pretrained", model=str(f), text=SENTENCE))
     reference = run(RunConfig(variant="pretrained", model=str(tiny_models("bert")), text=SENTENCE))
     np.testing.assert_array_equal(result.layer_weights, reference.layer_weights)
+
+
+def test_fewer_layers_in_the_config_than_in_the_checkpoint(tiny_models, tmp_path):
+    """The checkpoint's third layer would be dropped without a word: refused, naming the file's key."""
+    f = _copy(tiny_models, tmp_path, "gpt2")  # 3 layers
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "n_layer": 2}))
+    err = _fails(f, match="layer weights in the checkpoint", field="checkpoint key", tmp_path=tmp_path)
+    assert ".h.2." in err.value or err.value.startswith("h.2.")
