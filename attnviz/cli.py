@@ -334,7 +334,7 @@ def _plan_render(args: argparse.Namespace) -> tuple:
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     """Run the checked plan and write its files; one clear line and an exit status on failure."""
     from .core import ConfigError
-    from .core.runner import require_kept
+    from .core.runner import NonFiniteResult, require_kept
     from .export import ExportError, ImageTooLarge, format_of
     from .frames import view_stage
 
@@ -367,6 +367,8 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
         return _fail(code, f"{RENDER_PROG}: error: {exc}")
     except KeyboardInterrupt:
         return _fail(130, f"{RENDER_PROG}: interrupted; nothing written")
+    except NonFiniteResult as exc:  # a failure of the run, not of the arguments
+        return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {exc}")
     except Exception as exc:  # noqa: BLE001 - one clear line, not a traceback
         return _fail(EXIT_FAILURE, f"{RENDER_PROG}: error: {type(exc).__name__}: {exc}")
     print(f"wrote {path}")

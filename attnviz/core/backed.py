@@ -201,6 +201,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
         raise Cancelled
     masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in traces]
     stages, layer_weights = _arrays(traces, keep)
+    _check_finite(layer_weights, model.info)
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
         tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
@@ -226,6 +227,19 @@ def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
             masks = np.stack([np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *weights.shape[-2:]))[0, 0] for t in traces])
             blocks.append((name, weights, masks))
     return tuple(blocks)
+
+
+def _check_finite(layer_weights: np.ndarray, info) -> None:
+    """A model's softmax over a single text has a key for every query: a NaN or an infinity in its weights
+    comes from the numbers themselves (weights, a config value, the input), never from a mask."""
+    from .runner import NonFiniteResult
+
+    bad = next((i for i, w in enumerate(layer_weights) if not np.isfinite(w).all()), None)
+    if bad is not None:
+        name = getattr(info, "name", "the model")
+        raise NonFiniteResult(f"{name}: layer {bad}'s attention weights are not finite (NaN or infinite); its "
+                              "weights, a config.json value (a norm's epsilon, say) or the input overflow, so "
+                              "nothing is drawn or written")
 
 
 def _forward_shape(model, length: int) -> tuple:

@@ -21,6 +21,10 @@ class Cancelled(Exception):
     """Raised by run() when its `cancel` callback says the result is no longer wanted."""
 
 
+class NonFiniteResult(RuntimeError):
+    """A run whose maps came out NaN or infinite where no mask explains it: nothing of it is drawn or written."""
+
+
 MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
 SLOW_CPU_DTYPES = ("float16", "bfloat16")
 

@@ -157,7 +157,17 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
         raise ModelError(extra[0], f"{len(extra)} layer weights in the checkpoint that a {config.model_type} model "
                          "built from config.json has no place for (more layers than it says?)",
                          "use the config.json saved with these weights", field_name="checkpoint key")
+    _check_finite_weights(model)
     return model.eval()
+
+
+def _check_finite_weights(model: nn.Module) -> None:
+    """NaN or infinite weights would draw maps of NaN: refused, naming the tensor (one pass over the weights)."""
+    with torch.inference_mode():
+        for name, tensor in model.state_dict().items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ModelError(name, "this weight holds NaN or infinite values",
+                                 "use an undamaged copy of the checkpoint", field_name="checkpoint key")
 
 
 def _optional(key: str, model: nn.Module) -> bool:

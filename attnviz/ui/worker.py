@@ -26,6 +26,7 @@ from ..core.runner import (
     SLOW_CPU_DTYPES,
     Cancelled,
     MemoryBudgetError,
+    NonFiniteResult,
     estimate_flops,
     require_kept,
     require_stage,
@@ -423,6 +424,8 @@ class Worker(QObject):
             except MemoryError:
                 self.sigFailed.emit(Failure(request, "out of memory: the run does not fit; lower the lengths, "
                                                      "heads or batch", "seq_q"))
+            except NonFiniteResult as exc:  # said in one line, the last good view kept
+                self.sigFailed.emit(Failure(request, str(exc)))
             except Exception as exc:  # the app must survive anything the engine raises
                 kind = "out of memory" if "out of memory" in str(exc).lower() else type(exc).__name__
                 traceback.print_exc()

@@ -184,3 +184,33 @@ def test_fewer_layers_in_the_config_than_in_the_checkpoint(tiny_models, tmp_path
     (f / "config.json").write_text(json.dumps({**config, "n_layer": 2}))
     err = _fails(f, match="layer weights in the checkpoint", field="checkpoint key", tmp_path=tmp_path)
     assert ".h.2." in err.value or err.value.startswith("h.2.")
+
+
+def test_nan_weights_are_refused_naming_the_tensor(tiny_models, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    f = _copy(tiny_models, tmp_path, "llama")
+    state = load_file(str(f / "model.safetensors"))
+    key = "model.layers.1.self_attn.k_proj.weight"
+    state[key][0, 0] = float("nan")
+    save_file(state, str(f / "model.safetensors"), metadata={"format": "pt"})
+    err = _fails(f, match="NaN or infinite values", field="checkpoint key", tmp_path=tmp_path)
+    assert err.value == key
+
+
+def test_maps_that_come_out_non_finite_are_never_drawn(tiny_models, tmp_path, monkeypatch, capsys):
+    """Finite weights whose numbers still overflow (here a huge norm gain): the run says which layer, the
+    CLI exits 1 and writes nothing."""
+    from safetensors.torch import load_file, save_file
+
+    from attnviz.core.runner import NonFiniteResult
+
+    f = _copy(tiny_models, tmp_path, "llama")
+    state = load_file(str(f / "model.safetensors"))
+    state["model.layers.1.input_layernorm.weight"].fill_(3e38)
+    save_file(state, str(f / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(NonFiniteResult, match="layer 1's attention weights are not finite"):
+        run(RunConfig(variant="pretrained", model=str(f), text="the cat sat"))
+    out = tmp_path / "never.png"
+    assert main(["render", "--model", str(f), "--text", "the cat sat", "-o", str(out)]) == 1
+    assert not out.exists() and "not finite" in capsys.readouterr().err
