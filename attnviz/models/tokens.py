@@ -85,6 +85,9 @@ class TextTokenizer:
     def encode(self, text: str, special: bool = True) -> Encoded:
         """Ids and labels; `special` adds the file's template tokens ([CLS] ... [SEP], a BOS)."""
         enc = self._tok.encode(text, add_special_tokens=special)
+        if all(enc.special_tokens_mask):  # control characters alone, say: the maps would show [CLS] [SEP]
+            raise ModelError(repr(text[:40]), "the text has no tokens of its own, only the tokenizer's special "
+                             f"tokens ({' '.join(enc.tokens) or 'none'})", "type some words", field_name="text")
         special = enc.special_tokens_mask
         labels = tuple(label(t, bool(s), self.byte_level) for t, s in zip(enc.tokens, special))
         return Encoded(tuple(enc.ids), labels)

@@ -214,3 +214,11 @@ def test_maps_that_come_out_non_finite_are_never_drawn(tiny_models, tmp_path, mo
     out = tmp_path / "never.png"
     assert main(["render", "--model", str(f), "--text", "the cat sat", "-o", str(out)]) == 1
     assert not out.exists() and "not finite" in capsys.readouterr().err
+
+
+def test_a_text_of_control_characters_alone_is_empty(tiny_models, tmp_path):
+    """WordPiece drops control characters: the text would show [CLS] [SEP] alone (a byte-level tokenizer keeps
+    them as byte tokens of their own, which are text)."""
+    err = _fails(tiny_models("bert"), text="\x01\x02\x7f", match="no tokens of its own", field="text",
+                 tmp_path=tmp_path)
+    assert "type some words" in err.fix and "[CLS] [SEP]" in err.problem
