@@ -244,27 +244,15 @@ def _discover(model: nn.Module, interface: bool):
                          "audio)") from exc
 
 
-def chat_tokenizer(folder: ModelFolder):
-    """transformers' tokenizer for the folder or GGUF file, where it carries a chat template; else None."""
+def auto_tokenizer(folder: ModelFolder):
+    """transformers' AutoTokenizer of the folder or GGUF file: where there is no tokenizer.json (a GGUF file's
+    vocabulary, a sentencepiece model, vocab.txt) its fast tokenizer is the one attnviz reads, and a chat
+    template is applied through it. ModelError where transformers cannot build one."""
     tf = transformers()
     source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
     try:
-        tok = tf.AutoTokenizer.from_pretrained(str(folder.path), local_files_only=True, trust_remote_code=False,
-                                               **source)
-    except Exception:  # noqa: BLE001 - no tokenizer transformers can build: then no template either
-        return None
-    return tok if getattr(tok, "chat_template", None) else None
-
-
-def fast_tokenizer(folder: ModelFolder):
-    """A `tokenizers.Tokenizer` from what transformers' AutoTokenizer builds where the folder has no
-    tokenizer.json (a GGUF file's vocabulary, a sentencepiece model, vocab.txt)."""
-    tf = transformers()
-    source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
-    try:
-        tok = tf.AutoTokenizer.from_pretrained(str(folder.path), local_files_only=True, trust_remote_code=False,
-                                               **source)
-        return tok.backend_tokenizer
+        return tf.AutoTokenizer.from_pretrained(str(folder.path), local_files_only=True, trust_remote_code=False,
+                                                **source)
     except Exception as exc:  # noqa: BLE001 - a vocabulary transformers cannot convert (or sentencepiece missing)
         raise ModelError(folder.tokenizer, f"transformers cannot build a tokenizer from this file "
                          f"({type(exc).__name__}: {str(exc).strip()[:160]})",

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..core.kernel import Trace
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
-from .hf import ModelInfo, chat_tokenizer, fast_tokenizer, load_transformers_model
+from .hf import ModelInfo, auto_tokenizer, load_transformers_model
 from .layers import run_layers
 from .tokens import Encoded, TextTokenizer
 
@@ -39,10 +39,11 @@ class PretrainedModel:
     """A model folder ready to run: `encode(text)` then `forward(ids, record)` (one Trace per layer)."""
 
     def __init__(self, folder: ModelFolder, module: nn.Module, tokenizer: TextTokenizer, info: ModelInfo,
-                 attention_modules: list[nn.Module], stacks: list[str]):
+                 attention_modules: list[nn.Module], stacks: list[str], hf_tokenizer=None):
         self.folder, self.module, self.tokenizer, self.info = folder, module, tokenizer, info
         self.attention_modules, self.stacks = attention_modules, stacks  # in call order; each one's stack
         self.notes: tuple[str, ...] = ()
+        self._hf_tokenizer = hf_tokenizer  # transformers' own, where it built `tokenizer` (no second build)
         self._chat: object = _UNREAD  # transformers' tokenizer with the chat template, read when first asked
 
     def encode(self, text: str, special: bool = True) -> Encoded:
@@ -122,7 +123,11 @@ class PretrainedModel:
     def _chat_tokenizer(self):
         """transformers' tokenizer of the folder (or GGUF file) where it has a chat template, else None."""
         if self._chat is _UNREAD:
-            self._chat = chat_tokenizer(self.folder)
+            tok = self._hf_tokenizer
+            if tok is None:
+                with contextlib.suppress(ModelError):  # no tokenizer transformers can build: no template either
+                    tok = auto_tokenizer(self.folder)
+            self._chat = tok if getattr(tok, "chat_template", None) else None
         return self._chat
 
     @property
@@ -156,13 +161,15 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     if size > allowed:
         raise ModelError(folder.path, f"the weights need about {_gib(size)} as float32, over {_gib(allowed)} "
                          f"({source})", "choose a smaller model, or free memory")
+    hf_tokenizer = None
     if folder.gguf or folder.tokenizer.name != "tokenizer.json":  # a GGUF's vocabulary, a sentencepiece file
-        tokenizer = TextTokenizer.of(fast_tokenizer(folder), folder.tokenizer)
+        hf_tokenizer = auto_tokenizer(folder)
+        tokenizer = TextTokenizer.of(hf_tokenizer.backend_tokenizer, folder.tokenizer)
     else:
         tokenizer = TextTokenizer(folder.tokenizer)
     name = folder.name if folder.gguf else model_name(folder.path)
     module, modules, stacks, info = load_transformers_model(folder, name, size)
-    return PretrainedModel(folder, module, tokenizer, info, modules, stacks)
+    return PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer)
 
 
 _cache: OrderedDict[tuple, PretrainedModel] = OrderedDict()
