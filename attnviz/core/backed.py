@@ -30,7 +30,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from .ablation import Plan, ablating
+from .ablation import parse as parse_ablation
 from .config import ConfigError, RunConfig
+from .predictions import Outputs
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 
 # Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
@@ -59,6 +62,7 @@ class ModelForward:
     # An encoder-decoder's every stack, for the model view: (stack, layer_weights, each layer's mask (layers, Lq,
     # Lkv), None for the shown stack, whose masks are `masks`); () for a model of one stack
     stacks: tuple[tuple[str, np.ndarray, np.ndarray | None], ...] = field(default=())
+    outputs: Outputs | None = None  # the output head's predictions and lens, computed when first read
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -77,7 +81,7 @@ class ModelForward:
             config=resolved(self.key.replace(layer=layer), self.info, mask), stages=stages, mask=mask,
             fully_masked_rows=rows, device=self.device, compute_time_s=self.compute_time_s,
             total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
-            layer_weights=self.layer_weights, source=self)
+            layer_weights=self.layer_weights, source=self, outputs=self.outputs)
 
     def blocks(self) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
         """(stack, layer_weights, allowed (layers, Lq, Lkv) or None) of every stack, in the model's order: what
@@ -192,11 +196,15 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     t0 = time.perf_counter()
     # torch's thread count is the caller's: the app's worker sets it from the cores other programs
     # leave free (ui/cpushare.py); a model forward of many mid-sized ops suffers most from a starved thread
-    with torch.inference_mode():
-        _, traces = model.forward(ids, keep)
+    plan = ablation_plan(config, model.info, len(encoded.ids), getattr(model, "call_index", None))
+    with torch.inference_mode(), ablating(plan):
+        hidden, traces = model.forward(ids, keep)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     compute = time.perf_counter() - t0
+    if plan is not None and plan.calls == 0:
+        raise ConfigError("ablate", config.ablate, f"{model.info.name} runs its family's own attention, not attnviz's "
+                          "kernel, so no head can be knocked out", "clear the ablation", suggestions=((),))
     if cancel is not None and cancel():
         raise Cancelled
     masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in traces]
@@ -206,7 +214,26 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
         tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
         layer_tokens=_layer_tokens(encoded), notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
-        compute_time_s=compute, total_time_s=time.perf_counter() - started)
+        compute_time_s=compute, total_time_s=time.perf_counter() - started,
+        outputs=Outputs(model, ids, hidden, getattr(model, "residuals", None), config.top_k, plan is not None))
+
+
+def ablation_plan(config: RunConfig, info, length: int, call_index=None) -> Plan | None:
+    """The config's ablation for a model of info.layers x info.heads (None: nothing ablated); ConfigError for a
+    layer or head that does not exist, or a mean over a single position. call_index maps a layer of the shown
+    stack to its attention call in the forward (default: the same number)."""
+    if not config.applies("ablate") or not config.ablate:
+        return None
+    try:
+        layers = parse_ablation(config.ablate, info.layers, info.heads)
+    except ValueError as exc:
+        name = getattr(info, "name", "the model")
+        raise ConfigError("ablate", config.ablate, f"{exc} in {name}", f"name layers 0..{info.layers - 1} and heads "
+                          f"0..{info.heads - 1}") from None
+    if config.ablation == "mean" and length < 2:
+        raise ConfigError("ablation", "mean", "a mean over a single position is that position's own output",
+                          "use zero ablation, or a longer input", suggestions=("zero",))
+    return Plan.of_layers(layers, config.ablation, call_index or (lambda layer: layer))
 
 
 def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:

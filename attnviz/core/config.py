@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from .ablation import ABLATIONS, SPEC_FIX, spec_problem
 from .configfile import ConfigFileError, read_config_text
 from .kernel import nearest_heads
 from .masks import MASKS
@@ -82,6 +83,15 @@ class RunConfig:
                        "Which attention of the model the maps show: encoder (self-attention over the text), decoder "
                        "(causal self-attention over the decoder text) or cross (decoder tokens as rows reading the "
                        "encoder's as columns); empty = the model's first stack", widget="stackEdit", group="Input")
+    ablate: tuple[str, ...] = param(
+        (), "Ablate heads",
+        'Heads knocked out, as layer.head (e.g. "3.5, 4.*": head 5 of layer 3 and every head of layer 4); their '
+        "output is replaced before the output projection, so every later layer and the predictions change",
+        widget="ablateEdit", group="Ablation")
+    ablation: str = param("zero", "Ablation", "What an ablated head outputs", widget="ablationCombo",
+                          group="Ablation", choices=ABLATIONS)
+    top_k: int = param(5, "Top k", "How many of the most likely next tokens the predictions list per position",
+                       widget="topKSpin", minimum=1, maximum=100, unit="tokens", group="Ablation")
     inputs: str = param("", "Inputs",
                         "Random (torch.randn from the seed) or your own tensors from a file (.pt, .npz, .safetensors) "
                         "named as the forward's arguments (x; queries, keys, values; x, y): batch and lengths follow "
@@ -158,6 +168,10 @@ class RunConfig:
         if isinstance(self.kv_lengths, (list, int)):
             lengths = (self.kv_lengths,) if isinstance(self.kv_lengths, int) else self.kv_lengths
             object.__setattr__(self, "kv_lengths", tuple(lengths))
+        if isinstance(self.ablate, (list, str)):  # JSON gives a list; "3.5, 4.*" reads as its parts
+            parts = self.ablate.split(",") if isinstance(self.ablate, str) else self.ablate
+            object.__setattr__(self, "ablate", tuple(p.strip() if isinstance(p, str) else p for p in parts
+                                                     if not isinstance(p, str) or p.strip()))
         self._validate()
 
     # --- derived -----------------------------------------------------------------------------
@@ -236,6 +250,7 @@ class RunConfig:
                               "choose a folder with config.json, *.safetensors and tokenizer.json (e.g. one in the "
                               "Hugging Face cache)")
         self._validate_heads()
+        self._validate_ablation()
         if self.mask not in MASK_KINDS:
             raise ConfigError("mask", self.mask, "unknown mask", f"use one of {', '.join(MASK_KINDS)}")
         self._validate_attention()
@@ -267,6 +282,17 @@ class RunConfig:
                 f"use a divisor of {self.heads}: {', '.join(map(str, divisors))} (or 0 for one per head)",
                 suggestions=tuple(sorted(nearest)),
             )
+
+    def _validate_ablation(self) -> None:
+        """The specs' form only: which layers and heads exist is known once the model is (runner, backed)."""
+        if not self.applies("ablate"):
+            return
+        bad = next((p for p in map(spec_problem, self.ablate) if p), None)
+        if bad:
+            raise ConfigError("ablate", self.ablate, bad, SPEC_FIX)
+        if self.ablation not in ABLATIONS:
+            raise ConfigError("ablation", self.ablation, "unknown ablation", f"use one of {', '.join(ABLATIONS)}",
+                              suggestions=tuple(ABLATIONS))
 
     def _validate_attention(self) -> None:
         if self.position not in POSITIONS:
@@ -309,6 +335,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["kv_lengths"] = list(self.kv_lengths)
+        d["ablate"] = list(self.ablate)
         return d
 
     @classmethod
@@ -319,8 +346,9 @@ class RunConfig:
             raise ConfigError(unknown[0], data[unknown[0]], "unknown configuration field",
                               f"remove it; known fields are {', '.join(sorted(known))}")
         values = dict(data)
-        if "kv_lengths" in values and isinstance(values["kv_lengths"], (list, tuple)):
-            values["kv_lengths"] = tuple(values["kv_lengths"])
+        for name in ("kv_lengths", "ablate"):
+            if name in values and isinstance(values[name], (list, tuple)):
+                values[name] = tuple(values[name])
         return cls(**values)
 
     @classmethod

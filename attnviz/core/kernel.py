@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .ablation import knock_out
 from .stages import DEFAULT_RECORD
 
 
@@ -142,7 +143,8 @@ def attention(
     if trace.record:
         trace["mask"] = mask if mask is not None else torch.ones(1, 1, *s.shape[-2:], dtype=torch.bool,
                                                                  device=s.device)
-    return torch.matmul(dropped, repeat_kv(v, dropped.shape[1])), trace
+    # an ablated head's context is knocked out here, before any output projection (ablation.py)
+    return knock_out(torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))), trace
 
 
 def multihead_attention(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .ablation import ablating
 from .config import ConfigError, RunConfig
 from .masks import build_kind
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
@@ -51,6 +53,64 @@ class RunResult:
     layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
     source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
     files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run
+    outputs: Any = None  # model-backed runs: predictions.Outputs of the model's output head (read lazily)
+
+    # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
+
+    @property
+    def predictions(self):
+        """predictions.Predictions of this forward, or None (no output head)."""
+        return None if self.outputs is None else self.outputs.predictions()
+
+    @property
+    def top_ids(self) -> np.ndarray | None:
+        """(L, k) int: the k most likely tokens per position (k = config.top_k)."""
+        return _part(self.predictions, "top_ids")
+
+    @property
+    def top_probs(self) -> np.ndarray | None:
+        """(L, k) float32: their probabilities."""
+        return _part(self.predictions, "top_probs")
+
+    @property
+    def top_tokens(self) -> tuple[tuple[str, ...], ...] | None:
+        """L rows of k token labels."""
+        return _part(self.predictions, "top_tokens")
+
+    @property
+    def target_ids(self) -> np.ndarray | None:
+        """(L,) int: the token that comes next (a toy: its task's answer), -1 where none."""
+        return _part(self.predictions, "target_ids")
+
+    @property
+    def target_probs(self) -> np.ndarray | None:
+        """(L,) float32: the probability given to the target, NaN where there is none."""
+        return _part(self.predictions, "target_probs")
+
+    @property
+    def unablated(self):
+        """The Predictions of the same input without the ablation (None when nothing is ablated)."""
+        return None if self.outputs is None else self.outputs.unablated()
+
+    @property
+    def kl(self) -> np.ndarray | None:
+        """(L,) KL(unablated ‖ ablated) in nats per position (None when nothing is ablated)."""
+        return None if self.outputs is None else self.outputs.kl()
+
+    @property
+    def lens(self):
+        """predictions.Lens (logit lens) of a causal LM, else None."""
+        return None if self.outputs is None else self.outputs.lens()
+
+    @property
+    def lens_ids(self) -> np.ndarray | None:
+        """(layers, L) int: the top-1 token of the residual stream after each layer."""
+        return _part(self.lens, "ids")
+
+    @property
+    def lens_probs(self) -> np.ndarray | None:
+        """(layers, L) float32: its probability."""
+        return _part(self.lens, "probs")
 
     def file_dicts(self) -> dict[str, dict[str, Any]]:
         """{weights/inputs: {name, path, sha256, bytes}} of the files this run read (for exports)."""
@@ -74,6 +134,10 @@ class RunResult:
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array: the kept stages in pipeline order, then the mask and the row flags."""
         return {**self.stages, "mask": self.mask, "fully_masked_rows": self.fully_masked_rows}
+
+
+def _part(holder, name: str):
+    return None if holder is None else getattr(holder, name)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -310,7 +374,8 @@ def run(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
+        with ablating(_seed_plan(config)):
+            _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         compute = time.perf_counter() - t0
@@ -324,6 +389,14 @@ def run(
             files=files.records,
         )
     return result
+
+
+def _seed_plan(config: RunConfig):
+    """A seed variant's ablation: its one layer is layer 0."""
+    from .backed import ablation_plan
+
+    info = SimpleNamespace(layers=1, heads=config.heads, name=config.spec.label)
+    return ablation_plan(config, info, config.seq_q)
 
 
 def require_stage(config: RunConfig, stage: str, field_name: str = "view") -> None:

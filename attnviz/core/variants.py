@@ -21,7 +21,8 @@ from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention,
 # Fields every variant has; a spec lists the extra ones it uses.
 COMMON_FIELDS = frozenset(
     {"variant", "d_model", "heads", "batch", "seq_q", "mask", "window", "sinks", "kv_lengths",
-     "safe_softmax", "seed", "device", "dtype", "kv_heads", "qk_scale", "softcap", "weights", "inputs"}
+     "safe_softmax", "seed", "device", "dtype", "kv_heads", "qk_scale", "softcap", "weights", "inputs",
+     "ablate", "ablation"}
 )
 # What self-attention adds: positions exist only when queries and keys are the same sequence.
 POSITION_FIELDS = frozenset({"position", "rope_base"})
@@ -91,8 +92,9 @@ def _not_a_module(c) -> nn.Module:
 
 
 # What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.
-BACKED_FIELDS = frozenset({"variant", "model", "text", "chat", "decoder_text", "stack", "layer", "device"})
-TOY_FIELDS = frozenset({"variant", "text", "layer"})  # toys ship with attnviz and run on the CPU
+HEAD_FIELDS = frozenset({"ablate", "ablation", "top_k"})  # ablation and the predictions of a model's output head
+BACKED_FIELDS = HEAD_FIELDS | {"variant", "model", "text", "chat", "decoder_text", "stack", "layer", "device"}
+TOY_FIELDS = frozenset({"variant", "text", "layer"}) | HEAD_FIELDS  # toys ship with attnviz and run on the CPU
 
 
 def _load_toy(name: str):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from ..core.ablation import knock_out
 from ..core.kernel import Trace, attention, merge_heads
 from ..core.mods import ScoreMod
 
@@ -176,6 +177,7 @@ def _family_eager(module: nn.Module, rec: Recording | None, unknown: list[str], 
         mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill_(
             ~mask, torch.finfo(query.dtype).min)
     out, weights = eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs)
+    out = knock_out(out.transpose(1, 2)).transpose(1, 2)  # (B, Lq, H, dv): ablation as the kernel does it
     if rec is not None:
         trace = Trace(rec.record & {"weights", "dropped"})
         trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())

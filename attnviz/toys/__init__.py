@@ -171,5 +171,37 @@ class ToyBacked:
         return Encoded(ids, chars, layers)
 
     def forward(self, ids: Tensor, record: frozenset[str]) -> tuple[Tensor, list]:
-        logits, traces = self.toy.module(ids.cpu(), return_trace=record)
+        """The logits stand for the last hidden state (logits() passes them on); the induction toy's residual
+        stream after each layer goes to `residuals` (the input of the next layer's norm, then of ln_f)."""
+        module, seen = self.toy.module, []
+        norms = [*module.lns[1:], module.ln_f] if hasattr(module, "lns") else []
+        hooks = [n.register_forward_pre_hook(lambda m, args: seen.append(args[0])) for n in norms]
+        try:
+            logits, traces = module(ids.cpu(), return_trace=record)
+        finally:
+            for h in hooks:
+                h.remove()
+        self.residuals = seen or None
         return logits, traces
+
+    # --- the output head (core/predictions.py)
+
+    def hidden(self, ids: Tensor) -> Tensor:
+        return self.toy.module(ids.cpu())
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return hidden
+
+    def lens_logits(self, residual: Tensor) -> Tensor:
+        module = self.toy.module
+        return module.head(module.ln_f(residual))
+
+    def label(self, token_id: int) -> str:
+        return self.toy.spec.vocabulary[token_id]
+
+    def targets(self, ids: list[int]) -> list[int]:
+        """The task's answer per output position: the next token (induction), the digits reversed or sorted."""
+        task = self.toy.spec.task
+        if task == "induction":
+            return ids[1:] + [-1]
+        return ids[::-1] if task == "reverse" else sorted(ids)

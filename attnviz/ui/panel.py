@@ -38,7 +38,7 @@ from .choices import add_choice
 from .file_chooser import FileChooser
 from .model_chooser import ModelChooser
 
-GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Training", "Run")
+GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
 
@@ -176,9 +176,9 @@ class ParameterPanel(QWidget):
             if name == "text":
                 w.setPlaceholderText("Type a sentence: the maps follow as you type")
             w.textChanged.connect(self._edited)
-        else:  # tuple of ints, typed as text
+        else:  # a tuple (lengths, ablated heads), typed as text
             w = QLineEdit()
-            w.setPlaceholderText("e.g. 16, 9")
+            w.setPlaceholderText("e.g. 3.5, 4.*" if name == "ablate" else "e.g. 16, 9")
             w.textChanged.connect(self._edited)
         if isinstance(w, QComboBox):  # long item texts must not widen the panel
             w.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
@@ -228,7 +228,7 @@ class ParameterPanel(QWidget):
         elif isinstance(w, FileChooser):
             w.set_path(value)
         else:
-            w.setText(value if name != "kv_lengths" else ", ".join(str(v) for v in value))
+            w.setText(", ".join(str(v) for v in value) if isinstance(value, tuple) else value)
             w.setCursorPosition(0)  # show a long text from its start, not its end
 
     # --- config in and out -------------------------------------------------------------------

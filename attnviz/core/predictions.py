@@ -1,0 +1,154 @@
+"""What a model's output head says of one forward: the top-k next tokens per position, the probability of
+the target, the logit lens (each layer's residual stream read by the final norm and the unembedding), and
+with an ablation the unablated predictions and the KL divergence between the two.
+
+A model-backed variant's model (core/backed.py) may offer, besides the forward:
+
+    logits(hidden (B, L, d)) -> (B, L, V) logits of its output head, or None (no head)
+    targets(ids) -> one target id per position, -1 where none (a causal LM: the next token; a toy: its task's)
+    label(id) -> the token's label
+    lens_logits(residual (B, L, d)) -> (B, L, V): the final norm and the unembedding; absent where the
+        family has no lens (the residual stream after each layer is `model.residuals` after a forward)
+    hidden(ids (B, L)) -> the last hidden state of a forward that records nothing (under an ablation plan)
+
+`Outputs` computes each part the first time it is read (on the app's worker: never on the GUI thread)
+and keeps it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+LENS_ROWS = 256  # residual rows unembedded at a time: (rows, vocab) float32 logits stay ~50 MB
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Per position (L of them): the top-k tokens and the target's probability."""
+
+    top_ids: np.ndarray  # (L, k) int64, most likely first
+    top_probs: np.ndarray  # (L, k) float32
+    top_tokens: tuple[tuple[str, ...], ...]  # L rows of k labels
+    target_ids: np.ndarray  # (L,) int64, -1 where a position has no target
+    target_probs: np.ndarray  # (L,) float32, NaN where a position has no target
+
+
+@dataclass(frozen=True)
+class Lens:
+    """The logit lens: row l is the top-1 token of the residual stream after layer l (layers, L)."""
+
+    ids: np.ndarray  # (layers, L) int64
+    probs: np.ndarray  # (layers, L) float32
+    tokens: tuple[tuple[str, ...], ...]  # layers rows of L labels
+
+
+def predictions_of(logits: Tensor, targets, k: int, label) -> Predictions:
+    """logits (L, V) -> Predictions (softmax in float32; k at most the vocabulary)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    top = probs.topk(min(k, probs.shape[-1]), dim=-1)
+    target_ids = np.asarray(targets, dtype=np.int64)
+    has = target_ids >= 0
+    chosen = probs.gather(-1, torch.as_tensor(np.where(has, target_ids, 0), device=probs.device)[:, None])[:, 0]
+    ids = top.indices.cpu().numpy().astype(np.int64)
+    return Predictions(
+        top_ids=ids, top_probs=top.values.cpu().numpy().astype(np.float32),
+        top_tokens=tuple(tuple(label(int(i)) for i in row) for row in ids), target_ids=target_ids,
+        target_probs=np.where(has, chosen.cpu().numpy(), np.nan).astype(np.float32))
+
+
+def kl_divergence(before: Tensor, after: Tensor) -> np.ndarray:
+    """Per position KL(before ‖ after) in nats of two (L, V) logits (float64: small differences)."""
+    p, q = torch.log_softmax(before.double(), -1), torch.log_softmax(after.double(), -1)
+    return (p.exp() * (p - q)).sum(-1).clamp_min(0).cpu().numpy()
+
+
+def target_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
+    """(..., V) logits and (...) target ids -> (...) log-probabilities of the targets."""
+    return torch.log_softmax(logits.float(), -1).gather(-1, targets[..., None])[..., 0]
+
+
+def lens_of(model, residuals: list[Tensor], label) -> Lens:
+    """The top-1 token and its probability of every layer's residual stream through the model's lens."""
+    ids, probs = [], []
+    for residual in residuals:  # (1, L, d)
+        rows = residual[0]
+        best_p, best_i = [], []
+        for start in range(0, rows.shape[0], LENS_ROWS):
+            p = torch.softmax(model.lens_logits(rows[None, start:start + LENS_ROWS])[0].float(), -1)
+            value, index = p.max(-1)
+            best_p.append(value), best_i.append(index)
+        ids.append(torch.cat(best_i).cpu().numpy()), probs.append(torch.cat(best_p).cpu().numpy())
+    ids_array = np.stack(ids).astype(np.int64)
+    return Lens(ids=ids_array, probs=np.stack(probs).astype(np.float32),
+                tokens=tuple(tuple(label(int(i)) for i in row) for row in ids_array))
+
+
+class Outputs:
+    """The output head's view of one forward, each part computed when first read and kept.
+
+    model: the protocol above; ids (1, L); hidden (1, L, d) the forward's last hidden state; residuals its
+    per-layer residual stream (or None); plan: the ablation that forward ran under (None: none), so the
+    unablated predictions need one more forward."""
+
+    def __init__(self, model, ids: Tensor, hidden: Tensor, residuals, k: int, ablated: bool):
+        self.model, self.ids, self.hidden, self.residuals, self.k, self.ablated = \
+            model, ids, hidden, residuals, k, ablated
+        self._lock = threading.RLock()  # a part may read another
+        self._done: dict[str, object] = {}
+
+    def _once(self, name: str, compute):
+        with self._lock:
+            if name not in self._done:
+                self._done[name] = compute()
+            return self._done[name]
+
+    @property
+    def available(self) -> bool:
+        return getattr(self.model, "logits", None) is not None and self._logits() is not None
+
+    def _logits(self) -> Tensor | None:
+        def compute():
+            with torch.inference_mode():
+                out = self.model.logits(self.hidden)
+            return None if out is None else out[0]
+        return self._once("logits", compute)
+
+    def _targets(self) -> list[int]:
+        return list(self.model.targets([int(i) for i in self.ids[0].tolist()]))
+
+    def predictions(self) -> Predictions | None:
+        logits = self._logits()
+        if logits is None:
+            return None
+        return self._once("predictions", lambda: predictions_of(logits, self._targets(), self.k, self.model.label))
+
+    def _unablated_logits(self) -> Tensor | None:
+        def compute():
+            with torch.inference_mode():
+                return self.model.logits(self.model.hidden(self.ids))[0]
+        return self._once("unablated_logits", compute) if self.ablated and self._logits() is not None else None
+
+    def unablated(self) -> Predictions | None:
+        """The predictions without the ablation (None when the forward ablated nothing)."""
+        logits = self._unablated_logits()
+        if logits is None:
+            return None
+        return self._once("unablated", lambda: predictions_of(logits, self._targets(), self.k, self.model.label))
+
+    def kl(self) -> np.ndarray | None:
+        """Per position KL(unablated ‖ ablated) in nats (None without an ablation)."""
+        before = self._unablated_logits()
+        if before is None:
+            return None
+        return self._once("kl", lambda: kl_divergence(before, self._logits()))
+
+    def lens(self) -> Lens | None:
+        if self.residuals is None or getattr(self.model, "lens_logits", None) is None:
+            return None
+        with torch.inference_mode():
+            return self._once("lens", lambda: lens_of(self.model, self.residuals, self.model.label))
