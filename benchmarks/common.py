@@ -265,7 +265,7 @@ def code_state() -> dict:
     if os.environ.get(CODE_ENV):
         state = json.loads(os.environ[CODE_ENV])
     else:
-        state = {"source": "live working tree (no snapshot)", "root": str(ROOT),
+        state = {"source": "live working tree (no snapshot)",  # no checkout path: the results are committed
                  "git_head": _git(ROOT, "rev-parse", "--short", "HEAD"),
                  "git_dirty": (_git(ROOT, "status", "--porcelain", "--", "attnviz", "resources") or "").splitlines()}
     try:
@@ -289,7 +289,8 @@ def make_snapshot(rev: str | None = None) -> tuple[Path, dict]:
     """
     snap = Path(tempfile.mkdtemp(prefix="attnviz-bench-snap-"))
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    state: dict = {"git_head": _git(ROOT, "rev-parse", "--short", "HEAD"), "snapshot_dir": snap.name}
+    # not the temporary folder's name: it is gone after the run, and the results are committed
+    state: dict = {"git_head": _git(ROOT, "rev-parse", "--short", "HEAD")}
     if rev:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "attnviz", "resources"],
                                  capture_output=True, check=True)

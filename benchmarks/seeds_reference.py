@@ -1,5 +1,5 @@
 # ruff: noqa: E501, F841, N806
-"""Seed 002's CausalSelfAttention and generate_mask, copied from /work/shared/seeds (002_*.txt).
+"""Seed 002's CausalSelfAttention and generate_mask, copied from ../shared/seeds/002_*.txt (beside the repository root).
 
 The benchmark's baseline: what a user runs today. Kept here (not imported from tests/) so the
 benchmarks stand alone. The maths is verbatim; only these changes were made: the class and the

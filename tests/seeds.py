@@ -1,5 +1,5 @@
 # ruff: noqa: E501, F841
-"""THE REFERENCE: the seed tutorials' attention code, copied from /work/shared/seeds.
+"""THE REFERENCE: the seed tutorials' attention code, copied from ../shared/seeds/ (beside the repository root).
 
 Do not "fix" anything here. These classes are what attnviz.core must reproduce; a bug in the
 seed (NaN for fully-masked rows, the unused `original` in generate_mask, dropout rescaling the
