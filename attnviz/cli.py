@@ -122,6 +122,9 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}" if f.name in choices else "NAME"
         elif f.name == "kv_lengths":
             kwargs.update(type=_kv_lengths, metavar="N[,N...]")
+        elif f.name == "ablate":
+            kwargs.update(type=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),
+                          metavar="L.H[,L.H...]")
         else:  # a field type the generator does not know: skip rather than guess
             continue
         if f.type != "bool" and default not in (None, (), ""):
@@ -178,6 +181,13 @@ def _render_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", metavar="FILE.csv",
                    help="also write per-head statistics (entropy, max weight, mean distance, first key, previous "
                         "token, diagonal) as CSV; -o may then be left out")
+    heads = p.add_argument_group("what heads do (models with an output head: the toys, causal and masked LMs)")
+    heads.add_argument("--predictions", metavar="FILE.csv",
+                       help="also write each position's top-k next tokens, the target and its probability (with "
+                            "--ablate: the unablated probability and the KL divergence); -o may then be left out")
+    heads.add_argument("--head-scores", metavar="FILE.csv",
+                       help="also write each head's type scores (previous_token, first_token, self, duplicate_token, "
+                            "induction); -o may then be left out")
     model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
     model.add_argument("--all-layers", action="store_true",
                        help="NPZ: also every layer's weights as layer_weights (layers, H, L, L)")
@@ -305,14 +315,16 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     render_main reports."""
     from .atomic import check_target
 
-    if not args.output and not args.stats:
+    tables = {"--stats": args.stats, "--predictions": args.predictions, "--head-scores": args.head_scores}
+    if not args.output and not any(tables.values()):
         raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
     if args.output:
         from .export import format_of
 
         format_of(args.output)  # an unknown extension is a usage error now, not after the run
-    if args.stats and not args.stats.lower().endswith(".csv"):
-        raise UsageError(f"--stats {args.stats}: give a .csv file")
+    for flag, path in tables.items():
+        if path and not path.lower().endswith(".csv"):
+            raise UsageError(f"{flag} {path}: give a .csv file")
     config = _build_config(args)
     options = _export_options(args)
     if args.all_layers and not config.spec.backed:
@@ -325,7 +337,10 @@ def _plan_render(args: argparse.Namespace) -> tuple:
         from .core.stages import ALL_STAGES
 
         record = ALL_STAGES
-    for target in (args.output, args.stats):
+    if (args.predictions or args.head_scores) and not config.spec.backed:
+        flag = "--predictions" if args.predictions else "--head-scores"
+        raise UsageError(f"{flag} needs a model: a trained toy (--variant toy-induction) or --model DIR")
+    for target in (args.output, *tables.values()):
         if target:
             check_target(target)
     return config, options, record
@@ -352,6 +367,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
         if args.stats:
             _write_stats(result, args.stats, options.batch_index)
             print(f"wrote {args.stats}")
+        _write_head_tables(result, args)
         if not args.output:
             return EXIT_OK
         ext = format_of(args.output)
@@ -399,6 +415,25 @@ def _write_stats(result, path: str, b: int) -> None:
     from .explain import stats_csv_for
 
     write_bytes(path, stats_csv_for(result, b).encode("utf-8"))
+def _write_head_tables(result, args: argparse.Namespace) -> None:
+    """--predictions and --head-scores: ConfigError where the model has no output head."""
+    from .atomic import write_bytes
+    from .core import ConfigError
+    from .core.heads import head_scores, head_scores_csv
+    from .core.predictions import predictions_csv
+
+    if args.predictions:
+        if result.predictions is None:
+            raise ConfigError("predictions", args.predictions, f"{result.config.model or result.config.variant} has no "
+                              "output head to predict with (an encoder without a language-model head, or the decoder "
+                              "side of an encoder-decoder)", "leave out --predictions, or give a causal or masked LM")
+        write_bytes(args.predictions, predictions_csv(result).encode("utf-8"))
+        print(f"wrote {args.predictions}")
+    if args.head_scores:
+        write_bytes(args.head_scores, head_scores_csv(head_scores(result.config)).encode("utf-8"))
+        print(f"wrote {args.head_scores}")
+
+
 def _run(run, config, record, truncate: bool):
     """run(config); with --truncate, a text too long for the model is cut to the fix the error offers."""
     from .core import ConfigError

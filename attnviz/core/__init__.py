@@ -2,6 +2,7 @@
 
 from .config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig, load_config
 from .differential import DifferentialAttention
+from .heads import HEAD_TYPES, THRESHOLDS, head_effects, head_scores
 from .kernel import AttentionTrace, Trace, attention, multihead_attention, repeat_kv
 from .masks import MASKS, causal_mask, fully_masked_rows, generate_mask, matrix_mask, padding_mask, window_mask
 from .mods import POSITIONS, AttentionOptions, alibi_slopes, rope
@@ -12,10 +13,11 @@ from .stages import MAP_STAGES, STAGE_NAMES, STAGES, Stage
 from .variants import VARIANTS, VariantSpec
 
 __all__ = [
-    "DTYPES", "MAP_STAGES", "MASKS", "MASK_KINDS", "POSITIONS", "POSITION_KINDS", "STAGES", "STAGE_NAMES",
-    "VARIANTS", "AttentionOptions", "AttentionTrace", "CausalSelfAttention", "ConfigError", "ContextCrossAttention",
-    "CrossAttention", "DifferentialAttention", "RunConfig", "RunResult", "SelfAttention", "Stage", "Trace",
-    "VariantSpec", "alibi_slopes", "attention", "build_mask", "causal_mask", "estimate_memory", "fully_masked_rows",
-    "generate_mask", "list_presets", "load_config", "load_preset", "matrix_mask", "multihead_attention",
-    "padding_mask", "repeat_kv", "resolve_device", "rope", "run", "run_stages", "window_mask",
+    "DTYPES", "HEAD_TYPES", "MAP_STAGES", "MASKS", "MASK_KINDS", "POSITIONS", "POSITION_KINDS", "STAGES",
+    "STAGE_NAMES", "THRESHOLDS", "VARIANTS", "AttentionOptions", "AttentionTrace", "CausalSelfAttention",
+    "ConfigError", "ContextCrossAttention", "CrossAttention", "DifferentialAttention", "RunConfig", "RunResult",
+    "SelfAttention", "Stage", "Trace", "VariantSpec", "alibi_slopes", "attention", "build_mask", "causal_mask",
+    "estimate_memory", "fully_masked_rows", "generate_mask", "head_effects", "head_scores", "list_presets",
+    "load_config", "load_preset", "matrix_mask", "multihead_attention", "padding_mask", "repeat_kv",
+    "resolve_device", "rope", "run", "run_stages", "window_mask",
 ]

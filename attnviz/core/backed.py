@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from .ablation import Plan, ablating
+from .ablation import ABLATIONS, Plan, ablating
 from .ablation import parse as parse_ablation
 from .config import ConfigError, RunConfig
 from .predictions import Outputs
@@ -189,9 +189,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     check_forward_memory(config, *_forward_shape(model, len(encoded.ids)), keep, memory_budget)
     if cancel is not None and cancel():
         raise Cancelled
-    module = getattr(model, "module", None)
-    if module is not None and next(module.parameters()).device != device:
-        module.to(device)  # the cached model follows the device asked for (and back to the CPU)
+    _place(model, device)
     ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
     t0 = time.perf_counter()
     # torch's thread count is the caller's: the app's worker sets it from the cores other programs
@@ -202,9 +200,8 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     compute = time.perf_counter() - t0
-    if plan is not None and plan.calls == 0:
-        raise ConfigError("ablate", config.ablate, f"{model.info.name} runs its family's own attention, not attnviz's "
-                          "kernel, so no head can be knocked out", "clear the ablation", suggestions=((),))
+    if plan is not None:
+        check_kernel_ran(plan, config, model.info)
     if cancel is not None and cancel():
         raise Cancelled
     masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in traces]
@@ -230,10 +227,41 @@ def ablation_plan(config: RunConfig, info, length: int, call_index=None) -> Plan
         name = getattr(info, "name", "the model")
         raise ConfigError("ablate", config.ablate, f"{exc} in {name}", f"name layers 0..{info.layers - 1} and heads "
                           f"0..{info.heads - 1}") from None
-    if config.ablation == "mean" and length < 2:
+    check_ablation_mode(config.ablation, length)
+    return Plan.of_layers(layers, config.ablation, call_index or (lambda layer: layer))
+
+
+def check_kernel_ran(plan: Plan, config: RunConfig, info) -> None:
+    """A forward under an ablation plan that never reached the kernel ablated nothing: say so, never draw it."""
+    if plan.calls == 0:
+        raise ConfigError("ablate", config.ablate, f"{getattr(info, 'name', 'the model')} runs its family's own "
+                          "attention, not attnviz's kernel, so no head can be knocked out", "clear the ablation",
+                          suggestions=((),))
+
+
+def check_ablation_mode(mode: str, length: int) -> None:
+    if mode not in ABLATIONS:
+        raise ConfigError("ablation", mode, "unknown ablation", f"use one of {', '.join(ABLATIONS)}",
+                          suggestions=tuple(ABLATIONS))
+    if mode == "mean" and length < 2:
         raise ConfigError("ablation", "mean", "a mean over a single position is that position's own output",
                           "use zero ablation, or a longer input", suggestions=("zero",))
-    return Plan.of_layers(layers, config.ablation, call_index or (lambda layer: layer))
+
+
+def _place(model, device: torch.device) -> None:
+    """The cached model follows the device asked for (and back to the CPU)."""
+    module = getattr(model, "module", None)
+    if module is not None and next(module.parameters()).device != device:
+        module.to(device)
+
+
+def placed_model(config: RunConfig, memory_budget: int | None = None):
+    """The config's model (loaded, cached) on the config's device."""
+    from .runner import resolve_device
+
+    model = config.spec.load(config, memory_budget)
+    _place(model, resolve_device(config.device))
+    return model
 
 
 def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:

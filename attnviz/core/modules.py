@@ -16,6 +16,7 @@ from .kernel import Trace, attention, check_heads, merge_heads, split_heads
 from .masks import causal_mask, generate_mask
 from .mods import AttentionOptions
 from .stages import DEFAULT_RECORD
+from .value_weighted import value_weighted
 
 __all__ = [
     "CausalSelfAttention",
@@ -66,14 +67,25 @@ def attend(
     """Split projected q (B, Lq, d), k, v (B, Lkv, kv_width) into heads, run the kernel with the
     module's options (`attn`, `kv_heads`, `sinks`), merge heads. Returns the context and the trace."""
     kv = module.kv_heads or heads
+    record = _record(return_trace)
+    v_heads = split_heads(v, kv)
     context, trace = attention(
-        split_heads(q, heads), split_heads(k, kv), split_heads(v, kv), mask=mask,
+        split_heads(q, heads), split_heads(k, kv), v_heads, mask=mask,
         **module.attn.kernel_args(heads), sink=module.sinks, dropout_p=dropout_p, training=module.training,
-        safe_softmax=safe_softmax, record=_record(return_trace),
+        safe_softmax=safe_softmax, record=record | ({"weights"} if "value_weighted" in record else set()),
     )
     if x is not None:
         trace.keep("x", x)
+    if "value_weighted" in record:
+        trace.keep("value_weighted", value_weighted(trace["weights"], v_heads, _out_projection(module).weight))
+        if "weights" not in record:
+            del trace["weights"]
     return trace.keep("context", merge_heads(context)), trace
+
+
+def _out_projection(module: nn.Module) -> nn.Linear:
+    """The seed module's output projection (seed 002 names it `output`)."""
+    return getattr(module, "out_proj", None) or module.output
 
 
 def _finish(out: Tensor, trace: Trace, return_trace) -> Tensor | tuple[Tensor, Trace]:

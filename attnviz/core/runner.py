@@ -178,6 +178,8 @@ def run_stages(config: RunConfig) -> list[str]:
     absent |= {"biased", "capped"} - produced
     if config.spec.head_factor == 1:
         absent.add("combined")
+    else:  # a differential head's output mixes two maps: no one map to weight by its values
+        absent.add("value_weighted")
     return [name for name in STAGE_NAMES if name not in absent]
 
 

@@ -37,6 +37,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("combined", "differential attention: softmax₁ − λ·softmax₂ per head (signed)", "(B, H, Lq, Lkv)", True),
     Stage("dropped", "what multiplied V: the weights after dropout (the weights themselves in eval mode)",
           "(B, H, Lq, Lkv)", True),
+    Stage("value_weighted", "value-weighted attention: weights · ‖v_j W_O,h‖, rows renormalised (Kobayashi et al. "
+          "2020): where the head's output comes from", "(B, H, Lq, Lkv)", True),
     Stage("context", "weights @ V, heads merged, before the output projection", "(B, Lq, d)"),
     Stage("output", "the module's output, after the output projection", "(B, Lq, d_out)"),
 )

@@ -13,7 +13,7 @@ import inspect
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -24,6 +24,7 @@ from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
 from .gguf_files import read_gguf
 from .hf_attention import ATTN_NAME, transformers
 from .layers import HOOKED, discover, stack_of
+from .outputs import find_output_side
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
 HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
@@ -158,6 +159,9 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
                          "built from config.json has no place for (more layers than it says?)",
                          "use the config.json saved with these weights", field_name="checkpoint key")
     _check_finite_weights(model)
+    # a head whose weights are missing would predict at random: then the run has no predictions
+    model.attnviz_trained_head = not any(not k.startswith(model.base_model_prefix + ".") and ".pooler." not in f".{k}"
+                                         for k in loading.get("missing_keys") or [])
     return model.eval()
 
 
@@ -202,7 +206,8 @@ def _dtype_name(folder: ModelFolder) -> str:
 
 
 def load_transformers_model(folder: ModelFolder, name: str, size: int):
-    """(the whole model, its attention modules in call order, each one's stack, its info) for a checked folder."""
+    """(the whole model, its attention modules in call order, each one's stack, its info, its output side) for a
+    checked folder."""
     tf = transformers()
     config = _config(folder)
     _check_layers(folder, config)
@@ -212,7 +217,11 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     stacks = [stack_of(names[m]) for m in modules]
     if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
         stacks = ["decoder" if bool(~traces[0]["mask"][0, 0, 0, 1]) else "encoder"] * len(stacks)
-    return model, modules, stacks, _info(folder, model, traces, stacks, name, size)
+    side = find_output_side(model, modules, model.attnviz_trained_head)
+    info = _info(folder, model, traces, stacks, name, size)
+    if "v" in info.stages and all(m in side.out_weights for m in modules):
+        info = replace(info, stages=tuple(s for s in STAGE_NAMES if s in info.stages or s == "value_weighted"))
+    return model, modules, stacks, info, side
 
 
 def _load_with_kernel(cls, folder: ModelFolder, config):

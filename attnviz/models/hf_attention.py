@@ -57,6 +57,7 @@ class Recording:
     inputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # each module's inputs (stage x), per call
     outputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # what it returned (stage output)
     notes: list[str] = field(default_factory=list)
+    residuals: list[Tensor] = field(default_factory=list)  # the residual stream after each layer (its block's output)
 
     def add(self, module: nn.Module, trace: Trace) -> None:
         self.calls.append((module, trace))

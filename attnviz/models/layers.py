@@ -80,7 +80,8 @@ def model_inputs(base: nn.Module, ids: Tensor, decoder_ids: Tensor | None = None
 
 def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool,
                decoder_ids: Tensor | None = None):
-    """One forward: (the last hidden state, one Trace per attention module, the notes of the calls)."""
+    """One forward: (the last hidden state, one Trace per attention module, the notes of the calls, the residual
+    stream after each layer where keep_residuals hooked the blocks)."""
     inputs = model_inputs(base, ids, decoder_ids)
     with recording(record) as rec:
         out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
@@ -90,7 +91,22 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
     if len(traces) != len(modules):
         raise RuntimeError(f"the forward ran {len(traces)} attention calls where the model was found to run "
                            f"{len(modules)}")
-    return _last_hidden(out), traces, tuple(rec.notes)
+    return _last_hidden(out), traces, tuple(rec.notes), rec.residuals
+
+
+def keep_residuals(blocks: list[nn.Module]) -> None:
+    """Hooks that keep each block's output (the residual stream after that layer) in the current Recording."""
+    def keep(module, args, output):
+        rec = current()
+        if rec is not None:
+            rec.residuals.append(output[0] if isinstance(output, tuple) else output)
+    for block in blocks:
+        block.register_forward_hook(keep)
+
+
+def run_hidden(base: nn.Module, ids: Tensor) -> Tensor:
+    """The last hidden state of a forward outside any Recording: the kernel keeps nothing (head effects)."""
+    return _last_hidden(base(**model_inputs(base, ids)))
 
 
 def _last_hidden(out) -> Tensor:

@@ -23,9 +23,11 @@ import torch
 from torch import Tensor, nn
 
 from ..core.kernel import Trace
+from ..core.value_weighted import value_weighted as weigh_by_values
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
 from .hf import ModelInfo, auto_tokenizer, load_transformers_model
-from .layers import run_layers
+from .layers import keep_residuals, run_hidden, run_layers
+from .outputs import OutputSide
 from .tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
@@ -39,9 +41,12 @@ class PretrainedModel:
     """A model folder ready to run: `encode(text)` then `forward(ids, record)` (one Trace per layer)."""
 
     def __init__(self, folder: ModelFolder, module: nn.Module, tokenizer: TextTokenizer, info: ModelInfo,
-                 attention_modules: list[nn.Module], stacks: list[str], hf_tokenizer=None):
+                 attention_modules: list[nn.Module], stacks: list[str], hf_tokenizer=None,
+                 side: OutputSide | None = None):
         self.folder, self.module, self.tokenizer, self.info = folder, module, tokenizer, info
         self.attention_modules, self.stacks = attention_modules, stacks  # in call order; each one's stack
+        self.side = side or OutputSide()  # the head, final norm, blocks and output projections (outputs.py)
+        keep_residuals(self.side.blocks if self.side.lens else [])
         self.notes: tuple[str, ...] = ()
         self._hf_tokenizer = hf_tokenizer  # transformers' own, where it built `tokenizer` (no second build)
         self._chat: object = _UNREAD  # transformers' tokenizer with the chat template, read when first asked
@@ -72,25 +77,71 @@ class PretrainedModel:
                 ) -> tuple[Tensor, list[Trace]]:
         """ids (1, L) -> the last hidden state (1, L, d) and the trace of the `record` stages of each layer
         of `stack` (default: the model's first). An encoder-decoder's decoder reads `decoder_ids` (1, Ld)."""
-        hidden, by_stack, self.notes = self.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        hidden, by_stack, self.notes, _ = self.forward_stacks(ids, record, decoder_ids=decoder_ids)
         return hidden, by_stack[stack or self.info.stacks[0]]
 
     @torch.inference_mode()
-    def forward_stacks(self, ids: Tensor, record=(), *, decoder_ids: Tensor | None = None
-                       ) -> tuple[Tensor, dict[str, list[Trace]], tuple[str, ...]]:
-        """One forward: the last hidden state, per stack each layer's trace, and the notes of its calls
-        (returned, not kept on this shared model: runs on several threads may share it)."""
+    def forward_stacks(self, ids: Tensor, record=(), *, decoder_ids: Tensor | None = None):
+        """One forward: the last hidden state, per stack each layer's trace, the notes of its calls and the
+        residual stream after each layer (returned, not kept on this shared model: runs on several threads may
+        share it)."""
         weights_only = "scores" not in self.info.stages
         if decoder_ids is not None:
             decoder_ids = decoder_ids.to(self.device)
+        record = frozenset(record)
+        value_weighted = "value_weighted" in record
         # the base model, without its head: no logits are computed unless a view asks for them
         with self.compute_dtype():
-            hidden, traces, notes = run_layers(self.module.base_model, ids.to(self.device), record,
-                                               self.attention_modules, weights_only, decoder_ids)
+            hidden, traces, notes, residuals = run_layers(
+                self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
+                self.attention_modules, weights_only, decoder_ids)
         by_stack: dict[str, list[Trace]] = {name: [] for name in self.info.stacks}
-        for trace, name in zip(traces, self.stacks):
+        for trace, name, module in zip(traces, self.stacks, self.attention_modules):
+            if value_weighted:
+                trace["value_weighted"] = weigh_by_values(trace.weights, trace.v, self.side.out_weights[module])
             by_stack[name].append(trace)
-        return hidden, by_stack, notes
+        return hidden, by_stack, notes, residuals
+
+    # --- the output head (core/predictions.py): logits, targets, labels, the lens, a forward recording nothing
+
+    @property
+    def has_head(self) -> bool:
+        return self.side.head is not None
+
+    def logits(self, hidden: Tensor) -> Tensor | None:
+        """The model's own head on the last hidden state (None: no trained head, or an encoder-decoder)."""
+        if not self.has_head:
+            return None
+        with self.compute_dtype():
+            return self.side.logits(hidden.to(self.device)).float()
+
+    def lens_logits(self, residual: Tensor) -> Tensor:
+        with self.compute_dtype():
+            return self.side.lens_logits(residual.to(self.device)).float()
+
+    def hidden(self, ids: Tensor) -> Tensor:
+        """The last hidden state of a forward that records nothing (under the thread's ablation plan, if any)."""
+        with torch.inference_mode(), self.compute_dtype():
+            return run_hidden(self.module.base_model, ids.to(self.device))
+
+    def targets(self, ids: list[int]) -> list[int]:
+        """A causal LM's next token; a masked LM's own token at each position (what it reconstructs)."""
+        return ids[1:] + [-1] if self.info.causal else list(ids)
+
+    def label(self, token_id: int) -> str:
+        return self.tokenizer.label_of(token_id)
+
+    def probe(self, half: int, seed: int) -> list[int]:
+        """Distinct random ordinary tokens written twice inside the tokenizer's own special tokens (a BOS,
+        [CLS] ... [SEP]), seeded; each copy at most `half` long and the whole within the model's positions."""
+        prefix, suffix = self.tokenizer.template()
+        specials = set(self.tokenizer.special_ids())
+        room = (self.info.max_positions - len(prefix) - len(suffix)) // 2
+        pool = [i for i in range(self.info.vocab_size) if i not in specials]
+        n = max(1, min(half, room, len(pool)))
+        chosen = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:n].tolist()
+        first = [pool[i] for i in chosen]
+        return prefix + first + first + suffix
 
     def compute_dtype(self):
         """On CUDA a bfloat16 / float16 checkpoint computes in its own dtype (autocast: the matrix products in
@@ -168,8 +219,8 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     else:
         tokenizer = TextTokenizer(folder.tokenizer)
     name = folder.name if folder.gguf else model_name(folder.path)
-    module, modules, stacks, info = load_transformers_model(folder, name, size)
-    return PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer)
+    module, modules, stacks, info, side = load_transformers_model(folder, name, size)
+    return PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer, side)
 
 
 _cache: OrderedDict[tuple, PretrainedModel] = OrderedDict()

@@ -100,6 +100,17 @@ class TextTokenizer:
         special = token in {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
         return label(token, special, self.byte_level)
 
+    def template(self) -> tuple[list[int], list[int]]:
+        """The special ids the tokenizer puts before and after a text's own (a BOS; [CLS] and [SEP])."""
+        enc = self._tok.encode("a", add_special_tokens=True)
+        mask = enc.special_tokens_mask
+        first = mask.index(0) if 0 in mask else len(mask)
+        last = len(mask) - mask[::-1].index(0) if 0 in mask else len(mask)
+        return list(enc.ids[:first]), list(enc.ids[last:])
+
+    def special_ids(self) -> list[int]:
+        return [i for i, t in self._tok.get_added_tokens_decoder().items() if t.special]
+
     def decode_prefix(self, text: str, n_tokens: int) -> str:
         """The longest start of `text` whose tokens fit `n_tokens` ids (specials included)."""
         enc = self._tok.encode(text)

@@ -43,6 +43,7 @@ class ModelView:
         self.other_stacks: dict | None = None  # after a forward of several stacks: the ones not shown
         self.forward_layers = len(model.stacks)  # what one forward records: every stack's layers
         self.decoder_length = len(decoder.ids) if decoder is not None else 0
+        self.residuals: list[Tensor] | None = None  # after a forward: the residual stream after each layer
 
     def encode(self, text: str) -> ViewEncoded:
         encoded = self._chat_encode(text) if self.chat else self.model.encode(text)
@@ -70,9 +71,39 @@ class ModelView:
     def forward(self, ids: Tensor, record=()):
         """The shown stack's (hidden, traces); every other stack's traces go to `other_stacks` (the model view)."""
         decoder_ids = None if self.decoder is None else torch.tensor([list(self.decoder.ids)], dtype=torch.long)
-        hidden, by_stack, self.notes = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        hidden, by_stack, self.notes, residuals = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
         self.other_stacks = {name: t for name, t in by_stack.items() if name != self.stack} or None
+        self.residuals = residuals or None
         return hidden, by_stack[self.stack]
+
+    # --- the output head: a model of one stack (decoder-only or encoder-only) has it as a whole
+
+    @property
+    def has_head(self) -> bool:
+        return self.decoder is None and self.model.has_head
+
+    def logits(self, hidden: Tensor) -> Tensor | None:
+        return self.model.logits(hidden) if self.has_head else None
+
+    @property
+    def lens_logits(self):
+        return self.model.lens_logits if self.model.side.lens and self.decoder is None else None
+
+    def hidden(self, ids: Tensor) -> Tensor:
+        return self.model.hidden(ids)
+
+    def targets(self, ids: list[int]) -> list[int]:
+        return self.model.targets(ids)
+
+    def label(self, token_id: int) -> str:
+        return self.model.label(token_id)
+
+    def probe(self, half: int, seed: int) -> list[int]:
+        return self.model.probe(half, seed)
+
+    def call_index(self, layer: int) -> int:
+        """The attention call of this stack's layer in the whole forward (an encoder-decoder interleaves them)."""
+        return [i for i, s in enumerate(self.model.stacks) if s == self.stack][layer]
 
 
 def decoder_input(model, decoder_text: str) -> Encoded:

@@ -186,6 +186,8 @@ class ToyBacked:
 
     # --- the output head (core/predictions.py)
 
+    has_head = True
+
     def hidden(self, ids: Tensor) -> Tensor:
         return self.toy.module(ids.cpu())
 
@@ -198,6 +200,13 @@ class ToyBacked:
 
     def label(self, token_id: int) -> str:
         return self.toy.spec.vocabulary[token_id]
+
+    def probe(self, half: int, seed: int) -> list[int]:
+        """Distinct random tokens written twice, as long as the toy reads (its vocabulary permuted, seeded)."""
+        vocab, (_lo, hi) = len(self.toy.spec.vocabulary), self.toy._lengths()
+        n = min(half, vocab, hi // 2)
+        first = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))[:n].tolist()
+        return first + first
 
     def targets(self, ids: list[int]) -> list[int]:
         """The task's answer per output position: the next token (induction), the digits reversed or sorted."""
