@@ -6,7 +6,7 @@ attention rollout. frames.render calls `render_extras`; each part is built only 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -35,7 +35,8 @@ LARGE_PX = (640, 640)  # the stage shown large
 STAGE_TITLES = {
     "x": "x (input)", "q_proj": "q (projected)", "k_proj": "k (projected)", "q": "q", "k": "k", "v": "v",
     "qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+ bias", "capped": "capped", "scores": "masked",
-    "weights": "softmax", "combined": "combined", "dropped": "dropout", "head_context": "@V",
+    "weights": "softmax", "combined": "combined", "dropped": "dropout", "value_weighted": "value-weighted",
+    "head_context": "@V",
     "context": "concat heads", "output": "output projection",
 }
 WEIGHT_STAGES = ("weights", "dropped")  # probabilities: the weights' colormap and scale
@@ -170,14 +171,8 @@ def stats_frames(result: RunResult, b: int, options: ViewOptions) -> StatsFrames
     if lw is not None and lw.ndim == 5:
         frames.layers = layer_stats(lw, min(b, lw.shape[1] - 1))
         lut = colormaps.lut(options.colormap)
-        for name in STAT_NAMES:  # min .. max: heads differ by little next to the values themselves
-            grid = frames.layers[name]
-            finite = grid[np.isfinite(grid)]
-            lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-            frac = np.nan_to_num((grid - lo) / ((hi - lo) or 1.0))
-            image = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
-            image[~np.isfinite(grid)] = colormaps.NAN_INDEX
-            frames.overview[name] = HeatImage(image, grid.shape, (lo, hi), lut, name)
+        for name in STAT_NAMES:
+            frames.overview[name] = _overview_image(frames.layers[name], lut, name)
     return frames
 
 
@@ -312,12 +307,181 @@ def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> 
             key = ("pipeline", b, options.pipeline_head, options.pipeline_stage, options.scale_mode,
                    options.colormap, options.diverging)
             out["pipeline"] = cache.get(result, key, lambda: pipeline_frames(result, options))
+        if options.head_scores:
+            out["head_scores"] = head_score_frames(result)
         if options.stats:
-            out["stats"] = cache.get(result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
+            stats = cache.get(result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
+            out["stats"] = add_head_types(stats, out["head_scores"], result.config.layer) \
+                if "head_scores" in out else stats
         if options.focus_row is not None:
             out["focus"] = focus_frames(result, b, options.focus_row)
-        if options.pinned is not None:
+        if options.unablated is not None:
+            pinned = unablated_result(result, options, cache)
+            out["compare"] = compare_frames(result, replace(options, pinned=pinned), cache)
+            out["compare_pinned"] = pinned
+        elif options.pinned is not None:
             out["compare"] = compare_frames(result, options, cache)
         if options.rollout:
             out["rollout"] = rollout_frames(result, b, options)
+        if options.predictions:
+            out["predictions"] = cache.get(result, ("predictions",), lambda: prediction_frames(result))
+        if options.lens:
+            out["lens"] = cache.get(result, ("lens", options.colormap), lambda: lens_frames(result, options))
     return out
+
+
+# --- what heads do: predictions, the logit lens, head types ------------------------------------
+# Everything below reads RunResult's lazy parts (the output head, a second forward for the unablated
+# predictions, a probe for the head types): on the worker only. The GUI gets plain NumPy and strings.
+
+NO_HEAD = "no output head: predictions need a trained toy or a language model (causal or masked LM)"
+NO_LENS = "No lens for this model: the logit lens needs a causal LM (its final norm and unembedding)"
+
+
+def forward_config(result: RunResult):
+    """The config the result's forward ran for: a model's (every layer, layer 0 in the key) or the run's own."""
+    return result.source.key if result.source is not None else result.config
+
+
+@dataclass
+class PredictionFrames:
+    message: str = ""  # why there are no predictions, if there are none
+    tokens: list[str] = field(default_factory=list)  # the input token at each position
+    top_tokens: tuple = ()  # L rows of k labels, most likely first
+    top_probs: np.ndarray | None = None  # (L, k)
+    target_tokens: list[str] = field(default_factory=list)  # "" where a position has no target
+    target_probs: np.ndarray | None = None  # (L,), NaN where no target
+    ablate: tuple[str, ...] = ()  # the heads ablated in this run ("layer.head")
+    ablation: str = "zero"
+    before_tokens: tuple = ()  # the unablated run's top k (only with an ablation)
+    before_probs: np.ndarray | None = None
+    before_target: np.ndarray | None = None
+    kl: np.ndarray | None = None  # (L,) KL(unablated ‖ ablated) in nats
+
+
+def prediction_frames(result: RunResult) -> PredictionFrames:
+    """The output head's top k and the target's probability per position (and before/after an ablation)."""
+    try:
+        p = result.predictions
+    except Exception as exc:  # a model whose head cannot say: one line, never the app
+        return PredictionFrames(f"no predictions: {exc}")
+    if p is None:
+        return PredictionFrames(NO_HEAD)
+    label = getattr(getattr(result.outputs, "model", None), "label", str)
+    tokens = list(result.tokens) if len(result.tokens) == len(p.target_ids) else [str(i) for i in
+                                                                                   range(len(p.target_ids))]
+    frames = PredictionFrames("", tokens, p.top_tokens, p.top_probs,
+                              [label(int(t)) if t >= 0 else "" for t in p.target_ids], p.target_probs,
+                              tuple(result.config.ablate), result.config.ablation)
+    before = result.unablated if result.config.ablate else None
+    if before is not None:
+        frames.before_tokens, frames.before_probs = before.top_tokens, before.top_probs
+        frames.before_target, frames.kl = before.target_probs, result.kl
+    return frames
+
+
+@dataclass
+class LensFrames:
+    message: str = ""
+    tokens: tuple = ()  # layers rows of L labels: the top-1 of the residual stream after each layer
+    probs: np.ndarray | None = None  # (layers, L)
+    index: np.ndarray | None = None  # (layers, L) uint8 colour indices of the probabilities
+    lut: np.ndarray | None = None
+    positions: list[str] = field(default_factory=list)  # the column labels: the run's tokens
+
+
+def lens_frames(result: RunResult, options: ViewOptions) -> LensFrames:
+    try:
+        lens = result.lens
+    except Exception as exc:
+        return LensFrames(f"No lens: {exc}")
+    if lens is None:
+        return LensFrames(NO_LENS)
+    n = lens.probs.shape[1]
+    positions = [f"{i} {t}" for i, t in enumerate(result.tokens)] if len(result.tokens) == n else \
+        [str(i) for i in range(n)]
+    return LensFrames("", lens.tokens, lens.probs, probability_index(lens.probs),
+                      colormaps.lut(options.colormap), positions)
+
+
+def probability_index(probs: np.ndarray) -> np.ndarray:
+    """Probabilities 0..1 as uint8 colour indices (NaN: the LUT's no-value colour)."""
+    index = np.round(np.clip(np.nan_to_num(probs), 0, 1) * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
+    index[~np.isfinite(probs)] = colormaps.NAN_INDEX
+    return index
+
+
+@dataclass
+class HeadScoreFrames:
+    message: str = ""  # why there are no head types, if there are none
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # HEAD_TYPES name -> (layers, heads)
+    passed: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (layers, heads) bool, over THRESHOLDS
+    types: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (short label, description)
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+
+_SCORES: dict = {}  # forward config -> HeadScoreFrames; a few models, the worker's thread only
+_SCORES_KEPT = 4
+
+
+def head_score_frames(result: RunResult) -> HeadScoreFrames:
+    """The head types of the result's model (a probe forward, once per model config)."""
+    if result.source is None:
+        return HeadScoreFrames("head types need a model (a trained toy or a pretrained model)")
+    key = forward_config(result)
+    if key not in _SCORES:
+        try:
+            from .core import head_scores
+            from .core.heads import HEAD_TYPES, THRESHOLDS
+
+            scores = {name: np.asarray(v, np.float64) for name, v in head_scores(key).items()}
+            frames = HeadScoreFrames("", scores, {n: np.nan_to_num(v) >= THRESHOLDS[n] for n, v in scores.items()
+                                                  if n in THRESHOLDS}, dict(HEAD_TYPES), dict(THRESHOLDS))
+        except Exception as exc:  # a family the probe cannot run: said, the rest of the view stays
+            frames = HeadScoreFrames(f"no head types: {exc}")
+        while len(_SCORES) >= _SCORES_KEPT:
+            _SCORES.pop(next(iter(_SCORES)))
+        _SCORES[key] = frames
+    return _SCORES[key]
+
+
+# the head types measured on the probe only; the others are the statistics' own columns
+# (previous token, first key, diagonal), not defined twice
+PROBE_TYPES = ("duplicate_token", "induction")
+
+
+def add_head_types(frames: StatsFrames, scores: HeadScoreFrames, layer: int) -> StatsFrames:
+    """The statistics with the probe's head types as more columns (this layer's row) and overviews."""
+    if scores.message:
+        return frames
+    out = StatsFrames(dict(frames.columns), frames.labels, dict(frames.layers) if frames.layers else None,
+                      dict(frames.overview))
+    for name in PROBE_TYPES:
+        grid = scores.scores.get(name)
+        if grid is None or layer >= grid.shape[0] or grid.shape[1] != len(frames.labels):
+            continue
+        out.columns[name] = grid[layer]
+        if out.layers is not None and grid.shape == next(iter(out.layers.values())).shape:
+            out.layers[name] = grid
+            out.overview[name] = _overview_image(grid, next(iter(frames.overview.values())).lut, name)
+    return out
+
+
+def _overview_image(grid: np.ndarray, lut: np.ndarray, name: str) -> HeatImage:
+    """A layer x head grid min .. max (heads differ by little next to the values themselves)."""
+    finite = grid[np.isfinite(grid)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    frac = np.nan_to_num((grid - lo) / ((hi - lo) or 1.0))
+    image = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
+    image[~np.isfinite(grid)] = colormaps.NAN_INDEX
+    return HeatImage(image, grid.shape, (lo, hi), lut, name)
+
+
+def unablated_result(result: RunResult, options: ViewOptions, cache: PoolCache) -> RunResult:
+    """The same configuration without its ablation, for the compare view (one more forward, cached)."""
+    from .core import run
+    from .core.stages import DEFAULT_RECORD
+
+    config = options.unablated
+    record = DEFAULT_RECORD | {view_stage(options.view)}
+    return cache.get(result, ("unablated", config, options.view), lambda: run(config, record=record))

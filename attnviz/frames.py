@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from . import colormaps
+from .core.config import RunConfig
 from .core.runner import RunResult
 from .core.stages import STAGE_NAMES, STAGES
 
@@ -26,6 +27,8 @@ MAP_VIEWS = {
     "scores": "Pre-softmax scores (scaled QK^T / sqrt(d_head), biased, capped, masked)",
     **{s.name: s.description[0].upper() + s.description[1:] for s in STAGES
        if s.is_map and STAGE_NAMES.index(s.name) < STAGE_NAMES.index("scores")},
+    "value_weighted": "Value-weighted attention: weights · ‖v_j W_O,h‖, rows renormalised (where each head's "
+                      "output comes from)",
 }
 
 
@@ -36,7 +39,7 @@ def view_stage(view: str) -> str:
 
 def view_signed(view: str, config) -> bool:
     """Whether a view's values have a sign (diverging colours): all but softmax weights."""
-    return view != "weights" or config.spec.head_factor > 1
+    return view not in ("weights", "value_weighted") or config.spec.head_factor > 1
 
 # Colour scales: how a map's values become colours (view only: never a re-run).
 SCALE_MODES = {
@@ -92,6 +95,11 @@ class ViewOptions:
     rollout: bool = False  # attention rollout over the layers (models)
     pinned: RunResult | None = field(default=None, compare=False, repr=False)  # compare: the pinned result
     compare_head: int = 0  # compare: which head is shown beside the pinned one
+    # compare against the same config without its ablation (run on the worker, cached with the result)
+    unablated: RunConfig | None = None  # the shown config with ablate=() (None: not compared so)
+    predictions: bool = False  # the predictions strip: top-k, target probability, before/after an ablation
+    lens: bool = False  # the logit lens panel
+    head_scores: bool = False  # head types (a probe forward per model; the model view's badges, statistics)
 
 
 @dataclass

@@ -27,6 +27,11 @@ class CompareView(QWidget):
         self.pinButton.setCheckable(True)
         self.pinButton.setToolTip("Pin the result on screen; every later result is shown beside it with the "
                                   "difference (e.g. with and without RoPE, two seeds)")
+        self.unablatedButton = named(QPushButton("Against unablated"), "compareUnablatedButton")
+        self.unablatedButton.setCheckable(True)
+        self.unablatedButton.setToolTip("Compare with the same configuration without its ablated heads: the "
+                                        "difference shows what the ablation changed in this layer's maps "
+                                        "(ablate a head with Alt+click in the model view)")
         self.headSpin = named(QSpinBox(), "compareHeadSpin")
         self.headSpin.setPrefix("head ")
         self.headSpin.setToolTip("The head compared")
@@ -38,6 +43,7 @@ class CompareView(QWidget):
         self.infoLabel.setWordWrap(True)
         top = QHBoxLayout()
         top.addWidget(self.pinButton)
+        top.addWidget(self.unablatedButton)
         top.addWidget(self.headSpin)
         top.addWidget(self.infoLabel, 1)
         top.addWidget(self.exportButton)
@@ -66,9 +72,12 @@ class CompareView(QWidget):
             self.infoLabel.setText("Not compared: " + frames.message)
             return
         for tile, heat in zip(self.tiles, (frames.pinned, frames.current, frames.difference)):
+            if self.unablatedButton.isChecked() and heat is frames.pinned:
+                heat.title = "unablated"
             lo, hi = heat.levels
             tile.show(heat, f"{heat.title} ({_fmt(lo)} … {_fmt(hi)})")
-        self.infoLabel.setText(f"max |current − pinned| over every head: {_fmt(frames.max_abs)}"
+        against = "unablated" if self.unablatedButton.isChecked() else "pinned"
+        self.infoLabel.setText(f"max |current − {against}| over every head: {_fmt(frames.max_abs)}"
                                + (" (identical)" if frames.max_abs == 0 else ""))
 
 

@@ -1,7 +1,7 @@
 """The explaining views as dock panels of the main window: pipeline, statistics, token focus,
-compare and rollout. The window only wires them: `options()` adds what the visible panels need to
-each request's ViewOptions; `show()` hands them the worker's frames. A hidden panel costs nothing
-(the pipeline's full trace is recorded only while it is shown).
+compare, rollout, which heads matter and the logit lens. The window only wires them: `options()` adds
+what the visible panels need to each request's ViewOptions; `show()` hands them the worker's frames.
+A hidden panel costs nothing (the pipeline's full trace is recorded only while it is shown).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from ..atomic import write_bytes
 from ..explain import token_labels
 from .compare import CompareView, RolloutView
 from .focus import FocusView
+from .head_effects import HeadEffectsView, default_effects
+from .lens_view import LensView
 from .panel import named
 from .pipeline import PipelineView
 from .stats_view import StatsView
@@ -29,6 +31,9 @@ DOCKS = {
     "focusDock": ("Token focus", "Ctrl+Shift+F", "Where every head sends one query token"),
     "compareDock": ("Compare", "Ctrl+Shift+D", "A pinned result beside the current one, and their difference"),
     "rolloutDock": ("Rollout", "Ctrl+Shift+R", "Attention rollout over the layers of a model"),
+    "headEffectsDock": ("Which heads matter", "Ctrl+Shift+H",
+                        "Layer × head: how much each head alone matters for the target's probability (ablation)"),
+    "lensDock": ("Logit lens", "Ctrl+Shift+L", "The top-1 token after each layer at each position (causal LMs)"),
 }
 FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "NumPy arrays (*.npz)",
            "csv": "CSV table (*.csv)"}
@@ -37,7 +42,7 @@ FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "Num
 class ExplainViews(QObject):
     """Builds the docks into `window` (a MainWindow) and keeps their state."""
 
-    def __init__(self, window: QMainWindow):
+    def __init__(self, window: QMainWindow, effects=default_effects):
         super().__init__(window)
         self.window = window
         self.pipeline = PipelineView()
@@ -45,10 +50,12 @@ class ExplainViews(QObject):
         self.focus = FocusView()
         self.compare = CompareView()
         self.rollout = RolloutView()
+        self.effects = HeadEffectsView(effects)
+        self.lens = LensView()
         self.docks: dict[str, QDockWidget] = {}
         self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
         self._sized = False
-        widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout)
+        widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout, self.effects, self.lens)
         first = None
         for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
             dock = named(QDockWidget(title, window), name)
@@ -64,6 +71,9 @@ class ExplainViews(QObject):
         for view in (self.pipeline, self.focus, self.compare):
             view.sigChanged.connect(window.schedule)
         self.compare.pinButton.toggled.connect(self._pin_toggled)
+        self.compare.unablatedButton.toggled.connect(self._unablated_toggled)
+        self.effects.sigOpen.connect(self._open_head)
+        self.lens.sigExport.connect(lambda: self.export_dialog("lens"))
         self.pipeline.sigExport.connect(lambda: self.export_dialog("pipeline"))
         self.stats.sigExport.connect(lambda: self.export_dialog("stats"))
         self.focus.sigExport.connect(lambda: self.export_dialog("focus"))
@@ -92,18 +102,41 @@ class ExplainViews(QObject):
         if visible and not self._sized:  # the first panel opened takes ~40% of the height, not half
             self._sized = True
             self.window.resizeDocks([self.docks[name]], [int(self.window.height() * 0.4)], Qt.Vertical)
+        if name == "headEffectsDock" and not visible:
+            self.effects.stop()  # a hidden panel costs nothing
         self.window.headGrid.row_picking = self.shown("focusDock")
         self.window.schedule()
 
     def _pin_toggled(self, on: bool) -> None:
         self.compare.pinned = self.window.result if on else None
         self.compare.pinButton.setText("Unpin" if on else "Pin current")
+        if on:
+            self.compare.unablatedButton.setChecked(False)
         if not on:
             self.compare.show_frames(None)
         self.window.schedule()
 
-    def options(self, config) -> dict:
-        """The ViewOptions fields of the visible panels."""
+    def _unablated_toggled(self, on: bool) -> None:
+        if on:
+            self.compare.pinButton.setChecked(False)
+        else:
+            self.compare.show_frames(None)
+        self.window.schedule()
+
+    def _open_head(self, layer: int, head: int) -> None:
+        """A cell of the head effects: that head in the head grid, as a model-view click opens it."""
+        result = self.window.result
+        stack = result.source.stack if result is not None and result.source is not None else ""
+        self.window._open_tile(stack, layer, head)
+
+    def unablated(self, config):
+        """The config compared against while "Against unablated" is on (None: off, or nothing ablated)."""
+        on = self.shown("compareDock") and self.compare.unablatedButton.isChecked()
+        return config.replace(ablate=()) if on and config.ablate else None
+
+    def options(self, config, request=None) -> dict:
+        """The ViewOptions fields of the visible panels (`config` sized as the views are; `request` the
+        configuration asked for, default `config`)."""
         self.pipeline.set_heads(config.heads)
         self.compare.set_heads(config.heads)
         focus_row = self.focus.row if self.shown("focusDock") else None
@@ -115,6 +148,8 @@ class ExplainViews(QObject):
             rollout=self.shown("rolloutDock"),
             pinned=self.compare.pinned if self.shown("compareDock") else None,
             compare_head=self.compare.headSpin.value(),
+            unablated=self.unablated(config if request is None else request),
+            lens=self.shown("lensDock"),
         )
 
     def show(self, result, frames) -> None:
@@ -129,14 +164,22 @@ class ExplainViews(QObject):
             self.focus.show_frames(extras["focus"])
         if "compare" in extras:
             self.compare.show_frames(extras["compare"])
+        elif self.shown("compareDock") and self.compare.unablatedButton.isChecked():
+            self.compare.show_frames(None)
+            self.compare.infoLabel.setText("Nothing is ablated: Alt+click a head in the model view (or type heads "
+                                           "into Ablation) to compare with the intact model")
         if "rollout" in extras:
             self.rollout.show_frames(extras["rollout"])
+        if "lens" in extras:
+            self.lens.show_frames(extras["lens"])
+        if self.shown("headEffectsDock"):
+            self.effects.show_result(result)
 
     # --- export ------------------------------------------------------------------------------
 
     def export_dialog(self, kind: str) -> None:
         formats = {"pipeline": ("png", "svg", "npz"), "stats": ("csv", "png"), "focus": ("csv", "png"),
-                   "compare": ("npz", "png"), "rollout": ("csv", "png")}[kind]
+                   "compare": ("npz", "png"), "rollout": ("csv", "png"), "lens": ("csv", "png")}[kind]
         path, _ = QFileDialog.getSaveFileName(self.window, f"Export {kind}", str(Path.home() / f"attnviz-{kind}"),
                                               ";;".join(FILTERS[f] for f in formats))
         if not path:
@@ -166,7 +209,7 @@ class ExplainViews(QObject):
         """Write one panel's image (.png/.svg) or numbers (.csv/.npz) to `path`."""
         ext = Path(path).suffix.lower()
         widget = {"pipeline": self.pipeline, "stats": self.stats, "focus": self.focus, "compare": self.compare,
-                  "rollout": self.rollout}[kind]
+                  "rollout": self.rollout, "lens": self.lens}[kind]
         if kind == "pipeline":
             from ..export import export_pipeline
 
@@ -175,7 +218,7 @@ class ExplainViews(QObject):
             if not widget.grab().save(path):
                 raise OSError(f"cannot write {path}")
             return Path(path)
-        if kind == "stats" or kind == "focus":
+        if kind in ("stats", "focus", "lens"):
             write_bytes(path, widget.csv().encode("utf-8"))
         elif kind == "rollout":
             lines = [",".join(f"{v:.6g}" for v in row) for row in self.rollout.frames.data]
@@ -185,7 +228,8 @@ class ExplainViews(QObject):
             from ..explain import compare_difference
 
             options = self.window.frames.options
-            diff = compare_difference(self.window.result, self.compare.pinned, options.view, options.batch_index)
+            pinned = self.compare.pinned or self.window.frames.extras.get("compare_pinned")  # or the unablated run
+            diff = compare_difference(self.window.result, pinned, options.view, options.batch_index)
             with atomic_writer(path) as f:
                 np.savez_compressed(f, difference=diff, view=np.array(options.view))
         return Path(path)

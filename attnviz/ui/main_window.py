@@ -45,8 +45,9 @@ from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
 from . import lifecycle
 from .choices import add_choice
 from .explain_views import ExplainViews
-from .model_view import ModelView
+from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
 from .panel import ParameterPanel, named
+from .predictions_view import PredictionStrip
 from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView
 from .worker import Failure, Outcome, Request, Worker
 
@@ -212,6 +213,8 @@ class MainWindow(QMainWindow):
         self.captionLabel = named(CaptionBar(), "captionLabel")  # what to look for in these maps
         maps_layout.addWidget(self.captionLabel)
         maps_layout.addWidget(self.headGrid, 1)
+        self.predictionStrip = PredictionStrip()  # the model's prediction per position, under the maps
+        maps_layout.addWidget(self.predictionStrip)
         return maps, maps_layout
 
     # --- controls ----------------------------------------------------------------------------
@@ -332,6 +335,11 @@ class MainWindow(QMainWindow):
         self.modelViewAction.setShortcut(QKeySequence("Ctrl+Shift+M"))
         self.modelViewAction.setToolTip("Every layer × head of a pretrained model as small tiles (Ctrl+Shift+M)")
         view_menu.addAction(self.modelViewAction)
+        self.stripAction = action("Predictions strip", "Ctrl+Shift+N", self._strip_toggled,
+                                  "The model's top-1 prediction at each position under the maps, coloured by the "
+                                  "target's probability", view_menu)
+        self.stripAction.setCheckable(True)
+        self.stripAction.setChecked(True)
         action("Next layer", "Ctrl+]", lambda: self._step_layer(1), "Show the next layer of the model", view_menu)
         action("Previous layer", "Ctrl+[", lambda: self._step_layer(-1), "Show the previous layer of the model",
                view_menu)
@@ -353,7 +361,8 @@ class MainWindow(QMainWindow):
         self.modelView = ModelView()
         self.modelDock = QDockWidget("Model view: every layer × head (click one to open it)", self)
         self.modelDock.setObjectName("modelDock")
-        self.modelDock.setWidget(self.modelView)
+        self.modelPanel = ModelPanel(self.modelView)  # the view and its head-type legend
+        self.modelDock.setWidget(self.modelPanel)
         # Open from the start (a note says when no model is behind the maps): a dock that opened with
         # the first model's result re-laid out the whole window inside that result's swap (a 65 ms stall).
         self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
@@ -361,10 +370,13 @@ class MainWindow(QMainWindow):
         self.modelView.sigOpen.connect(self._open_tile)
         self.modelDock.visibilityChanged.connect(self._model_dock_visible)
         self.modelView.sigHover.connect(self._show_hover)
+        self.modelView.sigAblate.connect(self._toggle_ablation)
+        self.modelView.sigRestoreAll.connect(lambda: self._set_ablation(()))
 
     def _model_dock_visible(self, visible: bool) -> None:
         if visible and self.result is not None:  # opened after the result came: fill it now
             self._show_model(self.result)
+            self.schedule()  # and its head-type badges (computed only while it is shown)
 
     def _show_model(self, result) -> None:
         """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
@@ -378,6 +390,38 @@ class MainWindow(QMainWindow):
         layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
         if self.modelDock.isVisible():
             self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
+
+    def _show_heads(self, result, frames) -> None:
+        """What the heads do: the predictions strip; the model view's crossed (ablated) heads and badges."""
+        extras = frames.extras
+        if "predictions" in extras:
+            self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
+        if result.source is None:
+            return
+        heads = result.source.layer_weights.shape[2]
+        self.modelView.set_ablated(ablated_heads(result.config.ablate, result.source.info.layers, heads))
+        if "head_scores" in extras:
+            self.modelView.set_head_types(extras["head_scores"])
+            self.modelPanel.set_legend(extras["head_scores"])
+
+    def _toggle_ablation(self, stack: str, layer: int, head: int) -> None:
+        """Alt+click on a model-view tile: that head goes into (or out of) the Ablation field; the run
+        then follows through the normal request path."""
+        shown = self.result.source.stack if self.result is not None and self.result.source is not None else ""
+        if stack != shown:
+            self.statusBar().showMessage("Ablation applies to the stack shown: open that stack first", 6000)
+            return
+        edit = self.panel.widgets["ablate"]
+        specs = [p for p in edit.text().split(",") if p.strip()]
+        self._set_ablation(toggle_head(specs, layer, head, self.result.source.layer_weights.shape[2]))
+
+    def _set_ablation(self, specs: tuple[str, ...]) -> None:
+        self.panel.widgets["ablate"].setText(", ".join(specs))
+        self.schedule()
+
+    def _strip_toggled(self, on: bool) -> None:
+        self.predictionStrip.setVisible(on)
+        self.schedule()  # shown again: the next render asks for the predictions
 
     def _follow_default_scale(self, config: RunConfig) -> None:
         """A view whose scale the user has not chosen follows its default when that changes between
@@ -452,7 +496,7 @@ class MainWindow(QMainWindow):
                 and self.latest_id in (self.shown_id, self.failed_id))
 
     def view_options(self, config: RunConfig) -> ViewOptions:
-        config = self._shapes(config)
+        request, config = config, self._shapes(config)
         self.tensorHeadSpin.setMaximum(config.heads - 1)
         return ViewOptions(
             view=self.viewCombo.currentData(),
@@ -466,7 +510,9 @@ class MainWindow(QMainWindow):
             mean=self.meanCheck.isChecked(),
             scale_mode=self.scaleCombo.currentData(),
             grid_pixels=self.headGrid.focus is None,  # a focused head is drawn by its own PlotItem
-            **self.explain.options(config),
+            predictions=not self.predictionStrip.isHidden(),
+            head_scores=not self.modelDock.isHidden() or self.explain.shown("statsDock"),
+            **self.explain.options(config, request),
         )
 
     def request(self) -> int | None:
@@ -539,6 +585,7 @@ class MainWindow(QMainWindow):
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
         self._show_model(outcome.result)
+        self._show_heads(outcome.result, outcome.frames)
         self._follow_default_scale(outcome.result.config)
         if rid == self.latest_id and self.panel.adopt_files(outcome.result.config):  # what the files set
             self.schedule()  # (bias flags, batch, lengths) shown; a view-only re-render sized for them
@@ -723,6 +770,8 @@ class MainWindow(QMainWindow):
         self.perHeadCheck.setChecked(s.value("perHead", False, bool))
         self.meanCheck.setChecked(s.value("mean", False, bool))
         self.modelDock.setVisible(s.value("modelDock", True, bool))
+        self.stripAction.setChecked(s.value("predictionStrip", True, bool))
+        self.predictionStrip.setVisible(self.stripAction.isChecked())
         self.resizeDocks([self.modelDock], [s.value("modelDockHeight", MODEL_DOCK_PX, int)], Qt.Vertical)
 
     def save_settings(self) -> None:
@@ -740,6 +789,7 @@ class MainWindow(QMainWindow):
         s.setValue("tensor", self.tensorCombo.currentData())
         s.setValue("modelDock", not self.modelDock.isHidden())  # the window may be hidden already
         s.setValue("modelDockHeight", self.modelDock.height())
+        s.setValue("predictionStrip", not self.predictionStrip.isHidden())
         s.setValue("scales", json.dumps(self._scales))
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())

@@ -1,6 +1,8 @@
 """The model view: every layer x head of a model as small tiles (bertviz's model view), the mean over
 each layer's heads in the last column; an encoder-decoder's encoder, decoder and cross-attention stacks one
-block under another. Click a tile to open that stack, layer and head in the head grid.
+block under another. Click a tile to open that stack, layer and head in the head grid; Alt+click (or the
+context menu) ablates the head or restores it. Ablated heads are drawn crossed; heads whose head-type
+score passes its threshold carry a coloured badge (the legend under the view says which colour is which).
 
 The mosaic is composed on a background thread (frames.model_mosaic) once per model forward; the GUI
 thread only swaps the finished picture in.
@@ -14,6 +16,8 @@ import threading
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLabel, QMenu, QVBoxLayout, QWidget
 
 from ..frames import model_mosaic, mosaic_columns, mosaic_rows
 from .panel import named
@@ -23,6 +27,11 @@ from .worker import lower_priority
 GAP = 2
 STACK_LABELS = {"encoder": "enc", "decoder": "dec", "cross": "cross"}  # the row labels of an encoder-decoder
 MIN_TILE, MAX_TILE = 12, 72
+# one colour per head type (badges and legend); a type not listed here gets grey
+BADGE_COLOURS = {"previous_token": "#1f77b4", "first_token": "#7f7f7f", "self": "#2ca02c",
+                 "duplicate_token": "#9467bd", "induction": "#ff7f0e"}
+BADGE_PX = 0.18  # a badge's side, as a fraction of the tile
+BADGE_MAX = 10.0  # px: a badge marks, it does not cover the tile
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
             "(Variant) to see all its layers and heads here.")
 
@@ -31,6 +40,8 @@ class ModelView(pg.GraphicsLayoutWidget):
     """Shows a ModelForward (core.backed); sigOpen(stack, layer, head) on a click (head -1: the layer's mean)."""
 
     sigOpen = Signal(str, int, int)  # (stack: "" for a model of one stack, layer, head)
+    sigAblate = Signal(str, int, int)  # toggle one head's ablation (stack, layer, head)
+    sigRestoreAll = Signal()
     sigHover = Signal(str)
     _sigMosaic = Signal(object, object, int)  # (source, RGBA mosaic, tile px), from the composing thread
 
@@ -38,7 +49,8 @@ class ModelView(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         named(self, "modelView")
         self.setToolTip("Every layer (rows) and head (columns) of the model, the mean over each layer's heads on "
-                        "the right; each tile scaled to its own maximum. Click a tile to open it.")
+                        "the right; each tile scaled to its own maximum. Click a tile to open it; Alt+click or "
+                        "right-click a head to ablate it (crossed) or restore it.")
         self.setBackground("w")
         self.plot = self.addPlot()
         self.plot.setMenuEnabled(False)
@@ -54,6 +66,16 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.marker = pg.QtWidgets.QGraphicsRectItem()
         self.marker.setPen(pg.mkPen("#d0312d", width=2))
         self.plot.addItem(self.marker)
+        # a white cross on a dark outline: visible on any colormap, and apart from the red layer marker
+        self.crossShadow = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("#202020", width=4))
+        self.crosses = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("w", width=2))
+        self.plot.addItem(self.crossShadow)
+        self.plot.addItem(self.crosses)
+        self.badges = pg.ScatterPlotItem(pxMode=False, symbol="s", pen=pg.mkPen("w", width=0.5))
+        self.plot.addItem(self.badges)
+        self.ablated: set[tuple[int, int]] = set()  # (layer, head) of the shown stack
+        self.head_types = None  # explain.HeadScoreFrames of the shown model
+        self.menu: QMenu | None = None
         self.source = None
         self.layer = 0
         self.tile = 0
@@ -96,6 +118,9 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.source, self.tile, self._size = None, 0, None
         self.image.clear()
         self.marker.setRect(QRectF())
+        self.crosses.setData([], [])
+        self.crossShadow.setData([], [])
+        self.badges.setData([])
         for axis in ("left", "top"):
             self.plot.getAxis(axis).setTicks([[]])
             self.plot.hideAxis(axis)
@@ -123,6 +148,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self._size = mosaic.shape[:2]
         self._fit()
         self._mark()
+        self._draw_overlays()
 
     def _fit(self) -> None:
         """Square pixels, the mosaic at the top left (not centred far from its layer labels)."""
@@ -160,14 +186,158 @@ class ModelView(pg.GraphicsLayoutWidget):
         return stack, layer, (-1 if col == heads else col)
 
     def _clicked(self, event) -> None:
-        if event.button() == Qt.LeftButton:
-            hit = self.tile_at(event.scenePos())
-            if hit is not None:
-                self.sigOpen.emit(*hit)
+        hit = self.tile_at(event.scenePos())
+        if hit is None:
+            return
+        if event.button() == Qt.LeftButton and event.modifiers() & Qt.AltModifier:
+            if hit[2] >= 0:
+                self.sigAblate.emit(*hit)
+        elif event.button() == Qt.LeftButton:
+            self.sigOpen.emit(*hit)
+        elif event.button() == Qt.RightButton and hit[2] >= 0:
+            self.context_menu(hit).popup(event.screenPos().toPoint())
+
+    def context_menu(self, hit: tuple[str, int, int]) -> QMenu:
+        """Ablate or restore the head under the mouse; restore every head."""
+        stack, layer, head = hit
+        self.menu = QMenu(self)
+        ablated = stack == self.source.stack and (layer, head) in self.ablated
+        toggle = QAction(f"{'Restore' if ablated else 'Ablate'} L{layer} H{head}", self.menu)
+        toggle.setToolTip("Alt+click does the same")
+        toggle.triggered.connect(lambda: self.sigAblate.emit(stack, layer, head))
+        self.menu.addAction(toggle)
+        restore = QAction("Restore all heads", self.menu)
+        restore.setEnabled(bool(self.ablated))
+        restore.triggered.connect(self.sigRestoreAll)
+        self.menu.addAction(restore)
+        return self.menu
+
+    def set_ablated(self, heads: set[tuple[int, int]]) -> None:
+        """The heads of the shown stack that the shown result ran without (drawn crossed)."""
+        if heads != self.ablated:
+            self.ablated = set(heads)
+            self._draw_overlays()
+
+    def set_head_types(self, frames) -> None:
+        """explain.HeadScoreFrames of the shown model (None: no badges)."""
+        if frames is not self.head_types:
+            self.head_types = frames
+            self._draw_overlays()
+
+    def _tile_origin(self, layer: int, head: int) -> tuple[float, float] | None:
+        if self.source is None or not self.tile or (self.source.stack, layer) not in self.rows:
+            return None
+        return self.columns[head], self.tops[self.rows.index((self.source.stack, layer))]
+
+    def _draw_overlays(self) -> None:
+        """A cross over each ablated head; one small square per head type passed, along the tile's top."""
+        xs, ys = [], []
+        for layer, head in sorted(self.ablated):
+            at = self._tile_origin(layer, head) if head < len(getattr(self, "columns", [])) - 1 else None
+            if at is not None:
+                x, y, t = at[0], at[1], self.tile
+                xs += [x, x + t, x, x + t]
+                ys += [y, y + t, y + t, y]
+        self.crosses.setData(xs, ys)
+        self.crossShadow.setData(xs, ys)
+        self.badges.setData(self._badge_spots())
+
+    def _badge_spots(self) -> list[dict]:
+        frames = self.head_types
+        if frames is None or frames.message or not self.tile:
+            return []
+        size = min(max(self.tile * BADGE_PX, 3.0), BADGE_MAX)
+        spots, placed = [], {}  # badges per tile so far: each tile's badges side by side from its top right
+        for name, passed in frames.passed.items():
+            brush = pg.mkBrush(BADGE_COLOURS.get(name, "#bbbbbb"))
+            for layer, head in zip(*np.nonzero(passed)):
+                at = self._tile_origin(int(layer), int(head))
+                if at is None or head >= len(self.columns) - 1:
+                    continue
+                k = placed[layer, head] = placed.get((layer, head), -1) + 1
+                x = at[0] + self.tile - size * (k + 0.5) - 1.5 * k - 1
+                spots.append({"pos": (x, at[1] + size / 2 + 1), "size": size, "brush": brush})
+        return spots
+
+    def types_of(self, layer: int, head: int) -> list[str]:
+        """The head types whose badge the tile carries."""
+        frames = self.head_types
+        if frames is None or frames.message:
+            return []
+        return [name for name, passed in frames.passed.items()
+                if layer < passed.shape[0] and head < passed.shape[1] and passed[layer, head]]
 
     def _hovered(self, pos) -> None:
         hit = self.tile_at(pos)
         if hit is not None:
             stack, layer, head = hit
             where = f"{STACK_LABELS.get(stack, stack)} " if stack else ""
-            self.sigHover.emit(f"{where}L{layer} {'mean over heads' if head < 0 else f'H{head}'} · click to open")
+            text = f"{where}L{layer} {'mean over heads' if head < 0 else f'H{head}'} · click to open"
+            if head >= 0:
+                text += " · Alt+click to " + ("restore" if (layer, head) in self.ablated else "ablate")
+                text += self._scores_text(layer, head)
+            self.sigHover.emit(text)
+
+    def _scores_text(self, layer: int, head: int) -> str:
+        frames = self.head_types
+        if frames is None or frames.message:
+            return ""
+        parts = [f"{frames.types.get(n, (n, ''))[0]} {v[layer, head]:.2f}" for n, v in frames.scores.items()
+                 if layer < v.shape[0] and head < v.shape[1]]
+        return " · head types: " + ", ".join(parts) if parts else ""
+
+
+class ModelPanel(QWidget):
+    """The model view with the head-type legend under it (the model dock's widget)."""
+
+    def __init__(self, view: ModelView, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.view = view
+        self.legend = named(QLabel(), "headTypeLegend")
+        self.legend.setTextFormat(Qt.RichText)
+        self.legend.setWordWrap(True)
+        self.legend.setToolTip("Badges on the tiles: the head types whose score passes its threshold, measured "
+                               "on a probe (random tokens repeated twice)")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(view, 1)
+        layout.addWidget(self.legend)
+        self.set_legend(None)
+
+    def set_legend(self, frames) -> None:
+        """The badge colours and the thresholds; the crossed-tile key."""
+        cross = "<b>✕</b> ablated (Alt+click a head; right-click: menu)"
+        if frames is None or frames.message:
+            note = "" if frames is None else f" · {frames.message}"
+            self.legend.setText(f"<small>{cross}{note}</small>")
+            return
+        items = [f"<span style='color:{BADGE_COLOURS.get(n, '#bbbbbb')}'>■</span> "
+                 f"{frames.types.get(n, (n, ''))[0]} ≥ {frames.thresholds.get(n, 0):.2g}" for n in frames.passed]
+        self.legend.setText("<small>" + " &nbsp; ".join(items + [cross]) + "</small>")
+
+
+def ablated_heads(specs, layers: int, heads: int) -> set[tuple[int, int]]:
+    """(layer, head) pairs named by "layer.head" / "layer.*" specs; malformed or out-of-range ones are skipped
+    (the config's own validation reports them)."""
+    out = set()
+    for spec in specs:
+        layer, _, head = str(spec).strip().partition(".")
+        if not layer.isdigit() or not (head == "*" or head.isdigit()) or int(layer) >= layers:
+            continue
+        out |= {(int(layer), h) for h in range(heads)} if head == "*" else \
+            ({(int(layer), int(head))} if int(head) < heads else set())
+    return out
+
+
+def toggle_head(specs, layer: int, head: int, heads: int) -> tuple[str, ...]:
+    """The ablation specs with one head switched: added, or removed (a "layer.*" becomes its other heads)."""
+    specs = [str(s).strip() for s in specs if str(s).strip()]
+    whole = f"{layer}.*"
+    if whole in specs:
+        i = specs.index(whole)
+        return tuple(specs[:i] + [f"{layer}.{h}" for h in range(heads) if h != head] + specs[i + 1:])
+    named_ = [s for s in specs if ablated_heads([s], layer + 1, heads) == {(layer, head)}]
+    if named_:
+        return tuple(s for s in specs if s not in named_)
+    return (*specs, f"{layer}.{head}")

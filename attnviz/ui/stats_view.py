@@ -28,6 +28,25 @@ from .panel import named
 from .views import _image_item, lean_axes, set_heat_image
 
 SORT_ROLE = Qt.UserRole + 1
+# the head types measured on a probe (explain.PROBE_TYPES); previous token, first key and diagonal are
+# the statistics' own columns
+PROBE_HEADERS = {"duplicate_token": ("duplicate token", "mean weight on earlier copies of the query's own token, "
+                                     "measured on a probe (random tokens repeated twice)"),
+                 "induction": ("induction", "mean weight on the token after the earlier copy of the query's token, "
+                               "measured on a probe (random tokens repeated twice)")}
+
+
+def header(name: str) -> tuple[str, str]:
+    """(header, tooltip) of a column: a statistic or a probe's head type."""
+    if name in STATS:
+        return STATS[name]
+    try:
+        from ..core.heads import HEAD_TYPES
+
+        label, tip = HEAD_TYPES[name]
+        return label, tip + " (on a probe: random tokens repeated twice)"
+    except (ImportError, KeyError):
+        return PROBE_HEADERS.get(name, (name, name))
 
 
 class StatsView(QWidget):
@@ -53,8 +72,8 @@ class StatsView(QWidget):
         self.table.sortByColumn(0, Qt.AscendingOrder)
 
         self.columnCombo = named(QComboBox(), "statsColumnCombo")
-        for name, (header, tip) in STATS.items():
-            add_choice(self.columnCombo, header, name, tip)
+        for name, (text, tip) in list(STATS.items()) + list(PROBE_HEADERS.items()):
+            add_choice(self.columnCombo, text, name, tip)
         self.columnCombo.setToolTip("The statistic the layer x head overview shows")
         self.columnCombo.currentIndexChanged.connect(self._show_overview)
         self.copyButton = named(QPushButton("Copy"), "statsCopyButton")
@@ -120,9 +139,9 @@ class StatsView(QWidget):
         sort_column = self.table.horizontalHeader().sortIndicatorSection()
         order = self.table.horizontalHeader().sortIndicatorOrder()
         self.model.clear()
-        self.model.setHorizontalHeaderLabels(["head"] + [STATS[name][0] for name in frames.columns])
+        self.model.setHorizontalHeaderLabels(["head"] + [header(name)[0] for name in frames.columns])
         for col, name in enumerate(frames.columns, start=1):
-            self.model.horizontalHeaderItem(col).setToolTip(STATS[name][1])
+            self.model.horizontalHeaderItem(col).setToolTip(header(name)[1])
         for h, label in enumerate(frames.labels):
             first = QStandardItem(label)
             first.setData(h, SORT_ROLE)
@@ -146,7 +165,11 @@ class StatsView(QWidget):
         self.overviewNote.setVisible(not has)
         if not has:
             return
-        heat = f.overview[self.columnCombo.currentData()]
+        heat = f.overview.get(self.columnCombo.currentData())
+        if heat is None:  # a head type this model has no score for
+            self.overviewImage.clear()
+            self.overview.getPlotItem().setTitle("no head-type scores for this model", size="9pt")
+            return
         set_heat_image(self.overviewImage, heat)
         rows, cols = heat.shape
         lo, hi = heat.levels

@@ -1,0 +1,188 @@
+"""predictionStrip: under the maps, one cell per position: the input token, the model's top-1 next
+token and its probability, the cell coloured by the probability given to the target (the token that
+actually comes next, or the toy's task answer). Hover a cell for the top k. With heads ablated each
+cell reads before → after, and the header gives the KL divergence from the unablated model.
+The numbers come from the worker (explain.prediction_frames); this widget only paints them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import QEvent, QRect, Qt
+from PySide6.QtGui import QColor, QFont, QPainter
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
+
+from .. import colormaps
+from ..explain import PredictionFrames
+from .panel import named
+
+CELL_MIN, CELL_MAX = 58, 120  # px per position: few positions fill the width, many scroll
+CELL_ABLATED = 76
+ROWS_PX = 48  # three lines of text
+NO_TARGET = QColor("#eeeeee")
+
+
+def _ink(colour: QColor) -> QColor:
+    light = 0.299 * colour.red() + 0.587 * colour.green() + 0.114 * colour.blue()
+    return QColor("black") if light >= 140 else QColor("white")
+
+
+def _p(value: float) -> str:
+    return "—" if not math.isfinite(value) else f"{value:.2f}" if value >= 0.01 else f"{value:.0e}"
+
+
+class _Cells(QWidget):
+    """The painted row of cells (inside a horizontal scroll area)."""
+
+    def __init__(self, strip: PredictionStrip):
+        super().__init__()
+        self.strip = strip
+        self.setFixedHeight(ROWS_PX)
+        self.setMouseTracking(True)
+
+    def count(self) -> int:
+        f = self.strip.frames
+        return 0 if f is None or f.message else len(f.tokens)
+
+    def cell_width(self) -> float:
+        n = self.count()
+        return max(self.strip.cell_min(), min(CELL_MAX, self.width() / n)) if n else CELL_MIN
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        n = self.count()
+        if not n:
+            return
+        painter = QPainter(self)
+        w = self.cell_width()
+        first = max(0, int(event.rect().left() // w))
+        last = min(n, int(event.rect().right() // w) + 1)
+        bold = QFont(self.font())
+        bold.setBold(True)
+        lines = self.strip.cell_lines
+        line_h = ROWS_PX // 3
+        for i in range(first, last):
+            rect = QRect(int(i * w), 0, int(w) - 1, ROWS_PX)
+            colour = self.strip.colour(i)
+            painter.fillRect(rect, colour)
+            painter.setPen(_ink(colour))
+            for k, text in enumerate(lines(i)):
+                painter.setFont(bold if k == 1 else self.font())
+                box = rect.adjusted(3, k * line_h, -3, 0)
+                box.setHeight(line_h)
+                painter.drawText(box, Qt.AlignHCenter | Qt.AlignVCenter,
+                                 painter.fontMetrics().elidedText(text, Qt.ElideRight, box.width()))
+        painter.end()
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.ToolTip:
+            i = int(event.pos().x() // self.cell_width())
+            if 0 <= i < self.count():
+                QToolTip.showText(event.globalPos(), self.strip.tooltip(i), self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(event)
+
+
+class PredictionStrip(QWidget):
+    """The strip: a header line (what the colour means, the KL of an ablation) over the cells."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        named(self, "predictionStrip")
+        self.frames: PredictionFrames | None = None
+        self.lut = colormaps.lut(colormaps.DEFAULT_SEQUENTIAL)
+        self.infoLabel = named(QLabel(), "predictionInfo")
+        self.infoLabel.setTextFormat(Qt.PlainText)
+        self.cells = _Cells(self)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.cells)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.scroll.setFrameShape(QScrollArea.NoFrame)
+        # fixed: a run with or without an output head keeps the maps' size (no relayout per result)
+        self.scroll.setFixedHeight(ROWS_PX + self.scroll.horizontalScrollBar().sizeHint().height() + 2)
+        self.setToolTip("The model's prediction at each position: the input token, the most likely next token "
+                        "and its probability; the colour is the probability of the target (what comes next). "
+                        "Hover a cell for the top k.")
+        row = QHBoxLayout()
+        row.addWidget(self.infoLabel, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.setSpacing(1)
+        layout.addLayout(row)
+        layout.addWidget(self.scroll)
+        self.show_frames(None)
+
+    def show_frames(self, frames: PredictionFrames | None, colormap: str | None = None) -> None:
+        if colormap is not None:
+            self.lut = colormaps.lut(colormap)
+        if frames is not None and frames is self.frames:
+            return
+        self.frames = frames
+        n = self.cells.count()
+        self.cells.setMinimumWidth(int(n * self.cell_min()))
+        self.infoLabel.setText(self.header())
+        self.cells.update()
+
+    def header(self) -> str:
+        f = self.frames
+        if f is None:
+            return "Predictions: waiting for a run"
+        if f.message:
+            return f"Predictions: {f.message}"
+        text = "Predictions · top-1 and its probability · colour = probability of the target (grey: no target)"
+        if f.kl is not None:
+            finite = f.kl[np.isfinite(f.kl)]
+            mean = float(finite.mean()) if finite.size else float("nan")
+            text = (f"Ablated {', '.join(f.ablate)} ({f.ablation}) · before → after · KL(unablated ‖ ablated) "
+                    f"mean {mean:.3g} nats, max {float(finite.max(initial=0)):.3g} · colour = target "
+                    f"probability after")
+        return text
+
+    def cell_min(self) -> int:
+        """Before → after needs room for two probabilities."""
+        f = self.frames
+        return CELL_ABLATED if f is not None and f.before_probs is not None else CELL_MIN
+
+    def top1(self) -> list[str]:
+        """The top-1 token at each position, as shown."""
+        f = self.frames
+        return [] if f is None or f.message else [row[0] for row in f.top_tokens]
+
+    def colour(self, i: int) -> QColor:
+        p = float(self.frames.target_probs[i])
+        if not math.isfinite(p):
+            return NO_TARGET
+        r, g, b, a = self.lut[int(round(min(max(p, 0.0), 1.0) * (colormaps.DATA_LEVELS - 1)))]
+        return QColor(int(r), int(g), int(b), int(a))
+
+    def cell_lines(self, i: int) -> tuple[str, str, str]:
+        f = self.frames
+        token = f"{i} {f.tokens[i]}"
+        if f.before_probs is None:
+            return token, f.top_tokens[i][0], _p(float(f.top_probs[i, 0]))
+        return (token, f"{f.before_tokens[i][0]} → {f.top_tokens[i][0]}",
+                f"{_p(float(f.before_probs[i, 0]))}→{_p(float(f.top_probs[i, 0]))}")
+
+    def tooltip(self, i: int) -> str:
+        f = self.frames
+        lines = [f"position {i}: input {f.tokens[i]!r}"]
+        target = f.target_tokens[i]
+        if target:
+            after = _p(float(f.target_probs[i]))
+            before = "" if f.before_target is None else f"{_p(float(f.before_target[i]))} → "
+            lines.append(f"target {target!r}: p = {before}{after}")
+        else:
+            lines.append("no target at this position")
+        if f.kl is not None:
+            lines.append(f"KL(unablated ‖ ablated) = {float(f.kl[i]):.3g} nats")
+            lines.append(f"top {len(f.before_tokens[i])} before ablation:")
+            lines += [f"  {t!r} {_p(float(p))}" for t, p in zip(f.before_tokens[i], f.before_probs[i])]
+            lines.append(f"top {len(f.top_tokens[i])} after:")
+        else:
+            lines.append(f"top {len(f.top_tokens[i])}:")
+        lines += [f"  {t!r} {_p(float(p))}" for t, p in zip(f.top_tokens[i], f.top_probs[i])]
+        return "\n".join(lines)
