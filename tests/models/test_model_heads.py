@@ -1,0 +1,158 @@
+"""Predictions, the logit lens, ablation and value-weighted attention of transformers models, against
+transformers' own eager model (its logits, its hidden_states, and forward hooks written here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny import SENTENCE
+
+from attnviz.core import ConfigError, RunConfig, head_effects, head_scores, run
+from attnviz.models import load_model
+
+# family -> (the block list, the final norm, the attention's output projection) in transformers' own model
+PARTS = {
+    "gpt2": (lambda m: m.transformer.h, lambda m: m.transformer.ln_f, lambda block: block.attn.c_proj),
+    "llama": (lambda m: m.model.layers, lambda m: m.model.norm, lambda block: block.self_attn.o_proj),
+    "gemma2": (lambda m: m.model.layers, lambda m: m.model.norm, lambda block: block.self_attn.o_proj),
+}
+
+
+def eager(folder):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+
+
+def _config(folder, **changes):
+    return RunConfig.for_variant("pretrained", model=str(folder), text=SENTENCE, **changes)
+
+
+def _head_logits(model, family, hidden):
+    logits = model.lm_head(PARTS[family][1](model)(hidden))
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+@pytest.mark.parametrize("family", list(PARTS))
+def test_predictions_and_lens_equal_transformers(tiny_models, family):
+    folder = tiny_models(family)
+    result = run(_config(folder, top_k=3))
+    ids = torch.tensor([result.token_ids])
+    model = eager(folder)
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+        probs = torch.softmax(out.logits[0], -1)
+        lens = [torch.softmax(_head_logits(model, family, h)[0], -1) for h in out.hidden_states[1:-1]] + [probs]
+    top = probs.topk(3, -1)
+    np.testing.assert_array_equal(result.top_ids, top.indices.numpy())
+    np.testing.assert_allclose(result.top_probs, top.values.numpy(), atol=1e-4)
+    nxt = ids[0, 1:]
+    np.testing.assert_allclose(result.target_probs[:-1], probs[torch.arange(len(nxt)), nxt].numpy(), atol=1e-4)
+    expected = torch.stack([p.max(-1).values for p in lens]).numpy()
+    assert result.lens_ids.shape == (len(PARTS[family][0](model)), ids.shape[1])
+    np.testing.assert_allclose(result.lens_probs, expected, atol=1e-4)
+    np.testing.assert_array_equal(result.lens_ids[-1], result.top_ids[:, 0])
+
+
+@pytest.mark.parametrize("family", list(PARTS))
+def test_ablation_equals_the_heads_slice_zeroed_at_the_output_projection(tiny_models, family):
+    folder = tiny_models(family)
+    layer, head = 1, 2
+    result = run(_config(folder, ablate=(f"{layer}.{head}",)))
+    model = eager(folder)
+    blocks, _, out_proj = PARTS[family]
+    dh = model.config.hidden_size // model.config.num_attention_heads
+    dh = getattr(model.config, "head_dim", None) or dh
+
+    def zero(module, args):
+        x = args[0].clone()
+        x[..., head * dh:(head + 1) * dh] = 0
+        return (x,)
+    handle = out_proj(blocks(model)[layer]).register_forward_pre_hook(zero)
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([result.token_ids])).logits[0], -1)
+    handle.remove()
+    np.testing.assert_allclose(result.top_probs[:, 0], probs.max(-1).values.numpy(), atol=1e-5)
+    nxt = torch.tensor(result.token_ids[1:])
+    np.testing.assert_allclose(result.target_probs[:-1], probs[torch.arange(len(nxt)), nxt].numpy(), atol=1e-5)
+    assert float(np.nanmax(result.kl)) > 0  # the head mattered somewhere
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
+def test_value_weighted_equals_the_formula_from_v_and_the_output_projection(tiny_models, family):
+    folder = tiny_models(family)
+    model = load_model(folder)
+    enc = model.encode(SENTENCE)
+    _, traces = model.forward(torch.tensor([enc.ids]), record={"weights", "v", "value_weighted"})
+    hf = model.module
+    torch.set_grad_enabled(False)  # the traces are inference tensors
+    try:
+        _check_value_weighted(family, hf, traces)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def _check_value_weighted(family, hf, traces):
+    for n, trace in enumerate(traces):
+        if family == "bert":
+            w_out = hf.bert.encoder.layer[n].attention.output.dense.weight
+        elif family == "gpt2":
+            w_out = hf.transformer.h[n].attn.c_proj.weight.T  # Conv1D stores (in, out)
+        else:
+            w_out = hf.model.layers[n].self_attn.o_proj.weight
+        weights, v = trace.weights[0], trace.v[0]
+        heads, dv = weights.shape[0], v.shape[-1]
+        for h in range(heads):
+            contribution = v[h // (heads // v.shape[0])] @ w_out[:, h * dv:(h + 1) * dv].T
+            weighted = weights[h] * contribution.norm(dim=-1)[None, :]
+            torch.testing.assert_close(trace.value_weighted[0, h], weighted / weighted.sum(-1, keepdim=True),
+                                       atol=1e-5, rtol=1e-4)
+
+
+def test_head_effects_of_a_model_equal_one_ablated_run_per_head(tiny_models):
+    config = _config(tiny_models("llama"))
+    position = 4
+    effects = head_effects(config, position=position)
+    assert effects.shape == (2, 4)
+    base = np.log(run(config).target_probs[position])
+    for layer, head in [(0, 0), (1, 3)]:
+        after = np.log(run(config.replace(ablate=(f"{layer}.{head}",))).target_probs[position])
+        assert effects[layer, head] == pytest.approx(base - after, abs=1e-4)
+
+
+def test_head_scores_of_a_model_probe_with_its_bos(tiny_models):
+    folder = tiny_models("llama")
+    model = load_model(folder)
+    probe = model.probe(8, 0)
+    bos = model.encode("the cat").ids[0]
+    assert probe[0] == bos and probe[1:9] == probe[9:17] and len(set(probe[1:9])) == 8
+    scores = head_scores(_config(folder))
+    assert all(s.shape == (2, 4) and np.isfinite(s).all() for s in scores.values())
+
+
+def test_an_encoder_decoder_has_no_predictions_and_says_so_on_the_command_line(tiny_models, tmp_path, capsys):
+    from attnviz.cli import main
+
+    folder = tiny_models("t5")
+    assert run(_config(folder)).predictions is None
+    out = tmp_path / "p.csv"
+    assert main(["render", "--model", str(folder), "--text", SENTENCE, "--predictions", str(out)]) == 2
+    assert "no output head" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_family_off_the_kernel_refuses_ablation(tiny_models):
+    with pytest.raises(ConfigError, match="not attnviz's kernel"):
+        run(_config(tiny_models("gpt_neo"), ablate=("0.1",)))
+
+
+def test_predictions_csv_from_the_command_line(tiny_models, tmp_path):
+    from attnviz.cli import main
+
+    out = tmp_path / "p.csv"
+    assert main(["render", "--model", str(tiny_models("gpt2")), "--text", SENTENCE, "--ablate", "0.*",
+                 "--predictions", str(out), "--top-k", "2"]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",")[:6] == ["position", "token", "target", "target_prob", "top1", "top1_prob"]
+    assert lines[0].endswith("kl_nats") and len(lines) == 1 + len(load_model(tiny_models("gpt2")).encode(SENTENCE).ids)
