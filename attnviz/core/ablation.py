@@ -37,16 +37,17 @@ def parse(specs: Sequence[str], layers: int, heads: int) -> dict[int, tuple[int,
     """Specs -> {layer: heads knocked out}; ValueError naming a layer or head that does not exist."""
     out: dict[int, set[int]] = {}
     for spec in specs:
+        where = f" ({spec})" if len(specs) > 1 else ""  # which of several specs is wrong
         layer_text, head_text = spec.strip().split(".")
         layer = int(layer_text)
         if layer >= layers:
-            raise ValueError(f"{spec}: layer {layer} does not exist (layers 0..{layers - 1})")
+            raise ValueError(f"layer {layer}{where} does not exist (layers 0..{layers - 1})")
         if head_text == "*":
             out.setdefault(layer, set()).update(range(heads))
             continue
         head = int(head_text)
         if head >= heads:
-            raise ValueError(f"{spec}: head {head} does not exist (heads 0..{heads - 1})")
+            raise ValueError(f"head {head}{where} does not exist (heads 0..{heads - 1})")
         out.setdefault(layer, set()).add(head)
     return {layer: tuple(sorted(h)) for layer, h in sorted(out.items())}
 

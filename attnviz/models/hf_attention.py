@@ -19,6 +19,7 @@ the app's worker and a test may run models side by side).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -90,8 +91,20 @@ def transformers():
     import transformers as tf
 
     tf.logging.set_verbosity_error()  # missing weights are checked by attnviz and said in one line
+    tf.utils.logging.disable_progress_bar()  # "Loading weights" bars on stderr would break the CLI's one line
+    _quiet_gguf_reader()
     register()
     return tf
+
+
+def _quiet_gguf_reader() -> None:
+    """transformers' GGUF reader draws its own tqdm bar (not behind disable_progress_bar): switched off."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as reader
+    except ImportError:  # no gguf support in this transformers
+        return
+    if not isinstance(reader.tqdm, functools.partial):
+        reader.tqdm = functools.partial(reader.tqdm, disable=True)
 
 
 def register() -> None:

@@ -153,6 +153,51 @@ def test_predictions_csv_from_the_command_line(tiny_models, tmp_path):
     out = tmp_path / "p.csv"
     assert main(["render", "--model", str(tiny_models("gpt2")), "--text", SENTENCE, "--ablate", "0.*",
                  "--predictions", str(out), "--top-k", "2"]) == 0
-    lines = out.read_text().splitlines()
-    assert lines[0].split(",")[:6] == ["position", "token", "target", "target_prob", "top1", "top1_prob"]
-    assert lines[0].endswith("kl_nats") and len(lines) == 1 + len(load_model(tiny_models("gpt2")).encode(SENTENCE).ids)
+    import csv
+
+    rows = list(csv.reader(out.read_text(encoding="utf-8").splitlines(keepends=True)))  # labels hold newlines
+    assert rows[0][:6] == ["position", "token", "target", "target_prob", "top1", "top1_prob"]
+    assert rows[0][-1] == "kl_nats" and len(rows) == 1 + len(load_model(tiny_models("gpt2")).encode(SENTENCE).ids)
+    assert all(float(r[-1]) >= 0 for r in rows[1:])
+
+
+def test_masked_lm_predictions_equal_transformers_and_target_their_own_token(tiny_models):
+    from transformers import AutoModelForMaskedLM
+
+    folder = tiny_models("bert")
+    result = run(_config(folder))
+    model = AutoModelForMaskedLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([result.token_ids])).logits[0], -1)
+    np.testing.assert_allclose(result.top_probs[:, 0], probs.max(-1).values.numpy(), atol=1e-4)
+    np.testing.assert_array_equal(result.target_ids, result.token_ids)  # a masked LM reconstructs its input
+    ids = torch.tensor(result.token_ids)
+    np.testing.assert_allclose(result.target_probs, probs[torch.arange(len(ids)), ids].numpy(), atol=1e-4)
+
+
+def test_an_encoder_saved_without_its_head_has_no_predictions(tiny_models, tmp_path, capsys):
+    from transformers import BertModel
+
+    from attnviz.cli import main
+
+    headless = tmp_path / "bert-base-only"
+    BertModel.from_pretrained(tiny_models("bert")).save_pretrained(headless)
+    (headless / "tokenizer.json").write_bytes((tiny_models("bert") / "tokenizer.json").read_bytes())
+    assert run(_config(headless)).predictions is None
+    assert main(["render", "--model", str(headless), "--text", SENTENCE, "--predictions",
+                 str(tmp_path / "p.csv")]) == 2
+    assert "no output head" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (["--ablate", "9.0"], "layer 9 does not exist"), (["--ablate", "0.7"], "head 7 does not exist"),
+    (["--ablate", "zero"], "is not layer.head"), (["--ablate", "0.1", "--ablation", "mean", "--text", "a"],
+                                                  "single position"),
+])
+def test_bad_ablations_on_the_command_line_are_one_line_and_exit_2(tiny_models, tmp_path, capsys, flags, problem):
+    from attnviz.cli import main
+
+    args = ["render", "--model", str(tiny_models("gpt2")), "--text", SENTENCE, "-o", str(tmp_path / "x.npz")]
+    assert main(args + flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and len(err.splitlines()) == 1 and not (tmp_path / "x.npz").exists()
