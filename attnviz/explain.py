@@ -39,7 +39,7 @@ STAGE_TITLES = {
     "head_context": "@V",
     "context": "concat heads", "output": "output projection",
 }
-WEIGHT_STAGES = ("weights", "dropped")  # probabilities: the weights' colormap and scale
+WEIGHT_STAGES = ("weights", "dropped", "value_weighted")  # probabilities: the weights' colormap and scale
 
 
 def token_labels(result: RunResult, keys: bool = False) -> list[str]:

@@ -48,7 +48,8 @@ SCALE_MODES = {
     "row": "row: each query row divided by its own maximum (largest magnitude for signed maps)",
     "rank": "rank: colour by quantile among the shown values (every colour used equally often)",
 }
-DEFAULT_SCALES = {"weights": "log"}  # what shows structure: long causal maps are flat under linear
+# what shows structure: long causal maps are flat under linear
+DEFAULT_SCALES = {"weights": "log", "value_weighted": "log"}
 LOG_DECADES = 6  # log scale: at most this many factors of ten below the maximum
 SYMLOG_DECADES = 2  # signed maps: linear within max / 10^this of zero, logarithmic beyond
 

@@ -213,8 +213,10 @@ class MainWindow(QMainWindow):
         self.captionLabel = named(CaptionBar(), "captionLabel")  # what to look for in these maps
         maps_layout.addWidget(self.captionLabel)
         maps_layout.addWidget(self.headGrid, 1)
-        self.predictionStrip = PredictionStrip()  # the model's prediction per position, under the maps
+        # the model's prediction per position, under the maps; squeezed first in a cramped window
+        self.predictionStrip = PredictionStrip()
         maps_layout.addWidget(self.predictionStrip)
+        self.predictionStrip.fold_below(maps)
         return maps, maps_layout
 
     # --- controls ----------------------------------------------------------------------------

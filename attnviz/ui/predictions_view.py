@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PySide6.QtCore import QEvent, QRect, Qt
+from PySide6.QtCore import QEvent, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from .. import colormaps
 from ..explain import PredictionFrames
 from .panel import named
 
 CELL_MIN, CELL_MAX = 58, 120  # px per position: few positions fill the width, many scroll
-CELL_ABLATED = 76
-ROWS_PX = 48  # three lines of text
+CELL_ABLATED = 92
+COLUMN_ROOM = 300  # px of the maps' column below which the strip folds away
+ROWS_PX = 32  # two lines of text: the strip takes little from the maps
 NO_TARGET = QColor("#eeeeee")
 
 
@@ -30,7 +31,10 @@ def _ink(colour: QColor) -> QColor:
 
 
 def _p(value: float) -> str:
-    return "—" if not math.isfinite(value) else f"{value:.2f}" if value >= 0.01 else f"{value:.0e}"
+    """A probability in few characters: .89, 1.0, 3e-04."""
+    if not math.isfinite(value):
+        return "—"
+    return f"{value:.2f}".lstrip("0").replace("1.00", "1.0") if value >= 0.01 else f"{value:.0e}"
 
 
 class _Cells(QWidget):
@@ -61,7 +65,7 @@ class _Cells(QWidget):
         bold = QFont(self.font())
         bold.setBold(True)
         lines = self.strip.cell_lines
-        line_h = ROWS_PX // 3
+        line_h = ROWS_PX // 2
         for i in range(first, last):
             rect = QRect(int(i * w), 0, int(w) - 1, ROWS_PX)
             colour = self.strip.colour(i)
@@ -104,17 +108,49 @@ class PredictionStrip(QWidget):
         self.scroll.setFrameShape(QScrollArea.NoFrame)
         # fixed: a run with or without an output head keeps the maps' size (no relayout per result)
         self.scroll.setFixedHeight(ROWS_PX + self.scroll.horizontalScrollBar().sizeHint().height() + 2)
+        self.scroll.setMinimumHeight(0)
         self.setToolTip("The model's prediction at each position: the input token, the most likely next token "
                         "and its probability; the colour is the probability of the target (what comes next). "
                         "Hover a cell for the top k.")
         row = QHBoxLayout()
         row.addWidget(self.infoLabel, 1)
+        # one height whether or not the run has an output head (a result never lays the maps out again);
+        # folded to nothing in a cramped column (fold_below), so the head grid keeps its rows
+        self._full = self.scroll.height() + self.infoLabel.sizeHint().height() + 4
+        self._room, self._column_h = 0, 10 ** 6
+        self.setMaximumHeight(self._full)
+        self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
         layout = QVBoxLayout(self)
+        layout.setSizeConstraint(QVBoxLayout.SetNoConstraint)  # its children's minimum is not the strip's
         layout.setContentsMargins(0, 2, 0, 0)
         layout.setSpacing(1)
         layout.addLayout(row)
         layout.addWidget(self.scroll)
         self.show_frames(None)
+
+    def fold_below(self, column: QWidget, room: int = COLUMN_ROOM) -> None:
+        """Fold to nothing while `column` (the maps' column) is shorter than `room`: in a cramped window the
+        head grid keeps its rows. Only a resize changes it, never a result."""
+        self._room = room
+        column.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize:
+            self._column_h = event.size().height()
+            self._fit()
+        return False
+
+    def _fit(self) -> None:
+        """Nothing in a cramped column (a resize only, never a result)."""
+        height = self._full if self._column_h >= self._room else 0
+        if self.maximumHeight() != height:
+            self.setMaximumHeight(height)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(super().sizeHint().width(), self._full)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name): squeezed before the maps and the tensor view
+        return QSize(0, 0)
 
     def show_frames(self, frames: PredictionFrames | None, colormap: str | None = None) -> None:
         if colormap is not None:
@@ -159,13 +195,14 @@ class PredictionStrip(QWidget):
         r, g, b, a = self.lut[int(round(min(max(p, 0.0), 1.0) * (colormaps.DATA_LEVELS - 1)))]
         return QColor(int(r), int(g), int(b), int(a))
 
-    def cell_lines(self, i: int) -> tuple[str, str, str]:
+    def cell_lines(self, i: int) -> tuple[str, str]:
+        """(the position and its input token, the top-1 and its probability; before → after with an ablation)."""
         f = self.frames
         token = f"{i} {f.tokens[i]}"
         if f.before_probs is None:
-            return token, f.top_tokens[i][0], _p(float(f.top_probs[i, 0]))
-        return (token, f"{f.before_tokens[i][0]} → {f.top_tokens[i][0]}",
-                f"{_p(float(f.before_probs[i, 0]))}→{_p(float(f.top_probs[i, 0]))}")
+            return token, f"{f.top_tokens[i][0]} {_p(float(f.top_probs[i, 0]))}"
+        return (token, f"{f.before_tokens[i][0]}→{f.top_tokens[i][0]} "
+                       f"{_p(float(f.before_probs[i, 0]))}→{_p(float(f.top_probs[i, 0]))}")
 
     def tooltip(self, i: int) -> str:
         f = self.frames

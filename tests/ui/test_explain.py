@@ -228,5 +228,8 @@ def test_explain_panels_are_in_the_view_menu_with_shortcuts(window):
 def test_nothing_is_computed_for_hidden_panels(window):
     options = window.view_options(RunConfig())
     assert options.pipeline_head is None and not options.stats and options.focus_row is None
-    assert options.pinned is None and not options.rollout
-    assert window.frames.extras == {}
+    assert options.pinned is None and not options.rollout and not options.lens and options.unablated is None
+    # the predictions strip and the model view are shown: for random weights each only says why it has nothing
+    extras = window.frames.extras
+    assert set(extras) <= {"predictions", "head_scores"}
+    assert all(part.message for part in extras.values())
