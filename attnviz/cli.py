@@ -189,6 +189,8 @@ def _render_parser() -> argparse.ArgumentParser:
                        help="also write each head's type scores (previous_token, first_token, self, duplicate_token, "
                             "induction); -o may then be left out")
     model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
+    model.add_argument("--step", type=int, metavar="N",
+                       help="with --generate: draw the maps as they stood after N generated tokens (default: all)")
     model.add_argument("--all-layers", action="store_true",
                        help="NPZ: also every layer's weights as layer_weights (layers, H, L, L)")
     model.add_argument("--truncate", action="store_true",
@@ -357,6 +359,12 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
         from .core import run
 
         result = _run(run, config, record, args.truncate)
+        if args.step is not None:
+            from .core.generation import at_step
+
+            if result.prompt_length is None:
+                raise UsageError("--step needs --generate N (a model writing after the text)")
+            result = at_step(result, args.step)
         if config.spec.backed:
             options.check(result.config)  # --head against the model's heads
             if args.view not in ("pipeline", "output"):
@@ -376,6 +384,8 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
 
             ensure_gui_app()  # picks the offscreen platform when there is no display
         path = _write(result, args, options, ext)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
     except (ConfigError, ValueError) as exc:  # found only when running: no CUDA, over the memory budget, a bad
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {_by_flag(exc, args)}")  # model or text, a missing head
     except ExportError as exc:  # a --scale too large for one image is a bad argument, the rest failures

@@ -936,7 +936,8 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
     (the saved-configuration JSON string) and any `extra` arrays, atomically. Token-labelled runs add
     `tokens` (str) and `token_ids`; all_layers adds `layer_weights`, every layer's weights (layers, H, L, L).
-    Runs on your own files add their names and sha256s (file_arrays; also under "files" in `config`)."""
+    Runs on your own files add their names and sha256s (file_arrays; also under "files" in `config`); a
+    generation adds `prompt_length` and always `layer_weights`."""
     arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | file_arrays(result) | extra
     if result.tokens:  # token-labelled runs: the labels, the ids and, if asked, every layer's weights
         arrays["tokens"] = np.array(result.tokens, dtype=str)
@@ -944,6 +945,9 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
         arrays["key_tokens"] = np.array(result.key_tokens, dtype=str)
     if result.token_ids is not None:
         arrays["token_ids"] = np.asarray(result.token_ids)
+    if result.prompt_length is not None:  # a generation: where the prompt ends, and every layer's maps
+        arrays["prompt_length"] = np.asarray(result.prompt_length)
+        all_layers = True
     if all_layers and result.layer_weights is not None:
         lw = result.layer_weights  # (layers, B, H, L, L); one text: (layers, H, L, L)
         arrays["layer_weights"] = lw[:, 0] if lw.shape[1] == 1 else lw

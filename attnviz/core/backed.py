@@ -63,6 +63,7 @@ class ModelForward:
     # Lkv), None for the shown stack, whose masks are `masks`); () for a model of one stack
     stacks: tuple[tuple[str, np.ndarray, np.ndarray | None], ...] = field(default=())
     outputs: Outputs | None = None  # the output head's predictions and lens, computed when first read
+    prompt_length: int | None = None  # a generation: the prompt's tokens; the rest of `tokens` were generated
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -81,7 +82,7 @@ class ModelForward:
             config=resolved(self.key.replace(layer=layer), self.info, mask), stages=stages, mask=mask,
             fully_masked_rows=rows, device=self.device, compute_time_s=self.compute_time_s,
             total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
-            layer_weights=self.layer_weights, source=self, outputs=self.outputs)
+            layer_weights=self.layer_weights, source=self, outputs=self.outputs, prompt_length=self.prompt_length)
 
     def blocks(self) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
         """(stack, layer_weights, allowed (layers, Lq, Lkv) or None) of every stack, in the model's order: what
@@ -174,9 +175,25 @@ def _layer_tokens(encoded) -> tuple | None:
     return None if per_layer is None else tuple((tuple(q), tuple(k)) for q, k in per_layer)
 
 
+@dataclass
+class Ran:
+    """What one forward (or a generation's steps) produced, before it becomes NumPy."""
+
+    traces: list  # one Trace per layer of the shown stack
+    hidden: torch.Tensor  # (1, L, d) the last hidden state (a toy: its logits)
+    residuals: list | None  # per layer (1, L, d), or None
+    ids: list[int]
+    tokens: tuple[str, ...]
+    layer_tokens: tuple | None = None
+    prompt_length: int | None = None  # a generation: where the prompt ends
+
+
 def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
-                record: Iterable[str] | None = None) -> ModelForward:
-    """Load (cached), encode the text, one traced forward over every layer -> ModelForward."""
+                record: Iterable[str] | None = None, on_step: Callable | None = None) -> ModelForward:
+    """Load (cached), encode the text, one traced forward over every layer (or, with config.generate, the
+    generation's steps) -> ModelForward. on_step(tokens so far, build) streams a generation: build() is the
+    ModelForward of what ran so far."""
+    from .generation import GENERATED_STAGES, generate_count
     from .runner import Cancelled, resolve_device
 
     started = time.perf_counter()
@@ -184,35 +201,55 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     model = config.spec.load(config, memory_budget)
     check_layer(config, model.info)
     encoded = model.encode(config.text)
+    count = generate_count(config, model, len(encoded.ids))
     keep = frozenset((set(DEFAULT_RECORD if record is None else record) | {"weights", "dropped", "output"})
-                     & set(backed_stages(model.info)))
-    check_forward_memory(config, *_forward_shape(model, len(encoded.ids)), keep, memory_budget)
+                     & set(backed_stages(model.info)) & (GENERATED_STAGES if count else set(STAGE_NAMES)))
+    check_forward_memory(config, *_forward_shape(model, len(encoded.ids) + count), keep, memory_budget)
     if cancel is not None and cancel():
         raise Cancelled
     _place(model, device)
-    ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
+    plan = ablation_plan(config, model.info, len(encoded.ids), getattr(model, "call_index", None))
     t0 = time.perf_counter()
     # torch's thread count is the caller's: the app's worker sets it from the cores other programs
     # leave free (ui/cpushare.py); a model forward of many mid-sized ops suffers most from a starved thread
-    plan = ablation_plan(config, model.info, len(encoded.ids), getattr(model, "call_index", None))
-    with torch.inference_mode(), ablating(plan):
-        hidden, traces = model.forward(ids, keep)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    if count:
+        from .generation import generated_run
+
+        def build(ran: Ran) -> ModelForward:
+            return _model_forward(config, model, ran, keep, device, time.perf_counter() - t0, started, plan)
+        ran = generated_run(config, model, encoded, count, keep, plan, device, cancel, on_step, build)
+    else:
+        ran = _forward_once(model, encoded, keep, plan, device)
     compute = time.perf_counter() - t0
     if plan is not None:
         check_kernel_ran(plan, config, model.info)
     if cancel is not None and cancel():
         raise Cancelled
-    masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in traces]
-    stages, layer_weights = _arrays(traces, keep)
+    return _model_forward(config, model, ran, keep, device, compute, started, plan)
+
+
+def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, device: torch.device) -> Ran:
+    ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
+    with torch.inference_mode(), ablating(plan):
+        hidden, traces = model.forward(ids, keep)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return Ran(traces, hidden, getattr(model, "residuals", None), list(encoded.ids), tuple(encoded.tokens),
+               _layer_tokens(encoded))
+
+
+def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], device: torch.device, compute: float,
+                   started: float, plan: Plan | None) -> ModelForward:
+    masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in ran.traces]
+    stages, layer_weights = _arrays(ran.traces, keep)
     _check_finite(layer_weights, model.info)
+    ids = torch.tensor([ran.ids], dtype=torch.long, device=device)
     return ModelForward(
         key=config.replace(layer=0), info=model.info, stages=stages, masks=masks, layer_weights=layer_weights,
-        tokens=tuple(encoded.tokens), token_ids=np.asarray(encoded.ids, dtype=np.int64), device=str(device),
-        layer_tokens=_layer_tokens(encoded), notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
-        compute_time_s=compute, total_time_s=time.perf_counter() - started,
-        outputs=Outputs(model, ids, hidden, getattr(model, "residuals", None), config.top_k, plan is not None))
+        tokens=ran.tokens, token_ids=np.asarray(ran.ids, dtype=np.int64), device=str(device),
+        layer_tokens=ran.layer_tokens, notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
+        compute_time_s=compute, total_time_s=time.perf_counter() - started, prompt_length=ran.prompt_length,
+        outputs=Outputs(model, ids, ran.hidden, ran.residuals, config.top_k, plan is not None))
 
 
 def ablation_plan(config: RunConfig, info, length: int, call_index=None) -> Plan | None:

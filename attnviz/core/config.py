@@ -83,6 +83,17 @@ class RunConfig:
                        "Which attention of the model the maps show: encoder (self-attention over the text), decoder "
                        "(causal self-attention over the decoder text) or cross (decoder tokens as rows reading the "
                        "encoder's as columns); empty = the model's first stack", widget="stackEdit", group="Input")
+    generate: int = param(0, "Generate",
+                          "Tokens the model writes after the text, one at a time, each new token's attention computed "
+                          "over its cache of every earlier token; 0 = off (the text alone)", widget="generateSpin",
+                          minimum=0, maximum=4096, unit="tokens", group="Input", zero_text="off")
+    temperature: float = param(0.0, "Temperature",
+                               "Sampling temperature of the generated tokens; 0 = greedy (always the most likely)",
+                               widget="temperatureSpin", minimum=0.0, maximum=10.0, group="Input",
+                               zero_text="greedy")
+    sample_top_k: int = param(0, "Sample top k", "Sample only among the k most likely tokens; 0 = all tokens",
+                              widget="sampleTopKSpin", minimum=0, maximum=100000, unit="tokens", group="Input",
+                              zero_text="all")
     ablate: tuple[str, ...] = param(
         (), "Ablate heads",
         'Heads knocked out, as layer.head (e.g. "3.5, 4.*": head 5 of layer 3 and every head of layer 4); their '
@@ -156,7 +167,7 @@ class RunConfig:
                         widget="trainCheck", group="Training")
     in_bias: bool = param(True, "Input bias", "Bias on the Q, K, V projections", widget="inBiasCheck")
     out_bias: bool = param(True, "Output bias", "Bias on the output projection", widget="outBiasCheck")
-    seed: int = param(0, "Seed", "torch.manual_seed for weights, inputs and dropout",
+    seed: int = param(0, "Seed", "torch.manual_seed for weights, inputs and dropout; a model's sampled tokens",
                       widget="seedSpin", minimum=0, maximum=2**31 - 1, group="Run")
     device: str = param("cpu", "Device", "Where the forward pass runs: cpu, cuda, cuda:N or auto",
                         widget="deviceCombo", group="Run")

@@ -73,19 +73,19 @@ def target_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 def lens_of(model, residuals: list[Tensor], label) -> Lens:
-    """The top-1 token and its probability of every layer's residual stream through the model's lens."""
-    ids, probs = [], []
-    for residual in residuals:  # (1, L, d)
-        rows = residual[0]
-        best_p, best_i = [], []
-        for start in range(0, rows.shape[0], LENS_ROWS):
-            p = torch.softmax(model.lens_logits(rows[None, start:start + LENS_ROWS])[0].float(), -1)
-            value, index = p.max(-1)
-            best_p.append(value), best_i.append(index)
-        ids.append(torch.cat(best_i).cpu().numpy()), probs.append(torch.cat(best_p).cpu().numpy())
-    ids_array = np.stack(ids).astype(np.int64)
-    return Lens(ids=ids_array, probs=np.stack(probs).astype(np.float32),
-                tokens=tuple(tuple(label(int(i)) for i in row) for row in ids_array))
+    """The top-1 token and its probability of every layer's residual stream through the model's lens. Every
+    layer's rows go through the unembedding together, LENS_ROWS at a time: its (vocab, d) weight, the largest
+    tensor of a small model, is read once per block of rows rather than once per layer."""
+    layers, length = len(residuals), residuals[0].shape[1]
+    rows = torch.cat([r[0] for r in residuals])  # (layers * L, d)
+    best_p, best_i = [], []
+    for start in range(0, rows.shape[0], LENS_ROWS):
+        p = torch.softmax(model.lens_logits(rows[None, start:start + LENS_ROWS])[0].float(), -1)
+        value, index = p.max(-1)
+        best_p.append(value), best_i.append(index)
+    ids = torch.cat(best_i).reshape(layers, length).cpu().numpy().astype(np.int64)
+    probs = torch.cat(best_p).reshape(layers, length).cpu().numpy().astype(np.float32)
+    return Lens(ids=ids, probs=probs, tokens=tuple(tuple(label(int(i)) for i in row) for row in ids))
 
 
 class Outputs:

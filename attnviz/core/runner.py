@@ -54,6 +54,7 @@ class RunResult:
     source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
     files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run
     outputs: Any = None  # model-backed runs: predictions.Outputs of the model's output head (read lazily)
+    prompt_length: int | None = None  # a generation (config.generate): tokens[:prompt_length] are the prompt
 
     # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
 

@@ -93,8 +93,10 @@ def _not_a_module(c) -> nn.Module:
 
 # What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.
 HEAD_FIELDS = frozenset({"ablate", "ablation", "top_k"})  # ablation and the predictions of a model's output head
-BACKED_FIELDS = HEAD_FIELDS | {"variant", "model", "text", "chat", "decoder_text", "stack", "layer", "device"}
-TOY_FIELDS = frozenset({"variant", "text", "layer"}) | HEAD_FIELDS  # toys ship with attnviz and run on the CPU
+GENERATE_FIELDS = frozenset({"generate", "temperature", "sample_top_k", "seed"})  # a model writing after the text
+BACKED_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "model", "text", "chat", "decoder_text", "stack", "layer",
+                                                 "device"}
+TOY_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "text", "layer"}  # toys ship with attnviz and run on the CPU
 
 
 def _load_toy(name: str):

@@ -9,6 +9,8 @@ output. `run_layers` runs one forward under a Recording and returns one Trace pe
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor, nn
 
@@ -79,10 +81,14 @@ def model_inputs(base: nn.Module, ids: Tensor, decoder_ids: Tensor | None = None
 
 
 def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool,
-               decoder_ids: Tensor | None = None):
+               decoder_ids: Tensor | None = None, cache=None, use_cache: bool = False):
     """One forward: (the last hidden state, one Trace per attention module, the notes of the calls, the residual
-    stream after each layer where keep_residuals hooked the blocks)."""
+    stream after each layer where keep_residuals hooked the blocks, the KV cache). With use_cache (a generation's
+    step; `cache` None at first) the forward reads the ids over the cache and returns it grown."""
     inputs = model_inputs(base, ids, decoder_ids)
+    if use_cache:  # transformers 5.24 names the cache `cache` (past_key_values before)
+        name = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        inputs.update({name: cache, "use_cache": True})
     with recording(record) as rec:
         out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
     if weights_only:
@@ -91,7 +97,9 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
     if len(traces) != len(modules):
         raise RuntimeError(f"the forward ran {len(traces)} attention calls where the model was found to run "
                            f"{len(modules)}")
-    return _last_hidden(out), traces, tuple(rec.notes), rec.residuals
+    grown = getattr(out, "cache", None)
+    grown = getattr(out, "past_key_values", None) if grown is None else grown
+    return _last_hidden(out), traces, tuple(rec.notes), rec.residuals, grown
 
 
 def keep_residuals(blocks: list[nn.Module]) -> None:

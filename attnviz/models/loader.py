@@ -92,15 +92,39 @@ class PretrainedModel:
         value_weighted = "value_weighted" in record
         # the base model, without its head: no logits are computed unless a view asks for them
         with self.compute_dtype():
-            hidden, traces, notes, residuals = run_layers(
+            hidden, traces, notes, residuals, _ = run_layers(
                 self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
                 self.attention_modules, weights_only, decoder_ids)
         by_stack: dict[str, list[Trace]] = {name: [] for name in self.info.stacks}
-        for trace, name, module in zip(traces, self.stacks, self.attention_modules):
-            if value_weighted:
-                trace["value_weighted"] = weigh_by_values(trace.weights, trace.v, self.side.out_weights[module])
+        for trace, name in zip(self._value_weighted(traces, record), self.stacks):
             by_stack[name].append(trace)
         return hidden, by_stack, notes, residuals
+
+    def _value_weighted(self, traces: list[Trace], record: frozenset[str]) -> list[Trace]:
+        if "value_weighted" in record:
+            for trace, module in zip(traces, self.attention_modules):
+                trace["value_weighted"] = weigh_by_values(trace.weights, trace.v, self.side.out_weights[module])
+        return traces
+
+    @torch.inference_mode()
+    def step(self, ids: Tensor, cache, record=()):
+        """One generation step (core/generation.py): the new ids over the KV cache (None at first) ->
+        (hidden (1, n, d), one Trace per layer, the grown cache, the residual stream after each layer)."""
+        record = frozenset(record)
+        value_weighted = "value_weighted" in record
+        with self.compute_dtype():
+            hidden, traces, self.notes, residuals, cache = run_layers(
+                self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
+                self.attention_modules, "scores" not in self.info.stages, cache=cache, use_cache=True)
+        return hidden, self._value_weighted(traces, record), cache, residuals or None
+
+    @property
+    def stop_ids(self) -> set[int]:
+        """The end-of-text tokens generation stops at (as transformers' generate does)."""
+        config = getattr(self.module, "generation_config", None) or self.module.config
+        eos = getattr(config, "eos_token_id", None)
+        ids = eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
+        return {int(i) for i in ids if 0 <= int(i) < self.info.vocab_size}
 
     # --- the output head (core/predictions.py): logits, targets, labels, the lens, a forward recording nothing
 

@@ -98,6 +98,13 @@ class ModelView:
     def label(self, token_id: int) -> str:
         return self.model.label(token_id)
 
+    def step(self, ids: Tensor, cache, record=()):
+        return self.model.step(ids, cache, record)
+
+    @property
+    def stop_ids(self) -> set[int]:
+        return self.model.stop_ids
+
     def probe(self, half: int, seed: int) -> list[int]:
         return self.model.probe(half, seed)
 

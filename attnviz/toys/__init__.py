@@ -135,6 +135,7 @@ class ToyInfo:
     kv_heads: int
     d_model: int
     max_positions: int
+    causal: bool = False  # the induction toy predicts the next token; the others are encoder-decoders
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class ToyBacked:
         self.toy = toy
         arch = toy.spec.architecture
         self.info = ToyInfo(toy.spec.name, toy.spec.layers, toy.spec.heads, toy.spec.heads, arch["width"],
-                            toy._lengths()[1])
+                            toy._lengths()[1], causal=toy.spec.task == "induction")
 
     def encode(self, text: str) -> Encoded:
         from attnviz.core.config import ConfigError
@@ -188,6 +189,15 @@ class ToyBacked:
 
     has_head = True
 
+    def step(self, ids: Tensor, state, record=frozenset()):
+        """A generation step (core/generation.py) without a cache: the whole sequence again (the toys take
+        milliseconds), each layer's trace cut to the new rows."""
+        ids = ids.cpu() if state is None else torch.cat([state, ids.cpu()], dim=1)
+        logits, traces = self.forward(ids, record)
+        n = ids.shape[1] - (0 if state is None else state.shape[1])
+        rows = [_last_rows(t, n) for t in traces]
+        return logits[:, -n:], rows, ids, [r[:, -n:] for r in self.residuals] if self.residuals else None
+
     def hidden(self, ids: Tensor) -> Tensor:
         return self.toy.module(ids.cpu())
 
@@ -214,3 +224,17 @@ class ToyBacked:
         if task == "induction":
             return ids[1:] + [-1]
         return ids[::-1] if task == "reverse" else sorted(ids)
+
+
+def _last_rows(trace, n: int):
+    """A trace of the whole sequence as a step's: the last n query rows of each map and per-token stage."""
+    from attnviz.core.kernel import Trace
+    from attnviz.core.stages import BY_NAME
+
+    cut = Trace(trace.record)
+    for name, tensor in trace.items():
+        per_query = name == "mask" or BY_NAME[name].is_map or name in ("x", "q", "q_proj", "context", "output")
+        if name == "mask":
+            tensor = torch.broadcast_to(tensor, (*tensor.shape[:2], *trace["weights"].shape[-2:]))
+        cut[name] = tensor[..., -n:, :] if per_query else tensor
+    return cut

@@ -66,7 +66,7 @@ def test_the_window_shows_a_toy_with_its_caption_and_token_axes(qtbot):
 
     window = MainWindow()
     qtbot.addWidget(window)
-    window.resize(1200, 800)
+    window.resize(1200, 900)  # every key token labelled under the maps, with the predictions strip
     window.show()
     wait_shown(qtbot, window)
     window.panel.set_config(load_preset("toy-reverse"))

@@ -108,3 +108,10 @@ def test_a_malformed_ablation_is_refused_with_the_form_to_use():
     with pytest.raises(ConfigError, match='layer.head') as info:
         RunConfig.for_variant("toy-induction", ablate=("1-2",))
     assert info.value.field == "ablate"
+
+
+def test_the_induction_toy_writes_the_rest_of_the_repeat():
+    result = run(RunConfig.for_variant("toy-induction", text="pophijackmehij", generate=4))
+    assert "".join(result.tokens) == "pophijackmehijackm" and result.prompt_length == 14
+    full = run(RunConfig.for_variant("toy-induction", text="".join(result.tokens)))
+    np.testing.assert_allclose(result.layer_weights, full.layer_weights, atol=1e-6)
