@@ -330,7 +330,7 @@ def _seed(seed: int, device: torch.device) -> None:
 
 def run(
     config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
-    record: Iterable[str] | None = None,
+    record: Iterable[str] | None = None, on_step: Callable[[int, Callable[[], RunResult]], None] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
@@ -341,13 +341,17 @@ def run(
     configuration does not produce are skipped. `cancel` is polled between stages (a single torch
     op cannot be interrupted); when it returns True the run stops with Cancelled.
     A model-backed variant (spec.load set, see backed.py) runs its model on config.text instead and
-    returns config.layer's result; result.source then holds every layer.
+    returns config.layer's result; result.source then holds every layer. With config.generate it writes that
+    many tokens; on_step(tokens so far, build) is called after each, build() giving the RunResult of what has
+    run so far (assembling it costs: call it only as often as it is shown).
     """
 
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
         from .backed import run_forward
 
-        return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record).result(config.layer)
+        stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
+        return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
+                           on_step=stream).result(config.layer)
 
     def checkpoint() -> None:
         if cancel is not None and cancel():
