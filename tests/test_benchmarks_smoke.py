@@ -111,3 +111,16 @@ def test_the_fuzz_compares_only_the_fields_that_apply():
     plain = RunConfig()
     assert not plain.applies("window") and shows_config(plain.replace(window=50), plain)  # causal: no window
     assert not shows_config(plain.replace(seed=plain.seed + 1), plain)
+
+
+@pytest.mark.parametrize("name, key", [("heads", "head_effects"), ("generation", "generation")])
+def test_what_heads_do_and_generation_benchmarks_run_on_a_tiny_model(tmp_path, name, key):
+    import importlib
+
+    pytest.importorskip("transformers")
+    module = importlib.import_module(f"benchmarks.{name}")
+    out = tmp_path / f"{name}.json"
+    assert module.main(["--tiny", "--output", str(out)]) == 0
+    entry = json.loads(out.read_text())[key]
+    assert positive(entry["ratio"]) and isinstance(entry["pass"], bool)
+    assert entry["target"] in (1.2, 0.6)
