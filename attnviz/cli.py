@@ -351,7 +351,8 @@ def _plan_render(args: argparse.Namespace) -> tuple:
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     """Run the checked plan and write its files; one clear line and an exit status on failure."""
     from .core import ConfigError
-    from .core.runner import NonFiniteResult, require_kept
+    from .core.result import NonFiniteResult
+    from .core.runner import require_kept
     from .export import ExportError, ImageTooLarge, format_of
     from .frames import view_stage
 

@@ -33,7 +33,10 @@ import torch
 from .ablation import ABLATIONS, Plan, ablating
 from .ablation import parse as parse_ablation
 from .config import ConfigError, RunConfig
+from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
+from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
 from .predictions import Outputs
+from .result import Cancelled, NonFiniteResult, RunResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 
 # Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
@@ -71,8 +74,6 @@ class ModelForward:
 
     def result(self, layer: int):
         """The RunResult of one layer (no copy: the arrays are views of this forward's)."""
-        from .runner import RunResult
-
         check_layer(self.key.replace(layer=layer), self.info)
         stages = {name: arrays[layer] for name, arrays in self.stages.items()}
         mask = self.masks[layer]
@@ -141,8 +142,6 @@ def forward_bytes(info, length: int, keep: frozenset[str]) -> int:
 
 
 def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[str], budget: int | None) -> None:
-    from .runner import MEMORY_FRACTION, MemoryBudgetError, _gib, available_memory
-
     need = forward_bytes(info, length, keep)
     allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
     if need <= allowed:
@@ -150,23 +149,21 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
     fits = max((n for n in range(1, length) if forward_bytes(info, n, keep) <= allowed), default=0)
     fix = f"use a shorter text (at most about {fits} tokens)" if fits else "free memory, or choose a smaller model"
     raise MemoryBudgetError("text", f"{length} tokens",
-                            f"every layer's maps at {length} tokens need about {_gib(need)}, over the budget of "
-                            f"{_gib(allowed)}", fix)
+                            f"every layer's maps at {length} tokens need about {format_bytes(need)}, over the "
+                            f"budget of {format_bytes(allowed)}", fix)
 
 
 def _arrays(traces: list, keep: frozenset[str]) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
     """Per-layer NumPy of each stage every layer kept (a layer that ran its family's own eager attention
     keeps only the weights: then no layer shows the others' scores); the weights stacked once into
     (layers, 1, H, L, L)."""
-    from .runner import _numpy
-
-    layer_weights = np.stack([_numpy(t.weights) for t in traces])
+    layer_weights = np.stack([to_numpy(t.weights) for t in traces])
     common = [name for name in STAGE_NAMES if all(name in t for t in traces)]
     stages: dict[str, list[np.ndarray]] = {name: [] for name in common}
     for i, trace in enumerate(traces):
         for name in common:
             same_as_weights = trace[name] is trace["weights"]
-            stages[name].append(layer_weights[i] if same_as_weights else _numpy(trace[name]))
+            stages[name].append(layer_weights[i] if same_as_weights else to_numpy(trace[name]))
     return stages, layer_weights
 
 
@@ -175,27 +172,11 @@ def _layer_tokens(encoded) -> tuple | None:
     return None if per_layer is None else tuple((tuple(q), tuple(k)) for q, k in per_layer)
 
 
-@dataclass
-class Ran:
-    """What one forward (or a generation's steps) produced, before it becomes NumPy."""
-
-    traces: list  # one Trace per layer of the shown stack
-    hidden: torch.Tensor  # (1, L, d) the last hidden state (a toy: its logits)
-    residuals: list | None  # per layer (1, L, d), or None
-    ids: list[int]
-    tokens: tuple[str, ...]
-    layer_tokens: tuple | None = None
-    prompt_length: int | None = None  # a generation: where the prompt ends
-
-
 def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
                 record: Iterable[str] | None = None, on_step: Callable | None = None) -> ModelForward:
     """Load (cached), encode the text, one traced forward over every layer (or, with config.generate, the
     generation's steps) -> ModelForward. on_step(tokens so far, build) streams a generation: build() is the
     ModelForward of what ran so far."""
-    from .generation import GENERATED_STAGES, generate_count
-    from .runner import Cancelled, resolve_device
-
     started = time.perf_counter()
     device = resolve_device(config.device)
     model = config.spec.load(config, memory_budget)
@@ -213,8 +194,6 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     # torch's thread count is the caller's: the app's worker sets it from the cores other programs
     # leave free (ui/cpushare.py); a model forward of many mid-sized ops suffers most from a starved thread
     if count:
-        from .generation import generated_run
-
         def build(ran: Ran) -> ModelForward:
             return _model_forward(config, model, ran, keep, device, time.perf_counter() - t0, started, plan)
         ran = generated_run(config, model, encoded, count, keep, plan, device, cancel, on_step, build)
@@ -294,8 +273,6 @@ def _place(model, device: torch.device) -> None:
 
 def placed_model(config: RunConfig, memory_budget: int | None = None):
     """The config's model (loaded, cached) on the config's device."""
-    from .runner import resolve_device
-
     model = config.spec.load(config, memory_budget)
     _place(model, resolve_device(config.device))
     return model
@@ -304,8 +281,6 @@ def placed_model(config: RunConfig, memory_budget: int | None = None):
 def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
     """Every stack's weights and first mask, where the model has several (model.other_stacks after its forward:
     stack -> traces); the shown stack's entry is this forward's own layer_weights."""
-    from .runner import _numpy
-
     others = getattr(model, "other_stacks", None)
     if not others:
         return ()
@@ -315,7 +290,7 @@ def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
             blocks.append((name, layer_weights, None))
         else:
             traces = others[name]
-            weights = np.stack([_numpy(t.weights) for t in traces])
+            weights = np.stack([to_numpy(t.weights) for t in traces])
             masks = np.stack([np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *weights.shape[-2:]))[0, 0] for t in traces])
             blocks.append((name, weights, masks))
     return tuple(blocks)
@@ -324,8 +299,6 @@ def _stack_blocks(model, layer_weights: np.ndarray) -> tuple:
 def _check_finite(layer_weights: np.ndarray, info) -> None:
     """A model's softmax over a single text has a key for every query: a NaN or an infinity in its weights
     comes from the numbers themselves (weights, a config value, the input), never from a mask."""
-    from .runner import NonFiniteResult
-
     bad = next((i for i, w in enumerate(layer_weights) if not np.isfinite(w).all()), None)
     if bad is not None:
         name = getattr(info, "name", "the model")

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .ablation import Plan, ablating
 from .kernel import Trace
+from .result import Cancelled
 
 # Stages a step computes whole: the maps after the mask (a cache holds no future key to fill qk with) and the
 # per-token ones; k, v and k_proj come from the last step's cache where it holds every position.
@@ -26,6 +27,19 @@ MAP_FILL = {"scores": float("-inf"), "weights": 0.0, "dropped": 0.0, "value_weig
 PER_TOKEN = {"x", "q", "q_proj", "context", "output"}
 KEYED = {"k", "v", "k_proj"}
 GENERATED_STAGES = frozenset(MAP_FILL) | PER_TOKEN | KEYED
+
+
+@dataclass
+class Ran:
+    """What one forward (or a generation's steps) produced, before it becomes NumPy."""
+
+    traces: list  # one Trace per layer of the shown stack
+    hidden: torch.Tensor  # (1, L, d) the last hidden state (a toy: its logits)
+    residuals: list | None  # per layer (1, L, d), or None
+    ids: list[int]
+    tokens: tuple[str, ...]
+    layer_tokens: tuple | None = None
+    prompt_length: int | None = None  # a generation: where the prompt ends
 
 
 @dataclass
@@ -55,8 +69,6 @@ def generate(model, prompt: list[int], count: int, *, temperature: float = 0.0, 
     """`count` tokens after `prompt` (stopping early at the model's end-of-text tokens), every step recorded.
     on_step(tokens so far, build) after each token; build() assembles what has run so far (costly: call it at
     most as often as it is shown). cancel() is polled between steps."""
-    from .runner import Cancelled
-
     generator = torch.Generator().manual_seed(seed)
     stops = set(getattr(model, "stop_ids", ()))
     ids, steps, state, new, done = list(prompt), [], None, list(prompt), False
@@ -143,9 +155,7 @@ def generate_count(config, model, prompt_length: int) -> int:
 
 
 def generated_run(config, model, encoded, count: int, keep, plan, device, cancel, on_step, build):
-    """The generation as a backed.Ran (prompt tokens, then the generated ones labelled by the model)."""
-    from .backed import Ran
-
+    """The generation as a Ran (prompt tokens, then the generated ones labelled by the model)."""
     prompt = list(encoded.ids)
 
     def ran_of(gen: Generated) -> Ran:

@@ -19,8 +19,11 @@ import numpy as np
 import torch
 
 from .ablation import Plan, ablating
+from .backed import check_ablation_mode, check_kernel_ran, placed_model
 from .config import ConfigError, RunConfig
 from .predictions import target_log_probs
+from .result import Cancelled
+from .runner import run
 from .stats import layer_stats
 
 # type -> (short label for a badge, what the score measures)
@@ -49,8 +52,6 @@ def _model(config: RunConfig):
 def head_scores(config: RunConfig) -> dict[str, np.ndarray]:
     """Every head type's score per layer and head (see the module docstring); NaN where a type cannot be
     measured (a seed variant has no vocabulary to probe)."""
-    from .runner import run
-
     result = run(config)
     weights = result.layer_weights if result.layer_weights is not None else result.weights[None]
     stats = layer_stats(weights)
@@ -105,9 +106,6 @@ def head_effects(config: RunConfig, position: int | None = None, ablation: str =
     """(layers, heads): the drop in the target token's log-probability when each head alone is ablated, at
     `position` (None: the mean over the positions that have a target). The config's own ablation is not
     applied: each head is measured against the whole model."""
-    from .backed import check_ablation_mode, check_kernel_ran, placed_model
-    from .runner import Cancelled
-
     model = placed_model(config) if config.spec.backed else None
     if model is None or not getattr(model, "has_head", False):
         raise ConfigError("variant", config.variant, "head effects need a model with an output head",

@@ -4,158 +4,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .ablation import ablating
+from .backed import ablation_plan, backed_stages, run_forward
 from .config import ConfigError, RunConfig
+from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .masks import build_kind
+from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 from .userfiles import prepare
 
-
-class Cancelled(Exception):
-    """Raised by run() when its `cancel` callback says the result is no longer wanted."""
-
-
-class NonFiniteResult(RuntimeError):
-    """A run whose maps came out NaN or infinite where no mask explains it: nothing of it is drawn or written."""
-
-
-MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
 SLOW_CPU_DTYPES = ("float16", "bfloat16")
-
-
-@dataclass
-class RunResult:
-    """The stages a run kept (see stages.py), as float32 NumPy on the CPU, plus the mask and flags.
-
-    Stage arrays read as attributes: result.weights, result.scores, result.q ... (shapes in STAGES).
-    """
-
-    config: RunConfig
-    stages: dict[str, np.ndarray]  # stage name -> array, in pipeline order
-    mask: np.ndarray  # bool, True = may attend, broadcastable to (B, H, Lq, Lkv)
-    fully_masked_rows: np.ndarray  # (B, H, Lq) bool: no key to attend to (NaN unless safe softmax)
-    device: str  # the device actually used, e.g. "cpu" or "cuda:0"
-    compute_time_s: float  # the forward pass alone
-    total_time_s: float  # build, inputs, transfer and forward
-    notes: tuple[str, ...] = field(default=())
-    # Token-labelled runs (toys, pretrained models); empty for random inputs (positions instead)
-    tokens: tuple[str, ...] = ()  # query token labels, Lq of them
-    key_tokens: tuple[str, ...] = ()  # key token labels where keys differ from queries (cross-attention)
-    token_ids: np.ndarray | None = None  # (Lq,) int ids of the queries' tokens
-    layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
-    source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
-    files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run
-    outputs: Any = None  # model-backed runs: predictions.Outputs of the model's output head (read lazily)
-    prompt_length: int | None = None  # a generation (config.generate): tokens[:prompt_length] are the prompt
-
-    # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
-
-    @property
-    def predictions(self):
-        """predictions.Predictions of this forward, or None (no output head)."""
-        return None if self.outputs is None else self.outputs.predictions()
-
-    @property
-    def top_ids(self) -> np.ndarray | None:
-        """(L, k) int: the k most likely tokens per position (k = config.top_k)."""
-        return _part(self.predictions, "top_ids")
-
-    @property
-    def top_probs(self) -> np.ndarray | None:
-        """(L, k) float32: their probabilities."""
-        return _part(self.predictions, "top_probs")
-
-    @property
-    def top_tokens(self) -> tuple[tuple[str, ...], ...] | None:
-        """L rows of k token labels."""
-        return _part(self.predictions, "top_tokens")
-
-    @property
-    def target_ids(self) -> np.ndarray | None:
-        """(L,) int: the token that comes next (a toy: its task's answer), -1 where none."""
-        return _part(self.predictions, "target_ids")
-
-    @property
-    def target_probs(self) -> np.ndarray | None:
-        """(L,) float32: the probability given to the target, NaN where there is none."""
-        return _part(self.predictions, "target_probs")
-
-    @property
-    def unablated(self):
-        """The Predictions of the same input without the ablation (None when nothing is ablated)."""
-        return None if self.outputs is None else self.outputs.unablated()
-
-    @property
-    def kl(self) -> np.ndarray | None:
-        """(L,) KL(unablated ‖ ablated) in nats per position (None when nothing is ablated)."""
-        return None if self.outputs is None else self.outputs.kl()
-
-    @property
-    def lens(self):
-        """predictions.Lens (logit lens) of a causal LM, else None."""
-        return None if self.outputs is None else self.outputs.lens()
-
-    @property
-    def lens_ids(self) -> np.ndarray | None:
-        """(layers, L) int: the top-1 token of the residual stream after each layer."""
-        return _part(self.lens, "ids")
-
-    @property
-    def lens_probs(self) -> np.ndarray | None:
-        """(layers, L) float32: its probability."""
-        return _part(self.lens, "probs")
-
-    def file_dicts(self) -> dict[str, dict[str, Any]]:
-        """{weights/inputs: {name, path, sha256, bytes}} of the files this run read (for exports)."""
-        return {r.field: r.to_dict() for r in self.files}
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        if name.startswith("__") or name == "stages":  # not yet set (copy, pickle)
-            raise AttributeError(name)
-        try:
-            return self.stages[name]
-        except KeyError:
-            raise AttributeError(f"RunResult has no stage {name!r}; kept: {', '.join(self.stages)}") from None
-
-    def axis_tokens(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-        """(query labels, key labels) of a token-labelled run whose labels fit its maps, else None."""
-        keys = self.key_tokens or self.tokens
-        if not self.tokens or len(self.tokens) != self.config.seq_q or len(keys) != self.config.lkv:
-            return None
-        return self.tokens, keys
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array: the kept stages in pipeline order, then the mask and the row flags."""
-        return {**self.stages, "mask": self.mask, "fully_masked_rows": self.fully_masked_rows}
-
-
-def _part(holder, name: str):
-    return None if holder is None else getattr(holder, name)
-
-
-def resolve_device(name: str) -> torch.device:
-    """'cpu', 'cuda', 'cuda:N' or 'auto' -> a device that exists, else ConfigError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ConfigError("device", name, "no CUDA device is available (torch.cuda.is_available() is False)",
-                          "use device cpu, or auto to pick CUDA only where it exists")
-    device = torch.device(name)
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise ConfigError("device", name, f"only {count} CUDA device(s) exist",
-                          f"use cuda:0 .. cuda:{count - 1}")
-    return device
 
 
 def build_mask(config: RunConfig, device: torch.device | None = None) -> Tensor | None:
@@ -168,8 +33,6 @@ def build_mask(config: RunConfig, device: torch.device | None = None) -> Tensor 
 def run_stages(config: RunConfig) -> list[str]:
     """The stages this configuration produces, in pipeline order (what a full trace would hold)."""
     if config.spec.backed:
-        from .backed import backed_stages
-
         return backed_stages()
     options = config.attention_options()
     absent = set()
@@ -224,26 +87,6 @@ def estimate_flops(config: RunConfig) -> int:
     return 2 * c.batch * (projections + attention)
 
 
-def available_memory(device: torch.device) -> int:
-    if device.type == "cuda":  # free, plus what torch's caching allocator holds but does not use
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return torch.cuda.mem_get_info(device)[0] + cached
-    try:
-        with open("/proc/meminfo") as f:
-            info = dict(line.split(":", 1) for line in f)
-        return int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):  # not Linux: assume 8 GiB free
-        return 8 << 30
-
-
-def _gib(n: float) -> str:
-    if n >= 2**28:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f} MiB"
-    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"
-
-
 def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
     """Bytes of the float32 RunResult in host memory: a CUDA run copies every trace array back."""
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
@@ -261,10 +104,6 @@ def shortened(config: RunConfig, length: int) -> RunConfig:
         return replace(config, seq_q=lq, seq_kv=lkv)
     keys = lkv if config.spec.cross else lq
     return replace(config, seq_q=lq, seq_kv=lkv, kv_lengths=tuple(min(n, keys) for n in config.kv_lengths))
-
-
-class MemoryBudgetError(ConfigError):
-    """The run would not fit the memory budget (raised before anything big is allocated)."""
 
 
 def check_memory(config: RunConfig, device: torch.device, budget: int | None = None,
@@ -292,8 +131,8 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
     if fits(config):
         return estimate_memory(config, keep)
     estimate, allowed, what, source = next(c for c in checks if c[0](config) > c[1])
-    over = (f"not enough memory: {what} about {_gib(estimate(config))} ({config.shapes_text()}), over the budget of "
-            f"{_gib(allowed)} ({source})")
+    over = (f"not enough memory: {what} about {format_bytes(estimate(config))} ({config.shapes_text()}), over the "
+            f"budget of {format_bytes(allowed)} ({source})")
 
     def at(length: int) -> RunConfig:
         return shortened(config, length)
@@ -308,14 +147,6 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
     clip = f", with kv_lengths at most {lo}" if config.mask == "padding" else ""
     raise MemoryBudgetError(longer, getattr(config, longer), over,
                             f"use lengths of {lo} or less{clip}, or fewer heads or batch items", suggestions=(lo,))
-
-
-def _numpy(t: Tensor) -> np.ndarray:
-    """Float32 (or bool) NumPy on the CPU; zero-copy for CPU float32 tensors."""
-    t = t.detach()
-    if t.dtype != torch.bool:
-        t = t.to(torch.float32)
-    return t.cpu().numpy()
 
 
 def _seed(seed: int, device: torch.device) -> None:
@@ -347,8 +178,6 @@ def run(
     """
 
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
-        from .backed import run_forward
-
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
                            on_step=stream).result(config.layer)
@@ -390,7 +219,8 @@ def run(
         rows = ~trace.mask.any(dim=-1)
         rows = rows.expand(config.batch, config.heads, config.seq_q)
         result = RunResult(
-            config=config, stages=_stage_arrays(trace), mask=_numpy(trace.mask), fully_masked_rows=_numpy(rows).copy(),
+            config=config, stages=_stage_arrays(trace), mask=to_numpy(trace.mask),
+            fully_masked_rows=to_numpy(rows).copy(),
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
             compute_time_s=compute, total_time_s=time.perf_counter() - started, notes=tuple(notes),
             files=files.records,
@@ -400,8 +230,6 @@ def run(
 
 def _seed_plan(config: RunConfig):
     """A seed variant's ablation: its one layer is layer 0."""
-    from .backed import ablation_plan
-
     info = SimpleNamespace(layers=1, heads=config.heads, name=config.spec.label)
     return ablation_plan(config, info, config.seq_q)
 
@@ -442,5 +270,5 @@ def _stage_arrays(trace) -> dict[str, np.ndarray]:
     for name in STAGE_NAMES:
         if name in trace:
             tensor = trace[name]
-            arrays[name] = seen.setdefault(id(tensor), _numpy(tensor))
+            arrays[name] = seen.setdefault(id(tensor), to_numpy(tensor))
     return arrays

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..core.device import available_memory, format_bytes
 from ..core.kernel import Trace
 from ..core.value_weighted import value_weighted as weigh_by_values
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
@@ -223,19 +224,15 @@ def model_name(path: Path) -> str:
 def _budget(memory_budget: int | None) -> tuple[int, str]:
     if memory_budget is not None:
         return memory_budget, "the memory budget given"
-    from ..core.runner import available_memory
-
     return int(available_memory(torch.device("cpu")) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory"
 
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
-    from ..core.runner import _gib
-
     size = parameter_bytes(folder)
     allowed, source = _budget(memory_budget)
     if size > allowed:
-        raise ModelError(folder.path, f"the weights need about {_gib(size)} as float32, over {_gib(allowed)} "
-                         f"({source})", "choose a smaller model, or free memory")
+        raise ModelError(folder.path, f"the weights need about {format_bytes(size)} as float32, over "
+                         f"{format_bytes(allowed)} ({source})", "choose a smaller model, or free memory")
     hf_tokenizer = None
     if folder.gguf or folder.tokenizer.name != "tokenizer.json":  # a GGUF's vocabulary, a sentencepiece file
         hf_tokenizer = auto_tokenizer(folder)

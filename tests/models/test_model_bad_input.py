@@ -203,7 +203,7 @@ def test_maps_that_come_out_non_finite_are_never_drawn(tiny_models, tmp_path, mo
     CLI exits 1 and writes nothing."""
     from safetensors.torch import load_file, save_file
 
-    from attnviz.core.runner import NonFiniteResult
+    from attnviz.core.result import NonFiniteResult
 
     f = _copy(tiny_models, tmp_path, "llama")
     state = load_file(str(f / "model.safetensors"))

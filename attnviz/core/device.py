@@ -1,0 +1,62 @@
+"""Where a run computes and how much memory it may use: the device, the free memory, the budget's share of
+it, a byte count in words, and tensors to NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import ConfigError
+
+MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
+
+def resolve_device(name: str) -> torch.device:
+    """'cpu', 'cuda', 'cuda:N' or 'auto' -> a device that exists, else ConfigError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("device", name, "no CUDA device is available (torch.cuda.is_available() is False)",
+                          "use device cpu, or auto to pick CUDA only where it exists")
+    device = torch.device(name)
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise ConfigError("device", name, f"only {count} CUDA device(s) exist",
+                          f"use cuda:0 .. cuda:{count - 1}")
+    return device
+
+
+def available_memory(device: torch.device) -> int:
+    if device.type == "cuda":  # free, plus what torch's caching allocator holds but does not use
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):  # not Linux: assume 8 GiB free
+        return 8 << 30
+
+
+def format_bytes(n: float) -> str:
+    if n >= 2**28:
+        return f"{n / 2**30:.2f} GiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"
+
+
+class MemoryBudgetError(ConfigError):
+    """The run would not fit the memory budget (raised before anything big is allocated)."""
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """Float32 (or bool) NumPy on the CPU; zero-copy for CPU float32 tensors."""
+    t = t.detach()
+    if t.dtype != torch.bool:
+        t = t.to(torch.float32)
+    return t.cpu().numpy()
+
+
