@@ -199,19 +199,15 @@ def _render_parser() -> argparse.ArgumentParser:
 
 
 def _build_config(args: argparse.Namespace):
-    from .core import ConfigError, RunConfig, load_config, load_preset
+    from .core import RunConfig, load_preset
 
     names = {f.name for f in fields(RunConfig)}
     flags = {k: v for k, v in vars(args).items() if k in names}
-    if args.preset:
-        return load_preset(args.preset).replace(**flags) if flags else load_preset(args.preset)
-    if args.config:
-        try:
-            loaded = load_config(args.config)
-        except ConfigError as exc:  # name the flag and the file; the file's contents are never quoted
-            text = f"{exc.problem}. Fix: {exc.fix}" if exc.field == "file" else str(exc)
-            raise UsageError(f"--config {args.config}: {text}") from None
-        return loaded.replace(**flags) if flags else loaded
+    if args.preset or args.config:  # the flags on top of it must apply to it, as bare flags must
+        base = load_preset(args.preset) if args.preset else _load_config_flag(args.config)
+        config = base.replace(**flags) if flags else base
+        _refuse_ignored(config, flags, f"--preset {args.preset}" if args.preset else f"--config {args.config}")
+        return config
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
     # the variant's own defaults (its seed's mask and biases), then the flags
@@ -220,14 +216,25 @@ def _build_config(args: argparse.Namespace):
     return config
 
 
-def _refuse_ignored(config, flags: dict) -> None:
+def _load_config_flag(path: str):
+    from .core import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:  # name the flag and the file; the file's contents are never quoted
+        text = f"{exc.problem}. Fix: {exc.fix}" if exc.field == "file" else str(exc)
+        raise UsageError(f"--config {path}: {text}") from None
+
+
+def _refuse_ignored(config, flags: dict, source: str = "") -> None:
     """A flag given on the command line that this variant, mask or position does not use would be
     silently ignored (yet saved in the config): say so instead."""
     ignored = [name for name in flags if not config.applies(name)]
     if ignored:
         name = ignored[0]
-        raise UsageError(f"{_flag(name)} does not apply to variant {config.variant} (mask {config.mask}, position "
-                         f"{config.position}): drop it, or choose a variant, mask or position that uses it")
+        given = f" of {source}" if source else ""
+        raise UsageError(f"{_flag(name)} does not apply to variant {config.variant}{given} (mask {config.mask}, "
+                         f"position {config.position}): drop it, or choose a variant, mask or position that uses it")
 
 
 def _check_files_apply(config) -> None:
@@ -331,6 +338,10 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     options = _export_options(args)
     if args.all_layers and not config.spec.backed:
         raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
+    npz_only = [flag for flag, given in (("--all-layers", args.all_layers), ("--stages", args.stages)) if given]
+    if npz_only and args.output and not args.output.lower().endswith(".npz") and args.view != "pipeline":
+        raise UsageError(f"{npz_only[0]} chooses the arrays an NPZ keeps; an image draws one view: write -o FILE.npz, "
+                         f"or drop {npz_only[0]}")
     _check_files_apply(config)
     if not config.spec.backed:  # a model's heads and tokens are known only once it has run
         options.check(config)

@@ -29,6 +29,8 @@ FORMAT_VERSION = 1
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth")  # your own weights (userfiles.py)
 INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".safetensors")  # your own inputs
 FILE_FIELDS = ("weights", "inputs")  # fields that name a file the run reads
+PATH_FIELDS = ("model", "weights", "inputs", "image")  # fields holding a path (os.PathLike is taken)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # a vision model's picture (Pillow reads it)
 
 
 class ConfigError(ValueError):
@@ -73,6 +75,10 @@ class RunConfig:
                          "widths must match; empty = random weights from the seed", widget="weightsChooser")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
                       widget="textEdit", group="Input")
+    image: str = param("", "Image",
+                       "A PNG, JPEG or WebP picture for a vision model (ViT, DeiT, DINOv2, CLIP, SigLIP): resized, "
+                       "cropped and normalised by the folder's preprocessor_config.json; its patches are the tokens",
+                       widget="imageChooser", group="Input")
     chat: bool = param(False, "Chat template",
                        "Wrap the text as one user turn in the model's own chat template (with the assistant's "
                        "prompt after it), as a chat model reads it", widget="chatCheck", group="Input")
@@ -179,6 +185,13 @@ class RunConfig:
         if isinstance(self.kv_lengths, (list, int)):
             lengths = (self.kv_lengths,) if isinstance(self.kv_lengths, int) else self.kv_lengths
             object.__setattr__(self, "kv_lengths", tuple(lengths))
+        for name in PATH_FIELDS:  # a pathlib.Path is as good as its text
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+            if isinstance(getattr(self, name), str) and "\0" in getattr(self, name):
+                raise ConfigError(name, getattr(self, name), "a path cannot hold a NUL character",
+                                  "give the file's path as it is on disk")
         if isinstance(self.ablate, (list, str)):  # JSON gives a list; "3.5, 4.*" reads as its parts
             parts = self.ablate.split(",") if isinstance(self.ablate, str) else self.ablate
             object.__setattr__(self, "ablate", tuple(p.strip() if isinstance(p, str) else p for p in parts
@@ -250,7 +263,7 @@ class RunConfig:
                 raise ConfigError(f.name, value, "must be a number", f"give a number such as {f.default}")
             if kind == "float" and not math.isfinite(value):  # NaN passes every range check
                 raise ConfigError(f.name, value, "must be a finite number", f"give a number such as {f.default}")
-            if kind in ("int", "float") and self.applies(f.name):
+            if kind in ("int", "float"):  # whether it applies or not: a saved config never holds nonsense
                 lo, hi = meta["minimum"], meta["maximum"]
                 if lo is not None and value < lo:
                     raise ConfigError(f.name, value, f"must be at least {lo}", f"set {f.name} to {lo} or more")
@@ -270,6 +283,9 @@ class RunConfig:
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, "unknown dtype", f"use one of {', '.join(DTYPES)}")
         self._validate_files()
+        if self.image and self.applies("image") and not self.image.lower().endswith(IMAGE_SUFFIXES):
+            raise ConfigError("image", self.image, f"unknown kind of image (not {', '.join(IMAGE_SUFFIXES)})",
+                              "give a PNG, JPEG or WebP file")
         if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", self.device):
             raise ConfigError("device", self.device, "unknown device", "use cpu, cuda, cuda:N or auto")
 
