@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -36,6 +37,16 @@ NO_POSITION_LIMIT = 1 << 20  # relative-position models (T5) read any length the
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks|albert_layers)\.(\d+)\.")
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
 MAX_SHARED_LAYERS = 4096  # a model whose layers share one set of weights (ALBERT) still has a sane depth
+# config.json's sizes (a family's own spellings; the first found counts) and scales that must be positive
+WIDTH_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
+VOCAB_KEYS = ("vocab_size",)
+FFN_KEYS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "decoder_ffn_dim", "encoder_ffn_dim")
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+POSITION_KEYS = ("max_position_embeddings", "n_positions")
+POSITIVE_KEYS = frozenset({"rope_theta", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon", "norm_eps",
+                           "max_position_embeddings", "n_positions", "vocab_size", "hidden_size",
+                           "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim"})
+IMPLIED_FACTOR, IMPLIED_SLACK = 8, 256 << 20  # a config may describe more than its file holds (tied, untrained head)
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,63 @@ def _check_layers(folder: ModelFolder, config) -> None:
                          f"{held}", "use the config.json saved with these weights", field_name=name)
 
 
+def _check_values(config) -> None:
+    """config.json's numbers, before anything is built: finite, positive where a size or a scale must be (also
+    inside nested settings such as rope_parameters)."""
+    for key, value in _numbers(config.get_text_config().to_dict()):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ModelError(value, f"config.json's {key} is not a finite number", "restore the config.json saved "
+                             "with the model", field_name=key)
+        if value <= 0 if key in POSITIVE_KEYS else key == "sliding_window" and value < 0:
+            least = "positive" if key in POSITIVE_KEYS else "at least 0"
+            raise ModelError(value, f"config.json's {key} must be {least}", "restore the config.json saved with the "
+                             "model", field_name=key)
+
+
+def _numbers(values: dict, depth: int = 2):
+    for key, value in values.items():
+        if isinstance(value, dict) and depth:
+            yield from _numbers(value, depth - 1)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield key, value
+
+
+SIZE_KEYS = {"width": WIDTH_KEYS, "vocab": VOCAB_KEYS, "layers": LAYER_COUNTS, "ffn": FFN_KEYS,
+             "experts": EXPERT_KEYS, "positions": POSITION_KEYS}
+
+
+def _implied_bytes(sizes: dict[str, int]) -> int:
+    """float32 bytes a model of these sizes holds, roughly: embeddings, attention, MLPs (every expert)."""
+    d, layers = sizes["width"], max(sizes["layers"], 1)
+    return 4 * (2 * sizes["vocab"] * d + layers * 4 * d * d + layers * 3 * d * sizes["ffn"] * max(sizes["experts"], 1)
+                + sizes["positions"] * d)
+
+
+def _check_implied_size(config, checkpoint_bytes: int) -> None:
+    """A config.json describing a model far larger than its checkpoint (a vocabulary or width of a billion)
+    would allocate it all before any weight is read: refused, naming the key whose value makes it large."""
+    text = config.get_text_config()
+    sizes = {part: _size_of(text, names) for part, names in SIZE_KEYS.items()}
+    implied = _implied_bytes(sizes)
+    if implied <= IMPLIED_FACTOR * checkpoint_bytes + IMPLIED_SLACK:
+        return
+    blame = max(sizes, key=lambda part: implied - _implied_bytes({**sizes, part: 1}))
+    key = _first_key(text, SIZE_KEYS[blame])
+    value = getattr(text, key, None)
+    raise ModelError(value, f"config.json ({key} = {value}) describes a model of about {implied / 2**30:.1f} GiB "
+                     f"but the checkpoint holds {checkpoint_bytes / 2**30:.2f} GiB",
+                     "use the config.json saved with these weights", field_name=key)
+
+
+def _size_of(text, names: tuple[str, ...], default: int = 0) -> int:
+    value = next((getattr(text, n) for n in names if isinstance(getattr(text, n, None), int)), default)
+    return max(int(value), 0)
+
+
+def _first_key(text, names: tuple[str, ...]) -> str:
+    return next((n for n in names if isinstance(getattr(text, n, None), int)), names[0])
+
+
 def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> nn.Module:
     if not folder.safetensors and not folder.gguf:  # a pickle is read with weights_only=True first
         check_pickle(folder)
@@ -211,6 +279,8 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     tf = transformers()
     config = _config(folder)
     _check_layers(folder, config)
+    _check_values(config)
+    _check_implied_size(config, size)
     cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
     model, modules, traces = _load_with_kernel(cls, folder, config)
     names = {m: n for n, m in model.base_model.named_modules()}

@@ -222,3 +222,32 @@ def test_a_text_of_control_characters_alone_is_empty(tiny_models, tmp_path):
     err = _fails(tiny_models("bert"), text="\x01\x02\x7f", match="no tokens of its own", field="text",
                  tmp_path=tmp_path)
     assert "type some words" in err.fix and "[CLS] [SEP]" in err.problem
+
+
+@pytest.mark.parametrize("key, value", [("vocab_size", 1_000_000_000), ("hidden_size", 1_000_000),
+                                        ("intermediate_size", 1_000_000_000)])
+def test_a_config_far_larger_than_its_checkpoint_is_refused_before_building(tiny_models, tmp_path, monkeypatch,
+                                                                              key, value):
+    import attnviz.models.hf as hf
+
+    f = _copy(tiny_models, tmp_path, "llama")
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, key: value}))
+    monkeypatch.setattr(hf, "_from_pretrained", lambda *a: pytest.fail("the model was built"))
+    err = _fails(f, match=f"config.json \\({key} = {value}\\) describes a model of about", field=key)
+    assert "checkpoint holds" in err.problem
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("rope_theta", -10000.0, "must be positive"), ("rms_norm_eps", float("nan"), "is not a finite number"),
+    ("rms_norm_eps", 0.0, "must be positive"), ("sliding_window", -4, "must be at least 0"),
+])
+def test_config_values_that_cannot_be_right_are_named(tiny_models, tmp_path, key, value, problem):
+    f = _copy(tiny_models, tmp_path, "mistral" if key == "sliding_window" else "llama")
+    text = (f / "config.json").read_text()
+    config = json.loads(text)
+    config[key] = value
+    if key == "rope_theta" and "rope_parameters" in config:  # where transformers 5 keeps it
+        config["rope_parameters"]["rope_theta"] = value
+    (f / "config.json").write_text(json.dumps(config))  # json writes a float NaN as NaN, which it reads back
+    _fails(f, match=f"config.json's {key} {problem}", field=key, tmp_path=tmp_path)
