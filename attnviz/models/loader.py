@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..core.device import available_memory, format_bytes
+from ..core.device import MEMORY_FRACTION, available_memory, format_bytes
 from ..core.kernel import Trace
 from ..core.value_weighted import value_weighted as weigh_by_values
 from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
@@ -35,7 +35,7 @@ CACHE_SIZE = 2
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _UNREAD = object()
 GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}
-MEMORY_FRACTION = 0.5  # as the runner: this share of the free memory, unless a budget is given
+MIN_VOCAB_SHARE = 0.5  # a tokenizer with fewer tokens than this share of the embeddings belongs to another model
 
 
 class PretrainedModel:
@@ -241,7 +241,17 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
         tokenizer = TextTokenizer(folder.tokenizer)
     name = folder.name if folder.gguf else model_name(folder.path)
     module, modules, stacks, info, side = load_transformers_model(folder, name, size)
+    check_vocabulary(tokenizer.vocab_size, info, folder)
     return PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer, side)
+
+
+def check_vocabulary(tokens: int, info: ModelInfo, folder: ModelFolder) -> None:
+    """A tokenizer that does not fit the model: more tokens than embeddings (ids out of range), or far fewer
+    (another model's tokenizer: most words would become unknown). A few unused embeddings are normal
+    (vocabularies padded to a multiple of 64 or 128)."""
+    if tokens > info.vocab_size or tokens < info.vocab_size * MIN_VOCAB_SHARE:
+        raise ModelError(folder.tokenizer, f"the tokenizer has {tokens} tokens but the model has {info.vocab_size} "
+                         "token embeddings", "use the tokenizer saved with this model", field_name="tokenizer")
 
 
 _cache: OrderedDict[tuple, PretrainedModel] = OrderedDict()
@@ -249,7 +259,12 @@ _lock = threading.Lock()
 
 
 def load_model(folder: str | os.PathLike, *, memory_budget: int | None = None) -> PretrainedModel:
-    """The model in `folder` (see the module docstring), from the cache when its files are unchanged."""
+    """The model in `folder` (see the module docstring), from the cache when its files are unchanged; a vision or
+    text-image model's folder gives a VisionModel (vision.py)."""
+    from .vision import is_vision_folder, load_vision_model
+
+    if str(folder).strip() and is_vision_folder(folder):
+        return load_vision_model(folder, memory_budget=memory_budget)
     checked = read_folder(folder)
     key = (str(checked.path.resolve()), checked.stamp())
     with _lock:

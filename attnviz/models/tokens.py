@@ -100,6 +100,11 @@ class TextTokenizer:
         special = token in {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
         return label(token, special, self.byte_level)
 
+    @property
+    def vocab_size(self) -> int:
+        """Every token id the tokenizer can give, its added tokens included."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
     def template(self) -> tuple[list[int], list[int]]:
         """The special ids the tokenizer puts before and after a text's own (a BOS; [CLS] and [SEP])."""
         enc = self._tok.encode("a", add_special_tokens=True)

@@ -251,3 +251,12 @@ def test_config_values_that_cannot_be_right_are_named(tiny_models, tmp_path, key
         config["rope_parameters"]["rope_theta"] = value
     (f / "config.json").write_text(json.dumps(config))  # json writes a float NaN as NaN, which it reads back
     _fails(f, match=f"config.json's {key} {problem}", field=key, tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("model, tokenizer", [("bert", "gpt2"), ("gpt2", "bert")])
+def test_another_models_tokenizer_is_refused_with_both_sizes(tiny_models, tmp_path, model, tokenizer):
+    f = _copy(tiny_models, tmp_path, model)
+    shutil.copy(tiny_models(tokenizer) / "tokenizer.json", f / "tokenizer.json")
+    err = _fails(f, match=r"the tokenizer has \d+ tokens but the model has \d+ token embeddings", field="tokenizer",
+                 tmp_path=tmp_path)
+    assert "tokenizer saved with this model" in err.fix
