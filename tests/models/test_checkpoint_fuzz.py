@@ -98,3 +98,35 @@ def test_a_damaged_checkpoint_is_exit_0_and_right_or_exit_2_and_one_line(tiny_mo
     assert np.isfinite(data["layer_weights"]).all(), what
     for mine, theirs in zip(data["layer_weights"], _reference_weights(folder, data["token_ids"].tolist())):
         np.testing.assert_allclose(mine, theirs, atol=1e-4, err_msg=what)
+
+
+READ_KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "vocab_size", "max_position_embeddings", "rms_norm_eps", "model_type"]
+DEFECTS = {"wrong type": "x", "negative": -1, "zero": 0, "huge": 10**9, "nan": float("nan"), "float": 2.5,
+           "missing": KeyError}
+
+
+@pytest.mark.parametrize("defect", list(DEFECTS))
+@pytest.mark.parametrize("key", READ_KEYS)
+def test_every_defect_of_every_config_key_read_is_one_line(tiny_models, tmp_path, capsys, key, defect):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models("llama"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    if DEFECTS[defect] is KeyError:
+        config.pop(key, None)
+    else:
+        config[key] = DEFECTS[defect]
+    (folder / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(SECONDS)
+    try:
+        code = main(["render", "--model", str(folder), "--text", SENTENCE, "-o", str(tmp_path / "out.npz")])
+    except Hang:
+        pytest.fail(f"{key} {defect}: no answer within {SECONDS} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err.strip()
+    assert code in (0, 2), f"{key} {defect}: exit {code}: {err}"
+    assert code == 0 or (len(err.splitlines()) == 1 and "Traceback" not in err), f"{key} {defect}: {err}"
