@@ -40,7 +40,7 @@ def bench_generation(folder: Path, shape: HfShape, new_tokens: int, rounds: int)
     reference = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32,
                                                                   local_files_only=True).eval()
     result = run(config)  # warm-up, and the prompt's ids for the reference
-    prompt = torch.tensor([result.token_ids[:result.prompt_length]])
+    prompt = torch.tensor([result.token_ids[:result.prompt_length].tolist()])
 
     def theirs() -> float:
         t0 = time.perf_counter()

@@ -24,6 +24,8 @@ from ..core.config import ConfigError
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 GGUF_MAGIC = b"GGUF"
+MAX_JSON_BYTES = 16 << 20  # config.json and the shard index: a large model's are well under 1 MiB
+MAX_HEADER_BYTES = 100 << 20  # a safetensors header (tensor names and shapes), safetensors' own limit
 # Where a folder has no tokenizer.json: the files AutoTokenizer converts to a fast tokenizer
 VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 PICKLE_WEIGHTS = "pytorch_model.bin"
@@ -83,13 +85,22 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
     if not config_file.is_file():
         raise ModelError(folder, "not a model folder: it has no config.json",
                          "choose the folder that holds config.json, *.safetensors and tokenizer.json")
+    _check_size(config_file, MAX_JSON_BYTES)
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(config_file, f"config.json cannot be read ({exc})", "restore the file") from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ModelError(config_file, f"config.json cannot be read ({str(exc)[:120]})", "restore the file") from exc
     if not isinstance(config, dict):
         raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
     return ModelFolder(path, config, _weight_files(path), _tokenizer_file(path))
+
+
+def _check_size(path: Path, limit: int) -> None:
+    """A settings file far larger than any model's would take minutes to parse: refused before it is read."""
+    size = path.stat().st_size
+    if size > limit:
+        raise ModelError(path, f"{path.name} is {size / 2**20:.0f} MiB, far larger than a model's ({limit >> 20} MiB "
+                         "at most)", "restore the file saved with the model")
 
 
 def _tokenizer_file(path: Path) -> Path:
@@ -114,6 +125,7 @@ def is_gguf(path: Path) -> bool:
 def _weight_files(path: Path) -> tuple[Path, ...]:
     index = path / SAFETENSORS_INDEX
     if index.is_file():
+        _check_size(index, MAX_JSON_BYTES)
         try:
             names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         except (OSError, ValueError, KeyError, AttributeError) as exc:
@@ -159,7 +171,7 @@ def safetensors_header(shard: Path) -> dict:
         size = shard.stat().st_size
         with open(shard, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
-            if size < 8 or n <= 0 or 8 + n > size:
+            if size < 8 or n <= 0 or 8 + n > size or n > MAX_HEADER_BYTES:
                 raise ValueError("the header length does not fit the file")
             header = json.loads(f.read(n))
         end = max((info["data_offsets"][1] for info in header.values()

@@ -260,3 +260,10 @@ def test_another_models_tokenizer_is_refused_with_both_sizes(tiny_models, tmp_pa
     err = _fails(f, match=r"the tokenizer has \d+ tokens but the model has \d+ token embeddings", field="tokenizer",
                  tmp_path=tmp_path)
     assert "tokenizer saved with this model" in err.fix
+
+
+def test_a_huge_config_json_is_refused_before_it_is_parsed(tiny_models, tmp_path):
+    f = _copy(tiny_models, tmp_path, "gpt2")
+    config = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**config, "padding": "x" * (17 << 20)}))
+    _fails(f, match="config.json is 17 MiB, far larger than a model's", tmp_path=tmp_path)
