@@ -49,6 +49,7 @@ class PretrainedModel:
         self.side = side or OutputSide()  # the head, final norm, blocks and output projections (outputs.py)
         keep_residuals(self.side.blocks if self.side.lens else [])
         self.notes: tuple[str, ...] = ()
+        self.load_notes: tuple[str, ...] = ()  # what opening the folder found worth saying (files ignored)
         self._hf_tokenizer = hf_tokenizer  # transformers' own, where it built `tokenizer` (no second build)
         self._chat: object = _UNREAD  # transformers' tokenizer with the chat template, read when first asked
 
@@ -242,7 +243,20 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     name = folder.name if folder.gguf else model_name(folder.path)
     module, modules, stacks, info, side = load_transformers_model(folder, name, size)
     check_vocabulary(tokenizer.vocab_size, info, folder)
-    return PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer, side)
+    model = PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer, side)
+    model.load_notes = _ignored_weights(folder)
+    return model
+
+
+def _ignored_weights(folder: ModelFolder) -> tuple[str, ...]:
+    """A note naming the weights read where other weight files lie beside them (an adapter, a copy)."""
+    if folder.gguf:
+        return ()
+    read = {p.name for p in folder.weights}
+    others = sorted(p.name for p in folder.path.iterdir() if p.suffix in (".safetensors", ".bin") and p.name not in read)
+    if not others:
+        return ()
+    return (f"read {', '.join(sorted(read))}; ignored {', '.join(others)} (not this checkpoint's weights)",)
 
 
 def check_vocabulary(tokens: int, info: ModelInfo, folder: ModelFolder) -> None:

@@ -71,7 +71,8 @@ class ModelView:
     def forward(self, ids: Tensor, record=()):
         """The shown stack's (hidden, traces); every other stack's traces go to `other_stacks` (the model view)."""
         decoder_ids = None if self.decoder is None else torch.tensor([list(self.decoder.ids)], dtype=torch.long)
-        hidden, by_stack, self.notes, residuals = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        hidden, by_stack, notes, residuals = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        self.notes = (*self.model.load_notes, *notes)
         self.other_stacks = {name: t for name, t in by_stack.items() if name != self.stack} or None
         self.residuals = residuals or None
         return hidden, by_stack[self.stack]

@@ -175,6 +175,7 @@ def test_a_stray_safetensors_file_beside_the_weights_is_not_read(tiny_models, tm
     result = run(RunConfig(variant="pretrained", model=str(f), text=SENTENCE))
     reference = run(RunConfig(variant="pretrained", model=str(tiny_models("bert")), text=SENTENCE))
     np.testing.assert_array_equal(result.layer_weights, reference.layer_weights)
+    assert "read model.safetensors; ignored adapter.safetensors (not this checkpoint's weights)" in result.notes
 
 
 def test_fewer_layers_in_the_config_than_in_the_checkpoint(tiny_models, tmp_path):
