@@ -253,7 +253,8 @@ def _ignored_weights(folder: ModelFolder) -> tuple[str, ...]:
     if folder.gguf:
         return ()
     read = {p.name for p in folder.weights}
-    others = sorted(p.name for p in folder.path.iterdir() if p.suffix in (".safetensors", ".bin") and p.name not in read)
+    others = sorted(p.name for p in folder.path.iterdir()
+                    if p.suffix in (".safetensors", ".bin") and p.name not in read)
     if not others:
         return ()
     return (f"read {', '.join(sorted(read))}; ignored {', '.join(others)} (not this checkpoint's weights)",)
