@@ -45,7 +45,8 @@ EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 POSITION_KEYS = ("max_position_embeddings", "n_positions")
 POSITIVE_KEYS = frozenset({"rope_theta", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon", "norm_eps",
                            "max_position_embeddings", "n_positions", "vocab_size", "hidden_size",
-                           "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim"})
+                           "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
+                           "num_hidden_layers", "n_layer", "num_layers", "intermediate_size", "n_inner"})
 IMPLIED_FACTOR, IMPLIED_SLACK = 8, 256 << 20  # a config may describe more than its file holds (tied, untrained head)
 
 
