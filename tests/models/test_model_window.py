@@ -167,3 +167,23 @@ def test_the_model_view_shows_every_stack_of_an_encoder_decoder(model_window, qt
     assert r.config.stack == "cross" and r.config.layer == 1 and w.headGrid.focus == 2
     assert r.weights.shape[-2:] == (len(r.tokens), len(r.key_tokens)) and len(r.tokens) < len(r.key_tokens)
     assert w.modelView.source.stack == "cross"
+
+
+def test_a_broken_config_json_is_one_status_message_and_nothing_on_stderr(model_window, qtbot, tiny_models,
+                                                                           tmp_path, capfd):
+    import json
+    import shutil
+
+    w = model_window
+    shown = w.result
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_models("gpt2"), broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "layer_norm_epsilon": -1.0}))
+    capfd.readouterr()
+    w.panel.widgets["model"].set_folder(str(broken))
+    qtbot.waitUntil(lambda: w.last_error is not None, timeout=20000)
+    assert "config.json's layer_norm_epsilon must be positive" in w.last_error and "\n" not in w.last_error
+    assert w.result is shown  # the last good view stays
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "layer_norm_epsilon" not in err
