@@ -299,3 +299,14 @@ def test_holding_ctrl_c_through_the_imports_leaves_an_ignored_sigint_ignored():
             time.sleep(0.01)  # Python runs the held handler here; the interrupt comes at the end
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_readme_names_every_render_flag():
+    """The README's option list stays complete: each flag the parser has is named there."""
+    from pathlib import Path
+
+    from attnviz.cli import _render_parser
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    flags = [s for a in _render_parser()._actions for s in a.option_strings if s.startswith("--")]
+    assert [f for f in flags if f not in readme] == []
