@@ -323,6 +323,10 @@ def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> 
             out["compare"] = compare_frames(result, options, cache)
         if options.rollout:
             out["rollout"] = rollout_frames(result, b, options)
+        if options.patch_query is not None:  # a vision model's picture (models/patches.py)
+            from .models.patches import patch_frames
+
+            out["patch"] = patch_frames(result, options.patch_query, options.colormap)
         if options.predictions:
             out["predictions"] = cache.get(result, ("predictions",), lambda: prediction_frames(result))
         if options.lens:
@@ -428,6 +432,8 @@ def head_score_frames(result: RunResult) -> HeadScoreFrames:
     """The head types of the result's model (a probe forward, once per model config)."""
     if result.source is None:
         return HeadScoreFrames("head types need a model (a trained toy or a pretrained model)")
+    if getattr(result.source, "picture", None) is not None:  # patches: no text patterns, and no second forward
+        return HeadScoreFrames("head types describe text (previous token, induction ...): not measured on an image")
     key = forward_config(result)
     if key not in _SCORES:
         try:

@@ -94,6 +94,7 @@ class ViewOptions:
     stats: bool = False  # per-head statistics (and the layer x head overview for models)
     focus_row: int | None = None  # token focus: every head's attention of this query row
     rollout: bool = False  # attention rollout over the layers (models)
+    patch_query: int | None = None  # the patch view: this query token's attention over the picture (vision)
     pinned: RunResult | None = field(default=None, compare=False, repr=False)  # compare: the pinned result
     compare_head: int = 0  # compare: which head is shown beside the pinned one
     # compare against the same config without its ablation (run on the worker, cached with the result)

@@ -67,6 +67,7 @@ class ModelForward:
     stacks: tuple[tuple[str, np.ndarray, np.ndarray | None], ...] = field(default=())
     outputs: Outputs | None = None  # the output head's predictions and lens, computed when first read
     prompt_length: int | None = None  # a generation: the prompt's tokens; the rest of `tokens` were generated
+    picture: object | None = None  # a vision model's input as it saw it (models/vision.py Picture), else None
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -228,6 +229,7 @@ def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], dev
         tokens=ran.tokens, token_ids=np.asarray(ran.ids, dtype=np.int64), device=str(device),
         layer_tokens=ran.layer_tokens, notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
         compute_time_s=compute, total_time_s=time.perf_counter() - started, prompt_length=ran.prompt_length,
+        picture=getattr(model, "picture", None),
         outputs=Outputs(model, ids, ran.hidden, ran.residuals, config.top_k, plan is not None))
 
 

@@ -80,7 +80,16 @@ def _attn(c):
 def _load_pretrained(c, memory_budget: int | None):
     from ..models import load_model  # lazily: attnviz.models builds on the kernel
 
-    return load_model(c.model, memory_budget=memory_budget).view(c.stack, c.decoder_text, c.chat)
+    model = load_model(c.model, memory_budget=memory_budget)
+    if getattr(model, "reads_images", False):  # a vision or text-image model (models/vision.py)
+        return model.view(c.stack, c.decoder_text, c.chat, image=c.image)
+    if c.image.strip():
+        from .config import ConfigError
+
+        raise ConfigError("image", c.image, f"{model.info.name} is a text model: it reads no image",
+                          "clear the image, or choose a vision model (ViT, DeiT, DINOv2, CLIP, SigLIP)",
+                          suggestions=("",))
+    return model.view(c.stack, c.decoder_text, c.chat)
 
 
 def _no_inputs(c) -> tuple[Tensor, ...]:
@@ -95,7 +104,7 @@ def _not_a_module(c) -> nn.Module:
 HEAD_FIELDS = frozenset({"ablate", "ablation", "top_k"})  # ablation and the predictions of a model's output head
 GENERATE_FIELDS = frozenset({"generate", "temperature", "sample_top_k", "seed"})  # a model writing after the text
 BACKED_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "model", "text", "chat", "decoder_text", "stack", "layer",
-                                                 "device"}
+                                                 "device", "image"}
 TOY_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "text", "layer"}  # toys ship with attnviz and run on the CPU
 
 

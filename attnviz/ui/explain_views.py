@@ -21,6 +21,7 @@ from .focus import FocusView
 from .head_effects import HeadEffectsView, default_effects
 from .lens_view import LensView
 from .panel import named
+from .patch_view import ImageDrop, PatchView
 from .pipeline import PipelineView
 from .stats_view import StatsView
 
@@ -34,6 +35,8 @@ DOCKS = {
     "headEffectsDock": ("Which heads matter", "Ctrl+Shift+H",
                         "Layer × head: how much each head alone matters for the target's probability (ablation)"),
     "lensDock": ("Logit lens", "Ctrl+Shift+L", "The top-1 token after each layer at each position (causal LMs)"),
+    "patchDock": ("Patches", "Ctrl+Shift+G", "A vision model's picture with one query token's attention over its "
+                  "patches, per head, mean or rollout"),
 }
 FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "NumPy arrays (*.npz)",
            "csv": "CSV table (*.csv)"}
@@ -52,10 +55,12 @@ class ExplainViews(QObject):
         self.rollout = RolloutView()
         self.effects = HeadEffectsView(effects)
         self.lens = LensView()
+        self.patch = PatchView()
         self.docks: dict[str, QDockWidget] = {}
         self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
         self._sized = False
-        widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout, self.effects, self.lens)
+        widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout, self.effects, self.lens,
+                   self.patch)
         first = None
         for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
             dock = named(QDockWidget(title, window), name)
@@ -68,8 +73,11 @@ class ExplainViews(QObject):
             dock.hide()
             dock.visibilityChanged.connect(partial(self._visibility_changed, name))
             self.docks[name] = dock
-        for view in (self.pipeline, self.focus, self.compare):
+        for view in (self.pipeline, self.focus, self.compare, self.patch):
             view.sigChanged.connect(window.schedule)
+        self.patch.sigExport.connect(lambda: self.export_dialog("patch"))
+        image = getattr(window, "panel", None) and window.panel.widgets.get("image")
+        self._drop = ImageDrop(window, image) if image is not None else None  # an image dropped on the window
         self.compare.pinButton.toggled.connect(self._pin_toggled)
         self.compare.unablatedButton.toggled.connect(self._unablated_toggled)
         self.effects.sigOpen.connect(self._open_head)
@@ -150,6 +158,7 @@ class ExplainViews(QObject):
             compare_head=self.compare.headSpin.value(),
             unablated=self.unablated(config if request is None else request),
             lens=self.shown("lensDock"),
+            patch_query=(self.patch.query or 0) if self.shown("patchDock") else None,
         )
 
     def show(self, result, frames) -> None:
@@ -172,6 +181,8 @@ class ExplainViews(QObject):
             self.rollout.show_frames(extras["rollout"])
         if "lens" in extras:
             self.lens.show_frames(extras["lens"])
+        if "patch" in extras:
+            self.patch.show_frames(extras["patch"])
         if self.shown("headEffectsDock"):
             self.effects.show_result(result)
 
@@ -179,7 +190,8 @@ class ExplainViews(QObject):
 
     def export_dialog(self, kind: str) -> None:
         formats = {"pipeline": ("png", "svg", "npz"), "stats": ("csv", "png"), "focus": ("csv", "png"),
-                   "compare": ("npz", "png"), "rollout": ("csv", "png"), "lens": ("csv", "png")}[kind]
+                   "compare": ("npz", "png"), "rollout": ("csv", "png"), "lens": ("csv", "png"),
+                   "patch": ("png", "svg")}[kind]
         path, _ = QFileDialog.getSaveFileName(self.window, f"Export {kind}", str(Path.home() / f"attnviz-{kind}"),
                                               ";;".join(FILTERS[f] for f in formats))
         if not path:
@@ -207,6 +219,8 @@ class ExplainViews(QObject):
 
     def export(self, kind: str, path: str) -> Path:
         """Write one panel's image (.png/.svg) or numbers (.csv/.npz) to `path`."""
+        if kind == "patch":  # the overlay on the picture, not a grab of the panel
+            return self.patch.export(path)
         ext = Path(path).suffix.lower()
         widget = {"pipeline": self.pipeline, "stats": self.stats, "focus": self.focus, "compare": self.compare,
                   "rollout": self.rollout, "lens": self.lens}[kind]

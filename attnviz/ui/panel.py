@@ -38,6 +38,7 @@ from .choices import add_choice
 from .file_chooser import FileChooser
 from .model_chooser import ModelChooser
 
+from .patch_view import ImageChooser
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
@@ -197,12 +198,15 @@ class ParameterPanel(QWidget):
             return w.value()
         if isinstance(w, ModelChooser):
             return w.folder()
-        if isinstance(w, FileChooser):
+        if isinstance(w, (FileChooser, ImageChooser)):
             return w.path()
         if name != "kv_lengths":
             return w.text()
         text = w.text().replace(";", ",").replace(" ", ",")
         parts = [p for p in text.split(",") if p]
+        elif name == "image":  # a vision model's picture: Open… (or a file dropped onto the window)
+            w = ImageChooser()
+            w.sigChanged.connect(self._edited)
         try:
             return tuple(int(p) for p in parts)
         except ValueError:
@@ -225,7 +229,7 @@ class ParameterPanel(QWidget):
             w.setValue(value)
         elif isinstance(w, ModelChooser):
             w.set_folder(value)
-        elif isinstance(w, FileChooser):
+        elif isinstance(w, (FileChooser, ImageChooser)):
             w.set_path(value)
         else:
             w.setText(", ".join(str(v) for v in value) if isinstance(value, tuple) else value)
@@ -391,7 +395,8 @@ class ParameterPanel(QWidget):
         self._error_field = field
         if field in self.widgets:
             w = self.widgets[field]
-            (w.fileLabel if isinstance(w, FileChooser) else w).setStyleSheet(ERROR_STYLE)  # one box, not each part
+            choosers = (FileChooser, ImageChooser)
+            (w.fileLabel if isinstance(w, choosers) else w).setStyleSheet(ERROR_STYLE)  # one box, not each part
             w.setToolTip(message)
         self.errorLabel.setText(message)
         for value in suggestions[:3]:
@@ -438,7 +443,7 @@ class ParameterPanel(QWidget):
     def clear_error(self) -> None:
         if self._error_field in self.widgets:
             w = self.widgets[self._error_field]
-            (w.fileLabel if isinstance(w, FileChooser) else w).setStyleSheet("")
+            (w.fileLabel if isinstance(w, (FileChooser, ImageChooser)) else w).setStyleSheet("")
             w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()
