@@ -37,8 +37,8 @@ from ..core.userfiles import file_fields
 from .choices import add_choice
 from .file_chooser import FileChooser
 from .model_chooser import ModelChooser
-
 from .patch_view import ImageChooser
+
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
@@ -168,6 +168,9 @@ class ParameterPanel(QWidget):
         elif name == "model":  # a folder: the ones found locally, or "Open…"
             w = ModelChooser()
             w.sigChanged.connect(self._edited)
+        elif name == "image":  # a vision model's picture: Open… (or a file dropped onto the window)
+            w = ImageChooser()
+            w.sigChanged.connect(self._edited)
         elif name in FILE_FIELDS:  # your own weights / inputs: Random or From file
             w = FileChooser(name, name, WEIGHT_SUFFIXES if name == "weights" else INPUT_SUFFIXES)
             w.sigChanged.connect(self._edited)
@@ -204,9 +207,6 @@ class ParameterPanel(QWidget):
             return w.text()
         text = w.text().replace(";", ",").replace(" ", ",")
         parts = [p for p in text.split(",") if p]
-        elif name == "image":  # a vision model's picture: Open… (or a file dropped onto the window)
-            w = ImageChooser()
-            w.sigChanged.connect(self._edited)
         try:
             return tuple(int(p) for p in parts)
         except ValueError:
