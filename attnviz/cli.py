@@ -23,12 +23,14 @@ import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import MISSING, fields
+from pathlib import Path
 
 from . import __version__
 
 PROG = "attnviz"
 RENDER_PROG = "attnviz render"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+TEXT_FILE_BYTES = 16 << 20  # --text-file: far more than any model reads
 
 
 
@@ -63,6 +65,31 @@ def _kv_lengths(text: str) -> tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"invalid lengths {text!r}: give whole numbers separated by commas, e.g. 16,9") from None
+
+
+def _region(text: str) -> tuple[int, int, int, int]:
+    """'q0:q1,k0:k1' -> (q0, q1, k0, k1)."""
+    try:
+        rows, cols = text.split(",")
+        (q0, q1), (k0, k1) = (tuple(int(x) for x in part.split(":")) for part in (rows, cols))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give query rows and keys as Q0:Q1,K0:K1, e.g. 0:64,0:512") \
+            from None
+    return q0, q1, k0, k1
+
+
+def _text_file(path: str) -> str:
+    """A text file's contents: UTF-8, a regular file of at most 16 MiB, else one line."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--text-file {path}: no such file (give a UTF-8 text file)")
+    if p.stat().st_size > TEXT_FILE_BYTES:
+        raise UsageError(f"--text-file {path}: {p.stat().st_size / 2**20:.0f} MiB, over the {TEXT_FILE_BYTES >> 20} "
+                         "MiB a text may have; cut it first")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--text-file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def _stage_names() -> tuple[str, ...]:
@@ -189,6 +216,11 @@ def _render_parser() -> argparse.ArgumentParser:
                        help="also write each head's type scores (previous_token, first_token, self, duplicate_token, "
                             "induction); -o may then be left out")
     model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
+    model.add_argument("--text-file", metavar="FILE",
+                       help="read the text from a UTF-8 file (a long input) instead of --text")
+    model.add_argument("--region", type=_region, metavar="Q0:Q1,K0:K1",
+                       help="also keep that block of every map exact (query rows Q0..Q1-1, keys K0..K1-1); the run "
+                            "pools its maps (--pool always) and the NPZ holds the block as `region`")
     model.add_argument("--step", type=int, metavar="N",
                        help="with --generate: draw the maps as they stood after N generated tokens (default: all)")
     model.add_argument("--all-layers", action="store_true",
@@ -203,6 +235,12 @@ def _build_config(args: argparse.Namespace):
 
     names = {f.name for f in fields(RunConfig)}
     flags = {k: v for k, v in vars(args).items() if k in names}
+    if args.text_file:
+        if "text" in flags:
+            raise UsageError("give the text with --text or --text-file, not both")
+        flags["text"] = _text_file(args.text_file)
+    if args.region and "pool" not in flags:
+        flags["pool"] = "always"  # the block is kept from the pooled path's blocks
     if args.preset or args.config:  # the flags on top of it must apply to it, as bare flags must
         base = load_preset(args.preset) if args.preset else _load_config_flag(args.config)
         config = base.replace(**flags) if flags else base
@@ -370,7 +408,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     try:
         from .core import run
 
-        result = _run(run, config, record, args.truncate)
+        result = _run(run, config, record, args.truncate, args.region)
         if args.step is not None:
             from .core.generation import at_step
 
@@ -456,17 +494,17 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
         print(f"wrote {args.head_scores}")
 
 
-def _run(run, config, record, truncate: bool):
+def _run(run, config, record, truncate: bool, region=None):
     """run(config); with --truncate, a text too long for the model is cut to the fix the error offers."""
     from .core import ConfigError
 
     try:
-        return run(config, record=record)
+        return run(config, record=record, region=region)
     except ConfigError as exc:
         if not (truncate and exc.field == "text" and exc.suggestions):
             raise
         print(f"{RENDER_PROG}: note: {exc.problem}; truncated", file=sys.stderr)
-        return run(config.replace(text=exc.suggestions[0]), record=record)
+        return run(config.replace(text=exc.suggestions[0]), record=record, region=region)
 
 
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:

@@ -17,6 +17,7 @@ file, if any, untouched and no temporary file behind.
 from __future__ import annotations
 
 import base64
+import json
 import math
 import os
 import sys
@@ -462,13 +463,16 @@ def _tick_texts(result: RunResult, options: ExportOptions, rows: int, cols: int,
     """(x, y) tick labels by cell index, and whether they are tokens: positions where labels are
     on; token labels, thinned to what fits, for token-labelled maps."""
     names = _token_labels(result, options)
+    fq, fk = result.pool_factor or (1, 1)  # a pooled map's cell j covers positions j*f ..
+    if names is not None and (fq, fk) != (1, 1):  # a pooled cell is labelled with its first token
+        names = (names[0][::fq], names[1][::fk])
     if not options.axis_labels:  # no ticks, and no room kept for them
         return {}, {}, names is not None
     x_ticks, y_ticks = _position_ticks(cols, cols * s), _position_ticks(rows, rows * s)
     if names is not None:
         y_ticks, x_ticks = _token_ticks(rows, s), _token_ticks(cols, s)
-    ytext = {j: names[0][j] if names else str(j) for j in y_ticks}
-    xtext = {j: names[1][j] if names else str(j) for j in x_ticks}
+    ytext = {j: names[0][j] if names else str(j * fq) for j in y_ticks}
+    xtext = {j: names[1][j] if names else str(j * fk) for j in x_ticks}
     return xtext, ytext, names is not None
 
 
@@ -945,6 +949,13 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
         arrays["key_tokens"] = np.array(result.key_tokens, dtype=str)
     if result.token_ids is not None:
         arrays["token_ids"] = np.asarray(result.token_ids)
+    if result.pool_factor is not None:  # a pooled run: its maps are pooled, its statistics exact
+        arrays["weights_pooled"] = arrays.pop("weights", arrays.get("dropped"))
+        arrays.pop("dropped", None)
+        arrays["pool_factor"] = np.asarray(result.pool_factor)
+        arrays |= {f"stats_{name}": values for name, values in result.exact_stats.items()}
+        if result.region is not None:
+            arrays["region"] = result.region
     if result.prompt_length is not None:  # a generation: where the prompt ends, and every layer's maps
         arrays["prompt_length"] = np.asarray(result.prompt_length)
         all_layers = True
@@ -952,8 +963,19 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
         lw = result.layer_weights  # (layers, B, H, L, L); one text: (layers, H, L, L)
         arrays["layer_weights"] = lw[:, 0] if lw.shape[1] == 1 else lw
     with atomic_writer(path, replace_readonly) as f:
-        np.savez_compressed(f, config=np.array(result.config.to_json(files=result.file_dicts())), **arrays)
+        np.savez_compressed(f, config=np.array(_config_json(result)), **arrays)
     return Path(path)
+
+
+def _config_json(result: RunResult) -> str:
+    """The run's configuration as JSON; a pooled run says so (and by how much) beside it."""
+    text = result.config.to_json(files=result.file_dicts())
+    if result.pool_factor is None:
+        return text
+    doc = json.loads(text)
+    doc["pooled"] = {"factor": list(result.pool_factor), "maps": "weights_pooled (max-pooled)",
+                     "exact": ["output", "stats_*", "region"]}
+    return json.dumps(doc, indent=2) + "\n"
 
 
 # --- the one entry point ---------------------------------------------------------------------

@@ -428,7 +428,8 @@ def allowed_maps(result: RunResult, b: int) -> np.ndarray | None:
     """Batch item b's mask as (1 or H, Lq, Lkv) bool (a view), or None when every cell may attend."""
     c = result.config
     allowed = result.mask[min(b, result.mask.shape[0] - 1)] if result.mask.ndim == 4 else result.mask[None]
-    allowed = np.broadcast_to(allowed, (allowed.shape[0], c.seq_q, c.lkv))
+    shape = result.stages["dropped"].shape[-2:] if result.pool_factor else (c.seq_q, c.lkv)  # pooled: its cells
+    allowed = np.broadcast_to(allowed, (allowed.shape[0], *shape))
     return None if allowed.all() else allowed
 
 

@@ -147,7 +147,8 @@ def test_a_read_only_target_is_refused_and_kept(ext, tmp_path, capsys, no_comput
 
 def test_memory_refusal_of_a_padding_run_names_memory(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(runner, "available_memory", lambda device: 64 << 20)
-    args = ["--variant", "cross", "--mask", "padding", "--kv-lengths", "4000,3000", "--batch", "2",
+    args = ["--variant", "cross", "--pool", "never", "--mask", "padding", "--kv-lengths", "4000,3000",
+            "--batch", "2",
             "--seq-q", "4096", "--seq-kv", "4096", "--heads", "8"]
     assert main(["render", *args, "-o", str(tmp_path / "o.png")]) == 2
     line = one_line(capsys)

@@ -35,6 +35,7 @@ from .ablation import parse as parse_ablation
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
+from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, check_region, factor, pooling
 from .predictions import Outputs
 from .result import Cancelled, NonFiniteResult, RunResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
@@ -68,6 +69,7 @@ class ModelForward:
     outputs: Outputs | None = None  # the output head's predictions and lens, computed when first read
     prompt_length: int | None = None  # a generation: the prompt's tokens; the rest of `tokens` were generated
     picture: object | None = None  # a vision model's input as it saw it (models/vision.py Picture), else None
+    pooled: tuple = ()  # a pooled forward (pooling.py): each layer's PooledCall (its maps above are pooled)
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -80,11 +82,18 @@ class ModelForward:
         mask = self.masks[layer]
         heads, rows_n = self.layer_weights.shape[2], mask.shape[-2]
         rows = np.broadcast_to(~mask.any(axis=-1), (1, heads, rows_n)).copy()
+        pooled = {}
+        if self.pooled:
+            call = self.pooled[layer]
+            pooled = {"pool_factor": call.factors, "exact_stats": call.stat_arrays(),
+                      "region": None if call.region is None else call.region.numpy()}
+        config = resolved(self.key.replace(layer=layer), self.info, mask,
+                          self.pooled[layer].shape if self.pooled else None, pooled.get("pool_factor", (1, 1)))
         return RunResult(
-            config=resolved(self.key.replace(layer=layer), self.info, mask), stages=stages, mask=mask,
-            fully_masked_rows=rows, device=self.device, compute_time_s=self.compute_time_s,
-            total_time_s=self.total_time_s, notes=self.notes, token_ids=self.token_ids, **self.labels(layer),
-            layer_weights=self.layer_weights, source=self, outputs=self.outputs, prompt_length=self.prompt_length)
+            config=config, stages=stages, mask=mask, fully_masked_rows=rows, device=self.device,
+            compute_time_s=self.compute_time_s, total_time_s=self.total_time_s, notes=self.notes,
+            token_ids=self.token_ids, **self.labels(layer), layer_weights=self.layer_weights, source=self,
+            outputs=self.outputs, prompt_length=self.prompt_length, **pooled)
 
     def blocks(self) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
         """(stack, layer_weights, allowed (layers, Lq, Lkv) or None) of every stack, in the model's order: what
@@ -120,34 +129,45 @@ def check_layer(config: RunConfig, info) -> None:
                           f"choose a layer from 0 to {info.layers - 1}", suggestions=(info.layers - 1,))
 
 
-def resolved(config: RunConfig, info, mask: np.ndarray) -> RunConfig:
+def resolved(config: RunConfig, info, mask: np.ndarray, lengths: tuple[int, int] | None = None,
+             pool_factor: tuple[int, int] = (1, 1)) -> RunConfig:
     """The config with the shapes the model and the text gave it (what views and exports read): the
-    layer's map is (queries, keys), which differ for an encoder-decoder's cross-attention."""
+    layer's map is (queries, keys), which differ for an encoder-decoder's cross-attention. A pooled map's
+    mask is pooled too: `lengths` are then the map's own, and a window is counted in whole blocks."""
     d_model = info.d_model - info.d_model % info.heads  # a width the heads divide, for validation
     m = mask[0, 0]  # named from the mask itself: the protocol needs no flag for it
     causal = bool((m == np.tril(np.ones_like(m))).all())
     kind, window = ("none" if m.all() else "causal" if causal else "window"), 0
     if kind == "window":  # a sliding window: the keys the last query sees before itself
-        window = int(m[-1].sum()) - 1
-    return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=mask.shape[-2],
-                          seq_kv=mask.shape[-1], mask=kind, window=max(window, 0))
+        window = (int(m[-1].sum()) - 1) * pool_factor[1]
+    lq, lkv = lengths or mask.shape[-2:]
+    return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=lq, seq_kv=lkv,
+                          mask=kind, window=max(min(window, lkv), 0))
 
 
-def forward_bytes(info, length: int, keep: frozenset[str]) -> int:
+def forward_bytes(info, length: int, keep: frozenset[str], pooled: bool = False) -> int:
     """Bytes one forward keeps and needs at its peak: every layer's kept maps (float32), the stacked
-    weights, one layer's temporaries, the per-token stages."""
-    maps = sum(1 for n in keep if BY_NAME[n].is_map and n != "dropped")  # dropped = weights in eval mode
-    one_map = info.heads * length * length * 4
+    weights, one layer's temporaries, the per-token stages. Pooled: each layer's pooled map and a few blocks."""
     tokens = length * info.d_model * 4 * 8
+    if pooled:
+        side = -(-length // factor(length))
+        return info.layers * (info.heads * side * side * 4 + tokens) + 4 * BLOCK_BYTES + FORWARD_OVERHEAD
+    maps = map_count(keep)
+    one_map = info.heads * length * length * 4
     return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD
 
 
-def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[str], budget: int | None) -> None:
-    need = forward_bytes(info, length, keep)
+def map_count(keep: frozenset[str]) -> int:
+    return sum(1 for n in keep if BY_NAME[n].is_map and n != "dropped")  # dropped = weights in eval mode
+
+
+def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[str], budget: int | None,
+                         pooled: bool = False) -> None:
+    need = forward_bytes(info, length, keep, pooled)
     allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
     if need <= allowed:
         return
-    fits = max((n for n in range(1, length) if forward_bytes(info, n, keep) <= allowed), default=0)
+    fits = max((n for n in range(1, length) if forward_bytes(info, n, keep, pooled) <= allowed), default=0)
     fix = f"use a shorter text (at most about {fits} tokens)" if fits else "free memory, or choose a smaller model"
     raise MemoryBudgetError("text", f"{length} tokens",
                             f"every layer's maps at {length} tokens need about {format_bytes(need)}, over the "
@@ -174,7 +194,8 @@ def _layer_tokens(encoded) -> tuple | None:
 
 
 def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
-                record: Iterable[str] | None = None, on_step: Callable | None = None) -> ModelForward:
+                record: Iterable[str] | None = None, on_step: Callable | None = None,
+                region: tuple[int, int, int, int] | None = None) -> ModelForward:
     """Load (cached), encode the text, one traced forward over every layer (or, with config.generate, the
     generation's steps) -> ModelForward. on_step(tokens so far, build) streams a generation: build() is the
     ModelForward of what ran so far."""
@@ -186,7 +207,11 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     count = generate_count(config, model, len(encoded.ids))
     keep = frozenset((set(DEFAULT_RECORD if record is None else record) | {"weights", "dropped", "output"})
                      & set(backed_stages(model.info)) & (GENERATED_STAGES if count else set(STAGE_NAMES)))
-    check_forward_memory(config, *_forward_shape(model, len(encoded.ids) + count), keep, memory_budget)
+    pool = model_pooling(config, model, len(encoded.ids), count, keep, memory_budget, region)
+    if pool is not None:  # the maps are pooled in the kernel: only the per-token stages are kept whole
+        keep = frozenset(n for n in keep if not BY_NAME[n].is_map)
+    check_forward_memory(config, *_forward_shape(model, len(encoded.ids) + count), keep, memory_budget,
+                         pooled=pool is not None)
     if cancel is not None and cancel():
         raise Cancelled
     _place(model, device)
@@ -199,13 +224,41 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
             return _model_forward(config, model, ran, keep, device, time.perf_counter() - t0, started, plan)
         ran = generated_run(config, model, encoded, count, keep, plan, device, cancel, on_step, build)
     else:
-        ran = _forward_once(model, encoded, keep, plan, device)
+        with pooling(pool):
+            ran = _forward_once(model, encoded, keep, plan, device)
+        if pool is not None:
+            ran = pooled_ran(ran, pool)
     compute = time.perf_counter() - t0
     if plan is not None:
         check_kernel_ran(plan, config, model.info)
     if cancel is not None and cancel():
         raise Cancelled
     return _model_forward(config, model, ran, keep, device, compute, started, plan)
+
+
+def model_pooling(config: RunConfig, model, length: int, count: int, keep: frozenset[str], budget: int | None,
+                  region) -> Pooling | None:
+    """A Pooling where config.pool asks for one: auto pools when every layer's maps would need more than 1 GiB
+    or the budget. A generation (its steps' rows are short) and an encoder-decoder (its stacks interleave)
+    keep whole maps."""
+    if config.pool == "never" or count or getattr(model, "forward_layers", model.info.layers) != model.info.layers:
+        return None
+    maps = model.info.layers * model.info.heads * length * length * 4 * max(map_count(keep), 1)
+    allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
+    if config.pool == "auto" and region is None and maps <= min(AUTO_BYTES, allowed):
+        return None
+    return Pooling(region=check_region(region, length, length))
+
+
+def pooled_ran(ran: Ran, pool: Pooling) -> Ran:
+    """A pooled forward's traces with each layer's pooled map as its weights (and its pooled mask)."""
+    if len(pool.calls) != len(ran.traces):
+        raise RuntimeError(f"{len(pool.calls)} pooled attention calls for {len(ran.traces)} layers")
+    for trace, call in zip(ran.traces, pool.calls):
+        trace["weights"] = trace["dropped"] = call.weights
+        trace["mask"] = call.allowed
+    ran.pooled = tuple(pool.calls)
+    return ran
 
 
 def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, device: torch.device) -> Ran:
@@ -229,6 +282,7 @@ def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], dev
         tokens=ran.tokens, token_ids=np.asarray(ran.ids, dtype=np.int64), device=str(device),
         layer_tokens=ran.layer_tokens, notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
         compute_time_s=compute, total_time_s=time.perf_counter() - started, prompt_length=ran.prompt_length,
+        pooled=ran.pooled,
         picture=getattr(model, "picture", None),
         outputs=Outputs(model, ids, ran.hidden, ran.residuals, config.top_k, plan is not None))
 

@@ -18,6 +18,7 @@ from .configfile import ConfigFileError, read_config_text
 from .kernel import nearest_heads
 from .masks import MASKS
 from .mods import POSITIONS, AttentionOptions
+from .pooling import POOL_MODES
 from .variants import VARIANTS
 
 MASK_KINDS = {kind.name: kind.description for kind in MASKS.values()}
@@ -175,6 +176,11 @@ class RunConfig:
     out_bias: bool = param(True, "Output bias", "Bias on the output projection", widget="outBiasCheck")
     seed: int = param(0, "Seed", "torch.manual_seed for weights, inputs and dropout; a model's sampled tokens",
                       widget="seedSpin", minimum=0, maximum=2**31 - 1, group="Run")
+    pool: str = param("auto", "Pool maps",
+                      "Long inputs: each map computed in blocks of query rows and max-pooled to at most 1,024 cells a "
+                      "side inside the kernel (statistics and the output stay exact); auto pools when every layer's "
+                      "maps would need more than 1 GiB or the memory budget", widget="poolCombo", group="Run",
+                      choices=POOL_MODES)
     device: str = param("cpu", "Device", "Where the forward pass runs: cpu, cuda, cuda:N or auto",
                         widget="deviceCombo", group="Run")
     dtype: str = param("float32", "Dtype",
@@ -280,6 +286,9 @@ class RunConfig:
         self._validate_attention()
         if self.mask == "padding":
             self._validate_kv_lengths()
+        if self.pool not in POOL_MODES:
+            raise ConfigError("pool", self.pool, "unknown pooling", f"use one of {', '.join(POOL_MODES)}",
+                              suggestions=tuple(POOL_MODES))
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, "unknown dtype", f"use one of {', '.join(DTYPES)}")
         self._validate_files()

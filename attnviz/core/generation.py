@@ -40,6 +40,7 @@ class Ran:
     tokens: tuple[str, ...]
     layer_tokens: tuple | None = None
     prompt_length: int | None = None  # a generation: where the prompt ends
+    pooled: tuple = ()  # a pooled forward: each layer's pooling.PooledCall
 
 
 @dataclass

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .ablation import knock_out
+from .pooling import current_pooling
 from .stages import DEFAULT_RECORD
 
 
@@ -73,10 +75,12 @@ def as_allowed(mask: Tensor | None) -> Tensor | None:
     return mask != 0
 
 
-def _index_grids(s: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _index_grids(s: Tensor, row0: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Batch, head, query and key index grids of scores whose first row is the map's row row0."""
     b, h, lq, lkv = s.shape
     idx = [torch.arange(n, device=s.device) for n in (b, h, lq, lkv)]
-    return idx[0].view(-1, 1, 1, 1), idx[1].view(1, -1, 1, 1), idx[2].view(1, 1, -1, 1), idx[3].view(1, 1, 1, -1)
+    return (idx[0].view(-1, 1, 1, 1), idx[1].view(1, -1, 1, 1), (idx[2] + row0).view(1, 1, -1, 1),
+            idx[3].view(1, 1, 1, -1))
 
 
 def _softmax(s: Tensor, sink: Tensor | None) -> Tensor:
@@ -115,6 +119,28 @@ def attention(
         trace.keep("q_proj", q), trace.keep("k_proj", k)
         q, k = rotate(q), rotate(k)
     trace.keep("q", q), trace.keep("k", k), trace.keep("v", v)
+    pool = current_pooling()
+    if pool is not None:  # a long run: the maps in blocks of query rows, reduced at once (pooling.py)
+        rows = partial(_map, k=k, scale=scale, score_mods=score_mods, sink=sink, combine=combine,
+                       safe_softmax=safe_softmax, dropout_p=dropout_p if training else 0.0)
+        context = pool.attend(q, as_allowed(mask), rows, lambda m: torch.matmul(m, repeat_kv(v, m.shape[1])),
+                              signed=combine is not None)
+        return knock_out(context), trace
+    dropped, mask = _map(q, k, mask, scale=scale, score_mods=score_mods, sink=sink, combine=combine,
+                         safe_softmax=safe_softmax, trace=trace, dropout_p=dropout_p if training else 0.0)
+    if trace.record:
+        trace["mask"] = mask if mask is not None else torch.ones(1, 1, *dropped.shape[-2:], dtype=torch.bool,
+                                                                 device=q.device)
+    # an ablated head's context is knocked out here, before any output projection (ablation.py)
+    return knock_out(torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))), trace
+
+
+def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
+         trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0) -> tuple[Tensor, Tensor | None]:
+    """The attention map of q's rows (the rows row0.. of the whole map: ALiBi and the like need the true
+    positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine -> dropout. Returns the map that
+    multiplies V and the mask as bool. Ops run in place only on tensors the trace does not keep."""
+    trace = trace if trace is not None else Trace()
     s = trace.keep("qk", torch.matmul(q, repeat_kv(k, q.shape[1]).transpose(-2, -1)))  # (B, H, Lq, Lkv)
     if scale is None:  # the seeds divide by sqrt(d_head)
         s = s.div(math.sqrt(q.shape[-1])) if trace.holds(s) else s.div_(math.sqrt(q.shape[-1]))
@@ -124,7 +150,7 @@ def attention(
     for stage in ("biased", "capped"):
         mods = [m for m in score_mods if m.stage == stage]
         for mod in mods:
-            s = mod.fn(s, *_index_grids(s))
+            s = mod.fn(s, *_index_grids(s, row0))
         if mods:
             trace.keep(stage, s)
     mask = as_allowed(mask)
@@ -139,12 +165,8 @@ def attention(
     trace.keep("weights", weights)
     if combine is not None:
         weights = trace.keep("combined", combine(weights))
-    dropped = trace.keep("dropped", F.dropout(weights, dropout_p, training) if training and dropout_p > 0 else weights)
-    if trace.record:
-        trace["mask"] = mask if mask is not None else torch.ones(1, 1, *s.shape[-2:], dtype=torch.bool,
-                                                                 device=s.device)
-    # an ablated head's context is knocked out here, before any output projection (ablation.py)
-    return knock_out(torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))), trace
+    dropped = F.dropout(weights, dropout_p, True) if dropout_p > 0 else weights
+    return trace.keep("dropped", dropped), mask
 
 
 def multihead_attention(

@@ -43,6 +43,11 @@ class RunResult:
     files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run
     outputs: Any = None  # model-backed runs: predictions.Outputs of the model's output head (read lazily)
     prompt_length: int | None = None  # a generation (config.generate): tokens[:prompt_length] are the prompt
+    # A pooled run (pooling.py): its maps are max-pooled by (fq, fk), cell (i, j) covering positions i*fq..,
+    # j*fk..; the per-head statistics of the exact maps (stat -> (B, H)); the exact region asked for
+    pool_factor: tuple[int, int] | None = None
+    exact_stats: dict[str, np.ndarray] | None = None
+    region: np.ndarray | None = None
 
     # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
 

@@ -16,6 +16,7 @@ from .backed import ablation_plan, backed_stages, run_forward
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .masks import build_kind
+from .pooling import AUTO_BYTES, Pooling, check_region, pool_note, pooled_parts, pooling
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 from .userfiles import prepare
@@ -162,6 +163,7 @@ def _seed(seed: int, device: torch.device) -> None:
 def run(
     config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
     record: Iterable[str] | None = None, on_step: Callable[[int, Callable[[], RunResult]], None] | None = None,
+    region: tuple[int, int, int, int] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
@@ -175,12 +177,15 @@ def run(
     returns config.layer's result; result.source then holds every layer. With config.generate it writes that
     many tokens; on_step(tokens so far, build) is called after each, build() giving the RunResult of what has
     run so far (assembling it costs: call it only as often as it is shown).
+    Long runs pool their maps (config.pool, pooling.py): result.pool_factor says by how much, result.exact_stats
+    holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that block of the
+    exact map as result.region.
     """
 
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
-                           on_step=stream).result(config.layer)
+                           on_step=stream, region=region).result(config.layer)
 
     def checkpoint() -> None:
         if cancel is not None and cancel():
@@ -191,7 +196,11 @@ def run(
     config = files.config
     device = resolve_device(config.device)
     keep = recorded_stages(config, record)
-    check_memory(config, device, memory_budget, keep)
+    pool = seed_pooling(config, device, memory_budget, keep, region)
+    if pool is None:
+        check_memory(config, device, memory_budget, keep)
+    else:  # only the per-token stages are kept whole
+        keep = frozenset(n for n in keep if not BY_NAME[n].is_map)
     dtype = getattr(torch, config.dtype)
     notes = list(files.notes)
     if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
@@ -210,22 +219,40 @@ def run(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        with ablating(_seed_plan(config)):
+        with ablating(_seed_plan(config)), pooling(pool):
             _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         compute = time.perf_counter() - t0
         checkpoint()
-        rows = ~trace.mask.any(dim=-1)
-        rows = rows.expand(config.batch, config.heads, config.seq_q)
+        if pool is not None:
+            stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
+        else:
+            rows = ~trace.mask.any(dim=-1)
+            stages, allowed, pooled = _stage_arrays(trace), to_numpy(trace.mask), {}
+            rows = to_numpy(rows.expand(config.batch, config.heads, config.seq_q)).copy()
         result = RunResult(
-            config=config, stages=_stage_arrays(trace), mask=to_numpy(trace.mask),
-            fully_masked_rows=to_numpy(rows).copy(),
+            config=config, stages=stages, mask=allowed, fully_masked_rows=rows,
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
-            compute_time_s=compute, total_time_s=time.perf_counter() - started, notes=tuple(notes),
-            files=files.records,
-        )
+            compute_time_s=compute, total_time_s=time.perf_counter() - started,
+            notes=tuple(notes) + ((pool_note(pool.calls[0]),) if pool is not None else ()),
+            files=files.records, **pooled)
     return result
+
+
+def seed_pooling(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str],
+                 region: tuple[int, int, int, int] | None = None) -> Pooling | None:
+    """A Pooling where config.pool asks for one (auto: the run's maps over 1 GiB or over the budget)."""
+    if config.pool == "never" or (config.pool == "auto" and region is None and not _too_big(config, device, budget,
+                                                                                            keep)):
+        return None
+    return Pooling(region=check_region(region, config.seq_q, config.lkv))
+
+
+def _too_big(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str]) -> bool:
+    maps = config.batch * config.heads * config.seq_q * config.lkv * 4 * max(kept_maps(config, keep), 1)
+    allowed = budget if budget is not None else int(available_memory(device) * MEMORY_FRACTION)
+    return maps > min(AUTO_BYTES, allowed)
 
 
 def _seed_plan(config: RunConfig):

@@ -1,4 +1,7 @@
-"""Per-head statistics of attention maps, and attention rollout. NumPy only (no Qt, no torch).
+"""Per-head statistics of attention maps, and attention rollout (NumPy; the per-row sums on torch).
+
+StatSums accumulates the statistics over blocks of query rows, so a map never held whole (the pooled path
+of a long run, pooling.py) has the same exact numbers as one that was.
 
 Every statistic is a mean over the query rows that have a key to attend to (rows with no key are
 NaN in the seed math, or 0 with safe softmax: they carry no distribution). Positions i (query) and
@@ -8,6 +11,7 @@ j (key) are the map's own row and column indices.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 # column -> (header, tooltip); the order is the table's
 STATS: dict[str, tuple[str, str]] = {
@@ -22,31 +26,53 @@ STATS: dict[str, tuple[str, str]] = {
 STAT_NAMES: tuple[str, ...] = tuple(STATS)
 
 
-def _rows_with_keys(weights: np.ndarray, empty_rows: np.ndarray | None) -> np.ndarray:
-    """(H, Lq) bool: rows that carry a distribution."""
-    finite = np.isfinite(weights).all(-1)
-    if empty_rows is not None:
-        finite &= ~np.broadcast_to(empty_rows, finite.shape)
-    return finite
+class StatSums:
+    """Running sums of the per-row statistics of N maps, fed in blocks of query rows: the exact head_stats of
+    maps never held whole (a pooled long run), and of whole maps in one block."""
 
+    def __init__(self, n: int, lkv: int, dtype: torch.dtype = torch.float64):
+        self.lkv, self.dtype = lkv, dtype  # float32 elementwise (a long run's blocks): sums stay float64
+        self.sums = {name: np.zeros(n) for name in STAT_NAMES if name != "max_weight"}
+        self.counts = {name: np.zeros(n) for name in self.sums}
+        self.top = np.full(n, -np.inf)
 
-def _row_mean(per_row: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Mean over the valid rows of (H, Lq) values; NaN for a head with none."""
-    count = valid.sum(-1)
-    total = np.where(valid, per_row, 0.0).sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    def add(self, weights, row0: int = 0, empty_rows=None) -> None:
+        """weights (N, R, Lkv) (NumPy or torch): query rows row0 .. row0 + R - 1; empty_rows (N or 1, R) bool,
+        rows with no key. On torch (many threads), in self.dtype (float64: the logs of tiny weights)."""
+        w = torch.as_tensor(weights).to(self.dtype)
+        valid = torch.isfinite(w).all(-1)
+        if empty_rows is not None:
+            valid &= ~torch.as_tensor(empty_rows).broadcast_to(valid.shape)
+        w = torch.where(valid[..., None], w, torch.zeros((), dtype=w.dtype))
+        i = row0 + torch.arange(w.shape[-2])
+        distance = (i[:, None] - torch.arange(self.lkv)[None, :]).abs().to(self.dtype)
+        per_row = {"entropy": (-torch.xlogy(w, w).sum(-1, dtype=torch.float64), None),
+                   "distance": ((w * distance).sum(-1, dtype=torch.float64), None),
+                   "sink": (w[..., 0], None)}
+        for name, offset in (("previous", -1), ("diagonal", 0)):
+            j = i + offset
+            ok = (j >= 0) & (j < self.lkv)
+            values = torch.zeros(valid.shape, dtype=self.dtype)
+            values[:, ok] = w[:, ok, j[ok]]
+            per_row[name] = (values, ok)
+        for name, (values, ok) in per_row.items():
+            counted = valid if ok is None else valid & ok
+            self.sums[name] += torch.where(counted, values, 0.0).double().sum(-1).numpy()
+            self.counts[name] += counted.sum(-1).numpy()
+        top = torch.where(valid, w.amax(-1), float("-inf")).amax(-1) if w.shape[-2] else None
+        if top is not None:
+            self.top = np.maximum(self.top, top.double().numpy())
 
-
-def _band(weights: np.ndarray, offset: int, valid: np.ndarray) -> np.ndarray:
-    """Mean over valid rows of w[i, i + offset] (rows whose key i + offset exists)."""
-    lq, lkv = weights.shape[-2:]
-    i = np.arange(lq)
-    j = i + offset
-    ok = (j >= 0) & (j < lkv)
-    values = np.zeros(weights.shape[:-1], np.float64)
-    values[:, ok] = np.nan_to_num(weights[:, i[ok], j[ok]])
-    return _row_mean(values, valid & ok[None])
+    def result(self) -> dict[str, np.ndarray]:
+        """Column name (STAT_NAMES) -> (N,) float64: each statistic's mean over its rows (NaN for none)."""
+        out = {}
+        for name in STAT_NAMES:
+            if name == "max_weight":
+                out[name] = np.where(np.isfinite(self.top), self.top, np.nan)
+                continue
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[name] = np.where(self.counts[name] > 0, self.sums[name] / np.maximum(self.counts[name], 1), np.nan)
+        return out
 
 
 def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -57,26 +83,13 @@ def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None) -> dic
     w = np.asarray(weights)
     if w.ndim != 3:
         raise ValueError(f"weights must be (heads, Lq, Lkv), got shape {w.shape}")
-    valid = _rows_with_keys(w, empty_rows)
-    lq, lkv = w.shape[-2:]
-    distance = np.abs(np.arange(lq)[:, None] - np.arange(lkv)[None, :]).astype(np.float64)
-    entropy, dist, top = (np.zeros(w.shape[:2]) for _ in range(3))
+    empty = None if empty_rows is None else np.broadcast_to(empty_rows, w.shape[:2])
+    per_head = []
     for h in range(w.shape[0]):  # one head at a time: a few maps' worth of temporaries, not 3 x H
-        wh = np.where(valid[h][:, None], w[h], 0).astype(np.float64)  # float64: the logs of tiny weights
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(np.where(wh > 0, wh, 1))
-        entropy[h] = -np.einsum("ij,ij->i", wh, logs, dtype=np.float64)
-        dist[h] = np.einsum("ij,ij->i", wh, distance, dtype=np.float64)
-        top[h] = wh.max(-1)
-    clean = np.where(valid[..., None][..., :1], w[..., :1], 0).astype(np.float64)
-    return {
-        "entropy": _row_mean(entropy, valid),
-        "max_weight": np.where(valid.any(-1), np.where(valid, top, -np.inf).max(-1), np.nan),
-        "distance": _row_mean(dist, valid),
-        "sink": _row_mean(clean[..., 0], valid),
-        "previous": _band(w, -1, valid),
-        "diagonal": _band(w, 0, valid),
-    }
+        sums = StatSums(1, w.shape[-1])
+        sums.add(w[h:h + 1], 0, None if empty is None else empty[h:h + 1])
+        per_head.append(sums.result())
+    return {name: np.concatenate([r[name] for r in per_head]) for name in STAT_NAMES}
 
 
 def layer_stats(layer_weights: np.ndarray, b: int = 0) -> dict[str, np.ndarray]:

@@ -22,7 +22,7 @@ from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention,
 COMMON_FIELDS = frozenset(
     {"variant", "d_model", "heads", "batch", "seq_q", "mask", "window", "sinks", "kv_lengths",
      "safe_softmax", "seed", "device", "dtype", "kv_heads", "qk_scale", "softcap", "weights", "inputs",
-     "ablate", "ablation"}
+     "ablate", "ablation", "pool"}
 )
 # What self-attention adds: positions exist only when queries and keys are the same sequence.
 POSITION_FIELDS = frozenset({"position", "rope_base"})
@@ -104,7 +104,7 @@ def _not_a_module(c) -> nn.Module:
 HEAD_FIELDS = frozenset({"ablate", "ablation", "top_k"})  # ablation and the predictions of a model's output head
 GENERATE_FIELDS = frozenset({"generate", "temperature", "sample_top_k", "seed"})  # a model writing after the text
 BACKED_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "model", "text", "chat", "decoder_text", "stack", "layer",
-                                                 "device", "image"}
+                                                 "device", "image", "pool"}
 TOY_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "text", "layer"}  # toys ship with attnviz and run on the CPU
 
 

@@ -139,11 +139,19 @@ def split_mask(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
 
 def _score_mods(bias: Tensor | None, softcap: float | None) -> list[ScoreMod]:
     mods = []
-    if bias is not None:
-        mods.append(ScoreMod("biased", lambda s, *_: s + bias.to(s.dtype)))
+    if bias is not None:  # the rows of the scores at hand (a pooled run computes blocks of rows)
+        mods.append(ScoreMod("biased", lambda s, b, h, i, j: s + _bias_rows(bias, i, s.shape[-2]).to(s.dtype)))
     if softcap:
         mods.append(ScoreMod("capped", lambda s, *_: torch.tanh(s / softcap) * softcap))
     return mods
+
+
+def _bias_rows(bias: Tensor, rows: Tensor, n: int) -> Tensor:
+    """A (..., Lq, Lk) bias cut to the n query rows whose indices the grid `rows` holds (all of them at once
+    but for a pooled block)."""
+    if bias.shape[-2] == 1 or bias.shape[-2] == n:
+        return bias
+    return bias[..., rows.reshape(-1), :]
 
 
 def _causal(lq: int, lk: int, device: torch.device) -> Tensor:
@@ -172,11 +180,13 @@ def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
     context, trace = attention(
         q, k, v, mask=allowed, scale=scaling if scaling is not None else 1 / math.sqrt(q.shape[-1]),
         score_mods=_score_mods(bias, kwargs.get("softcap")), sink=None if sink is None else sink.float(),
-        dropout_p=dropout, training=module.training, record=(rec.record | {"weights"}) if rec else {"weights"})
+        dropout_p=dropout, training=module.training,
+        record=(rec.record | {"weights"}) if rec else {"weights"})
     if rec is not None:
         trace.keep("context", merge_heads(context))
         rec.add(module, trace)
-    return context.transpose(1, 2).contiguous().to(dtype), trace["weights"].to(dtype)
+    weights = trace.get("weights")  # absent from a pooled run: the maps went to its Pooling
+    return context.transpose(1, 2).contiguous().to(dtype), None if weights is None else weights.to(dtype)
 
 
 def _family_eager(module: nn.Module, rec: Recording | None, unknown: list[str], *args, **kwargs):

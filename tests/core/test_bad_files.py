@@ -102,6 +102,7 @@ def test_a_huge_value_gives_a_short_message(tmp_path):
 
 def test_memory_refusal_of_a_padding_run_names_memory_and_a_fix_valid_for_the_mask():
     config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(4000, 3000), seq_q=4096, seq_kv=4096,
+                                   pool="never",
                                    heads=8, batch=2)
     with pytest.raises(MemoryBudgetError) as info:
         run(config, memory_budget=50 << 20)
@@ -116,6 +117,7 @@ def test_memory_refusal_of_a_padding_run_names_memory_and_a_fix_valid_for_the_ma
 
 def test_memory_refusal_blames_the_key_length_when_the_keys_are_the_long_side():
     config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(4000, 100), seq_q=300, seq_kv=4000,
+                                   pool="never",
                                    heads=8, batch=2)
     with pytest.raises(MemoryBudgetError) as info:
         run(config, memory_budget=40 << 20)

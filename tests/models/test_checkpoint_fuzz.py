@@ -102,8 +102,8 @@ def test_a_damaged_checkpoint_is_exit_0_and_right_or_exit_2_and_one_line(tiny_mo
 
 READ_KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
              "vocab_size", "max_position_embeddings", "rms_norm_eps", "model_type"]
-DEFECTS = {"wrong type": "x", "negative": -1, "zero": 0, "huge": 10**9, "nan": float("nan"), "float": 2.5,
-           "missing": KeyError}
+DEFECTS = {"wrong type": "x", "a list": [1], "negative": -1, "zero": 0, "huge": 10**9, "nan": float("nan"),
+           "float": 2.5, "missing": KeyError}
 
 
 @pytest.mark.parametrize("defect", list(DEFECTS))

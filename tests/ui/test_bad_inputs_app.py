@@ -23,6 +23,7 @@ def test_memory_quick_fix_of_a_padding_run_gives_a_valid_config(window, qtbot, m
 
     monkeypatch.setattr(runner, "available_memory", lambda device: 64 << 20)
     config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(3000, 2000), seq_q=3072, seq_kv=3072,
+                                   pool="never",
                                    heads=8, batch=2)
     window.panel.set_config(config)
     qtbot.waitUntil(lambda: window.failed_id == window.latest_id, timeout=30000)

@@ -1,0 +1,187 @@
+"""The pooled path of a long run: every attention map computed in blocks of query rows, each block reduced
+at once into what the views need, then dropped. Nothing of size heads x L x L is ever held.
+
+Per attention call (`PooledCall`): the map max-pooled to at most `target` cells a side (uniform blocks of
+f = ceil(L / target) positions: the pooling frames.py does, so a short run looks the same either way; a
+signed map keeps the value of largest magnitude), which blocks hold a key that may be attended, the
+per-head statistics (stats.StatSums: exact), and optionally one exact region of the map. The layer's output
+is exact: each block's weights multiply V before they are dropped.
+
+`pooling(Pooling(...))` makes a pooling current for this thread (as ablation.ablating does); the kernel asks
+`current_pooling()` on every call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .stats import StatSums
+
+TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
+BLOCK_BYTES = 64 << 20  # one block of float32 scores at most (its temporaries come on top)
+POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB or the memory budget",
+              "always": "always pool the maps (statistics stay exact)",
+              "never": "never pool: a run whose maps do not fit is refused, with the size"}
+AUTO_BYTES = 1 << 30  # auto pools past this much of every layer's maps
+
+_local = threading.local()
+
+
+def factor(length: int, target: int = 0) -> int:
+    """The pooling block of a map side: the fewest positions per cell that fit `target` (TARGET) cells."""
+    return max(1, -(-length // (target or TARGET)))
+
+
+@dataclass
+class PooledCall:
+    """One attention call's maps, reduced (see the module docstring)."""
+
+    shape: tuple[int, int]  # the map's (Lq, Lkv)
+    factors: tuple[int, int]
+    weights: Tensor  # (B, H, ceil(Lq / fq), ceil(Lkv / fk)) max-pooled
+    allowed: Tensor  # (B, 1, ...) bool: the block holds a key that may be attended
+    stats: StatSums  # per B x H map
+    region: Tensor | None = None  # (B, H, q1 - q0, k1 - k0): that part of the map, exact
+
+    def stat_arrays(self) -> dict[str, np.ndarray]:
+        b, h = self.weights.shape[:2]
+        return {name: values.reshape(b, h) for name, values in self.stats.result().items()}
+
+
+@dataclass
+class Pooling:
+    """What a pooled forward keeps: one PooledCall per attention call, in call order."""
+
+    target: int = 0  # pooled cells a side at most; 0: TARGET (read when pooling, so tests may lower it)
+    region: tuple[int, int, int, int] | None = None  # q0, q1, k0, k1 kept exact
+    calls: list[PooledCall] = field(default_factory=list)
+
+    def attend(self, q: Tensor, mask: Tensor | None, rows: Callable, context_of: Callable[[Tensor], Tensor],
+               signed: bool = False) -> Tensor:
+        """q (B, H, Lq, dh) in blocks: rows(q_block, mask_block, row0=r0) -> (map, mask) of those rows;
+        context_of(map) -> its context. Returns the whole context (B, H', Lq, dv); appends the PooledCall."""
+        b, _, lq, _ = q.shape
+        call, contexts, r0 = None, [], 0
+        while r0 < lq:
+            lkv = call.shape[1] if call else None
+            r1 = lq if lkv is None and lq <= 1 else min(lq, r0 + self._rows(q, lkv, call))
+            block, used = rows(q[:, :, r0:r1], mask=_rows_of(mask, r0, r1), row0=r0)
+            if call is None:
+                call = self._start(block, lq)
+            self._add(call, block, used, r0, signed)
+            contexts.append(context_of(block))
+            r0 = r1
+        self.calls.append(call)
+        return torch.cat(contexts, dim=2)
+
+    def _rows(self, q: Tensor, lkv: int | None, call: PooledCall | None) -> int:
+        """Query rows per block: a multiple of the row factor, the block's scores within BLOCK_BYTES."""
+        fq = call.factors[0] if call else factor(q.shape[2], self.target or TARGET)
+        width = lkv or q.shape[2]
+        fit = BLOCK_BYTES // max(1, q.shape[0] * q.shape[1] * width * 4)
+        return max(fq, fit // fq * fq)
+
+    def _start(self, block: Tensor, lq: int) -> PooledCall:
+        b, h, _, lkv = block.shape
+        fq, fk = factor(lq, self.target or TARGET), factor(lkv, self.target or TARGET)
+        shape = (b, h, -(-lq // fq), -(-lkv // fk))
+        return PooledCall((lq, lkv), (fq, fk), torch.full(shape, float("nan")),
+                          torch.zeros((b, 1, *shape[2:]), dtype=torch.bool), StatSums(b * h, lkv, torch.float32))
+
+    def _add(self, call: PooledCall, block: Tensor, mask: Tensor | None, r0: int, signed: bool) -> None:
+        b, h, n, lkv = block.shape
+        fq, fk = call.factors
+        out = slice(r0 // fq, -(-(r0 + n) // fq))
+        values = block.detach().float().cpu()
+        call.weights[:, :, out] = _max_pool(values, fq, fk, signed)
+        allowed = torch.ones((b, 1, n, lkv), dtype=torch.bool) if mask is None else \
+            torch.broadcast_to(mask.cpu(), (b, mask.shape[1], n, lkv)).any(dim=1, keepdim=True)
+        call.allowed[:, :, out] = _max_pool(allowed.float(), fq, fk, False) > 0
+        empty = ~allowed.any(-1)[:, 0]  # (B, n): rows with no key
+        call.stats.add(values.reshape(b * h, n, lkv), r0, empty.repeat_interleave(h, dim=0))
+        self._keep_region(call, values, r0)
+
+    def _keep_region(self, call: PooledCall, values: Tensor, r0: int) -> None:
+        if self.region is None:
+            return
+        q0, q1, k0, k1 = self.region
+        lo, hi = max(q0, r0), min(q1, r0 + values.shape[2])
+        if lo >= hi:
+            return
+        if call.region is None:
+            call.region = torch.full((*values.shape[:2], q1 - q0, k1 - k0), float("nan"))
+        call.region[:, :, lo - q0:hi - q0] = values[:, :, lo - r0:hi - r0, k0:k1]
+
+
+def _rows_of(mask: Tensor | None, r0: int, r1: int) -> Tensor | None:
+    return mask if mask is None or mask.shape[-2] == 1 else mask[..., r0:r1, :]
+
+
+def _max_pool(x: Tensor, fq: int, fk: int, signed: bool) -> Tensor:
+    """(B, H, n, L) -> max over fq x fk blocks (the last ones partial); signed: the value of largest magnitude."""
+    if fq == 1 and fk == 1:
+        return x
+    b, h, n, lkv = x.shape
+    flat = x.reshape(b * h, 1, n, lkv)
+    hi = F.max_pool2d(flat, (fq, fk), ceil_mode=True)
+    if signed:
+        lo = -F.max_pool2d(-flat, (fq, fk), ceil_mode=True)
+        hi = torch.where(hi.abs() >= lo.abs(), hi, lo)
+    return hi.reshape(b, h, *hi.shape[-2:])
+
+
+def check_region(region, lq: int, lkv: int) -> tuple[int, int, int, int] | None:
+    """(q0, q1, k0, k1) within the map, non-empty, else ConfigError (field "region")."""
+    if region is None:
+        return None
+    from .config import ConfigError
+
+    q0, q1, k0, k1 = (int(x) for x in region)
+    if not (0 <= q0 < q1 <= lq and 0 <= k0 < k1 <= lkv):
+        raise ConfigError("region", f"{q0}:{q1},{k0}:{k1}", f"the map has rows 0..{lq} and columns 0..{lkv}",
+                          f"give q0:q1,k0:k1 with 0 <= q0 < q1 <= {lq} and 0 <= k0 < k1 <= {lkv}")
+    return q0, q1, k0, k1
+
+
+def pool_note(call: PooledCall) -> str:
+    """What the status line says of a pooled run."""
+    (lq, lkv), (fq, fk) = call.shape, call.factors
+    pooled = call.weights.shape[-2:]
+    if lq == lkv and fq == fk:
+        return f"maps max-pooled {lq:,} → {pooled[0]:,} inside the kernel (statistics exact)"
+    return f"maps max-pooled {lq:,} x {lkv:,} → {pooled[0]:,} x {pooled[1]:,} inside the kernel (statistics exact)"
+
+
+def pooled_parts(stages: dict[str, np.ndarray], call: PooledCall, heads: int) -> tuple:
+    """A pooled call as RunResult parts: (stages with the pooled map as weights and dropped, the pooled mask
+    (B, 1, Lq', Lk'), the pooled rows with no key (B, H, Lq'), the RunResult fields pool_factor, exact_stats
+    and region)."""
+    weights = call.weights.numpy()
+    allowed = call.allowed.numpy()
+    rows = np.broadcast_to(~allowed.any(-1), (allowed.shape[0], heads, allowed.shape[2])).copy()
+    pooled = {"pool_factor": call.factors, "exact_stats": call.stat_arrays(),
+              "region": None if call.region is None else call.region.numpy()}
+    return {**stages, "weights": weights, "dropped": weights}, allowed, rows, pooled
+
+
+@contextmanager
+def pooling(pool: Pooling | None) -> Iterator[Pooling | None]:
+    """Make `pool` current for this thread while the block runs one forward (None: whole maps)."""
+    previous = getattr(_local, "pool", None)
+    _local.pool = pool
+    try:
+        yield pool
+    finally:
+        _local.pool = previous
+
+
+def current_pooling() -> Pooling | None:
+    return getattr(_local, "pool", None)
