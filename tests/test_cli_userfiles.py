@@ -12,7 +12,7 @@ import torch
 from seeds import Seed000CrossAttention
 
 from attnviz.cli import main
-from attnviz.core import RunConfig
+from attnviz.core import RunConfig, saved_json
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_a_saved_config_with_a_changed_file_exits_2(seed000, tmp_path, capsys):
     weights, inputs, _ = seed000
     config = RunConfig.for_variant("cross", d_model=32, weights=str(weights), inputs=str(inputs))
     saved = tmp_path / "saved.json"
-    saved.write_text(config.to_json())
+    saved.write_text(saved_json(config))  # with the files' sha256s
     assert main(["render", "--config", str(saved), "-o", str(tmp_path / "a.npz")]) == 0
     torch.save({"queries": torch.zeros(1, 2, 32), "keys": torch.zeros(1, 2, 32), "values": torch.zeros(1, 2, 32)},
                inputs)

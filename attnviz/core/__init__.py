@@ -1,6 +1,6 @@
 """attnviz.core: the attention engine. Pure PyTorch and NumPy; never imports Qt."""
 
-from .config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig, load_config
+from .config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig
 from .differential import DifferentialAttention
 from .heads import HEAD_TYPES, THRESHOLDS, head_effects, head_scores
 from .kernel import AttentionTrace, Trace, attention, multihead_attention, repeat_kv
@@ -10,6 +10,7 @@ from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention,
 from .presets import list_presets, load_preset
 from .runner import RunResult, build_mask, estimate_memory, resolve_device, run, run_stages
 from .stages import MAP_STAGES, STAGE_NAMES, STAGES, Stage
+from .userfiles import load_config, saved_json
 from .variants import VARIANTS, VariantSpec
 
 __all__ = [
@@ -19,5 +20,5 @@ __all__ = [
     "SelfAttention", "Stage", "Trace", "VariantSpec", "alibi_slopes", "attention", "build_mask", "causal_mask",
     "estimate_memory", "fully_masked_rows", "generate_mask", "head_effects", "head_scores", "list_presets",
     "load_config", "load_preset", "matrix_mask", "multihead_attention", "padding_mask", "repeat_kv",
-    "resolve_device", "rope", "run", "run_stages", "window_mask",
+    "resolve_device", "rope", "run", "run_stages", "saved_json", "window_mask",
 ]

@@ -35,7 +35,7 @@ from .ablation import parse as parse_ablation
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
-from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, check_region, factor, pooling
+from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pooling
 from .predictions import Outputs
 from .result import Cancelled, NonFiniteResult, RunResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
@@ -248,6 +248,17 @@ def model_pooling(config: RunConfig, model, length: int, count: int, keep: froze
     if config.pool == "auto" and region is None and maps <= min(AUTO_BYTES, allowed):
         return None
     return Pooling(region=check_region(region, length, length))
+
+
+def check_region(region, lq: int, lkv: int) -> tuple[int, int, int, int] | None:
+    """(q0, q1, k0, k1) within the map, non-empty, else ConfigError (field "region")."""
+    if region is None:
+        return None
+    q0, q1, k0, k1 = (int(x) for x in region)
+    if not (0 <= q0 < q1 <= lq and 0 <= k0 < k1 <= lkv):
+        raise ConfigError("region", f"{q0}:{q1},{k0}:{k1}", f"the map has rows 0..{lq} and columns 0..{lkv}",
+                          f"give q0:q1,k0:k1 with 0 <= q0 < q1 <= {lq} and 0 <= k0 < k1 <= {lkv}")
+    return q0, q1, k0, k1
 
 
 def pooled_ran(ran: Ran, pool: Pooling) -> Ran:

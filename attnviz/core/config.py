@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .ablation import ABLATIONS, SPEC_FIX, spec_problem
-from .configfile import ConfigFileError, read_config_text
 from .kernel import nearest_heads
 from .masks import MASKS
 from .mods import POSITIONS, AttentionOptions
@@ -400,13 +399,9 @@ class RunConfig:
 
     def to_json(self, description: str = "", files: dict[str, dict[str, Any]] | None = None) -> str:
         """The saved-configuration JSON. `files`: {weights/inputs: {name, path, sha256, bytes}} of the files
-        that produced a result; None: read (cached) from the files this config names now."""
+        that produced a result (userfiles.saved_json reads them for a config about to be saved)."""
         doc = {"format": FORMAT_TAG, "version": FORMAT_VERSION, "description": description,
                "config": self.to_dict()}
-        if files is None and (self.weights or self.inputs):
-            from .userfiles import file_records  # lazily: userfiles builds on this module
-
-            files = file_records(self)
         if files:
             doc["files"] = files
         return json.dumps(doc, indent=2) + "\n"
@@ -446,24 +441,3 @@ _FIELD_META = {f.name: f.metadata for f in fields(RunConfig)}  # the panel asks 
 
 def field_meta(name: str) -> dict[str, Any]:
     return _FIELD_META[name]
-
-
-def load_config(path: str | os.PathLike, check_files: bool = True) -> RunConfig:
-    """A saved configuration; with check_files, userfiles.FileChanged (a ConfigError) when a weights or
-    inputs file it was saved with has another sha256 now (exc.config still holds the configuration)."""
-    try:
-        text = read_config_text(path)  # a regular file of at most 1 MiB of UTF-8, or ConfigFileError
-    except ConfigFileError as exc:
-        raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
-    try:
-        config = RunConfig.from_json(text)
-    except ConfigError as exc:
-        if exc.field not in ("file", "format"):
-            raise
-        # name the file, never quote its contents
-        raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
-    if check_files and (config.weights or config.inputs):
-        from .userfiles import check_recorded
-
-        check_recorded(config, json.loads(text).get("files"))
-    return config

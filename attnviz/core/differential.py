@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from .kernel import Trace, attention, check_heads, merge_heads, split_heads
 from .mods import AttentionOptions
-from .modules import _finish, _kv_width, _record
+from .modules import finish_trace, kv_projection_width, record_of
 
 
 def lambda_init(layer: int) -> float:
@@ -37,7 +37,7 @@ class DifferentialAttention(nn.Module):
         self.head_dim = embed_dim // num_heads // 2  # width of one sub-head
         self.attn = attn or AttentionOptions()
         self.lambda_init = lambda_init(layer)
-        kv_width = _kv_width(embed_dim, num_heads, kv_heads)
+        kv_width = kv_projection_width(embed_dim, num_heads, kv_heads)
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.k_proj = nn.Linear(embed_dim, kv_width, bias=False)
         self.v_proj = nn.Linear(embed_dim, kv_width, bias=False)
@@ -66,8 +66,8 @@ class DifferentialAttention(nn.Module):
         context, trace = attention(
             split_heads(self.q_proj(x), 2 * heads), split_heads(self.k_proj(x), 2 * self.kv_heads),
             split_heads(self.v_proj(x), self.kv_heads), mask=mask, **self.attn.kernel_args(2 * heads),
-            combine=combine, safe_softmax=safe_softmax, record=_record(return_trace),
+            combine=combine, safe_softmax=safe_softmax, record=record_of(return_trace),
         )
         trace.keep("x", x)
         context = trace.keep("context", merge_heads(self.subln(context) * (1 - self.lambda_init)))
-        return _finish(self.out_proj(context), trace, return_trace)
+        return finish_trace(self.out_proj(context), trace, return_trace)

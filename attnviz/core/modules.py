@@ -41,14 +41,14 @@ def _causal(length: int, device: torch.device) -> Tensor:
     return causal_mask(length, device=device)
 
 
-def _record(return_trace: bool | Iterable[str]) -> frozenset[str]:
+def record_of(return_trace: bool | Iterable[str]) -> frozenset[str]:
     """return_trace: False (nothing), True (the default stages) or the stage names to keep."""
     if return_trace is True:
         return DEFAULT_RECORD
     return frozenset(return_trace or ())
 
 
-def _kv_width(width: int, heads: int, kv_heads: int) -> int:
+def kv_projection_width(width: int, heads: int, kv_heads: int) -> int:
     """Width of the K and V projections: kv_heads * d_head (the whole width for plain MHA)."""
     if kv_heads and (kv_heads > heads or heads % kv_heads):
         raise ValueError(f"kv_heads {kv_heads} must divide heads {heads}")
@@ -67,7 +67,7 @@ def attend(
     """Split projected q (B, Lq, d), k, v (B, Lkv, kv_width) into heads, run the kernel with the
     module's options (`attn`, `kv_heads`, `sinks`), merge heads. Returns the context and the trace."""
     kv = module.kv_heads or heads
-    record = _record(return_trace)
+    record = record_of(return_trace)
     v_heads = split_heads(v, kv)
     context, trace = attention(
         split_heads(q, heads), split_heads(k, kv), v_heads, mask=mask,
@@ -88,7 +88,7 @@ def _out_projection(module: nn.Module) -> nn.Linear:
     return getattr(module, "out_proj", None) or module.output
 
 
-def _finish(out: Tensor, trace: Trace, return_trace) -> Tensor | tuple[Tensor, Trace]:
+def finish_trace(out: Tensor, trace: Trace, return_trace) -> Tensor | tuple[Tensor, Trace]:
     if not return_trace:
         return out
     trace.keep("output", out)
@@ -106,7 +106,7 @@ class CrossAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = d_out // num_heads
         self.kv_heads, self.attn, self.sinks = kv_heads, attn or AttentionOptions(), None
-        kv_width = _kv_width(d_out, num_heads, kv_heads)
+        kv_width = kv_projection_width(d_out, num_heads, kv_heads)
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, kv_width, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, kv_width, bias=qkv_bias)
@@ -127,7 +127,7 @@ class CrossAttention(nn.Module):
             self, queries, self.W_query(queries), self.W_key(keys), self.W_value(values), mask,
             heads=self.num_heads, dropout_p=self.dropout.p, safe_softmax=safe_softmax, return_trace=return_trace,
         )
-        return _finish(self.out_proj(context), trace, return_trace)  # (B, Lq, d_out)
+        return finish_trace(self.out_proj(context), trace, return_trace)  # (B, Lq, d_out)
 
 
 class SelfAttention(nn.Module):
@@ -138,7 +138,7 @@ class SelfAttention(nn.Module):
         super().__init__()
         check_heads(d_embed, n_heads, "d_embed")
         self.kv_heads, self.attn = kv_heads, attn or AttentionOptions()
-        self.split = (d_embed, *2 * [_kv_width(d_embed, n_heads, kv_heads)])
+        self.split = (d_embed, *2 * [kv_projection_width(d_embed, n_heads, kv_heads)])
         self.in_proj = nn.Linear(d_embed, sum(self.split), bias=in_proj_bias)
         self.out_proj = nn.Linear(d_embed, d_embed, bias=out_proj_bias)
         self.n_heads = n_heads
@@ -159,7 +159,7 @@ class SelfAttention(nn.Module):
         q, k, v = self.in_proj(x).split(self.split, dim=-1)  # the seed's chunk(3) when kv_heads = 0
         context, trace = attend(self, x, q, k, v, _combine(causal, mask), heads=self.n_heads,
                                 safe_softmax=safe_softmax, return_trace=return_trace)
-        return _finish(self.out_proj(context), trace, return_trace)
+        return finish_trace(self.out_proj(context), trace, return_trace)
 
 
 class ContextCrossAttention(nn.Module):
@@ -172,7 +172,7 @@ class ContextCrossAttention(nn.Module):
         super().__init__()
         check_heads(d_embed, n_heads, "d_embed")
         self.kv_heads, self.attn, self.sinks = kv_heads, attn or AttentionOptions(), None
-        kv_width = _kv_width(d_embed, n_heads, kv_heads)
+        kv_width = kv_projection_width(d_embed, n_heads, kv_heads)
         self.q_proj = nn.Linear(d_embed, d_embed, bias=in_proj_bias)
         self.k_proj = nn.Linear(d_cross, kv_width, bias=in_proj_bias)
         self.v_proj = nn.Linear(d_cross, kv_width, bias=in_proj_bias)
@@ -191,7 +191,7 @@ class ContextCrossAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Trace]:
         context, trace = attend(self, x, self.q_proj(x), self.k_proj(y), self.v_proj(y), mask, heads=self.n_heads,
                                 safe_softmax=safe_softmax, return_trace=return_trace)
-        return _finish(self.out_proj(context), trace, return_trace)
+        return finish_trace(self.out_proj(context), trace, return_trace)
 
 
 class CausalSelfAttention(nn.Module):
@@ -205,7 +205,7 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = hidden_dim // n_heads if n_heads > 0 else 0
         check_heads(hidden_dim, n_heads, "hidden_dim")
         self.kv_heads, self.attn = kv_heads, attn or AttentionOptions()
-        kv_width = _kv_width(hidden_dim, n_heads, kv_heads)
+        kv_width = kv_projection_width(hidden_dim, n_heads, kv_heads)
         self.query = nn.Linear(hidden_dim, hidden_dim)
         self.key = nn.Linear(hidden_dim, kv_width)
         self.value = nn.Linear(hidden_dim, kv_width)
@@ -233,4 +233,4 @@ class CausalSelfAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Trace]:
         context, trace = attend(self, None, q, k, v, mask, heads=self.n_heads, dropout_p=self.dropout.p,
                                 safe_softmax=safe_softmax, return_trace=return_trace)
-        return _finish(self.output(context), trace, return_trace)
+        return finish_trace(self.output(context), trace, return_trace)

@@ -138,19 +138,6 @@ def _max_pool(x: Tensor, fq: int, fk: int, signed: bool) -> Tensor:
     return hi.reshape(b, h, *hi.shape[-2:])
 
 
-def check_region(region, lq: int, lkv: int) -> tuple[int, int, int, int] | None:
-    """(q0, q1, k0, k1) within the map, non-empty, else ConfigError (field "region")."""
-    if region is None:
-        return None
-    from .config import ConfigError
-
-    q0, q1, k0, k1 = (int(x) for x in region)
-    if not (0 <= q0 < q1 <= lq and 0 <= k0 < k1 <= lkv):
-        raise ConfigError("region", f"{q0}:{q1},{k0}:{k1}", f"the map has rows 0..{lq} and columns 0..{lkv}",
-                          f"give q0:q1,k0:k1 with 0 <= q0 < q1 <= {lq} and 0 <= k0 < k1 <= {lkv}")
-    return q0, q1, k0, k1
-
-
 def pool_note(call: PooledCall) -> str:
     """What the status line says of a pooled run."""
     (lq, lkv), (fq, fk) = call.shape, call.factors

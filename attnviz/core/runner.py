@@ -12,11 +12,11 @@ import torch
 from torch import Tensor
 
 from .ablation import ablating
-from .backed import ablation_plan, backed_stages, run_forward
+from .backed import ablation_plan, backed_stages, check_region, run_forward
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .masks import build_kind
-from .pooling import AUTO_BYTES, Pooling, check_region, pool_note, pooled_parts, pooling
+from .pooling import AUTO_BYTES, Pooling, pool_note, pooled_parts, pooling
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 from .userfiles import prepare

@@ -19,6 +19,7 @@ No Qt here.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -34,6 +35,7 @@ import torch
 from torch import Tensor
 
 from .config import FILE_FIELDS, ConfigError, RunConfig
+from .configfile import ConfigFileError, read_config_text
 from .variants import VARIANTS
 
 CACHE_ENTRIES = 6  # loaded files (and hashes) kept in memory
@@ -431,5 +433,30 @@ def check_recorded(config: RunConfig, recorded: Mapping[str, Any] | None) -> Non
                               config)
 
 
+def saved_json(config: RunConfig, description: str = "") -> str:
+    """The configuration as a saved file holds it: with the name, path and sha256 of each file it names."""
+    return config.to_json(description, files=file_records(config) if config.weights or config.inputs else None)
+
+
+def load_config(path: str | os.PathLike, check_files: bool = True) -> RunConfig:
+    """A saved configuration; with check_files, userfiles.FileChanged (a ConfigError) when a weights or
+    inputs file it was saved with has another sha256 now (exc.config still holds the configuration)."""
+    try:
+        text = read_config_text(path)  # a regular file of at most 1 MiB of UTF-8, or ConfigFileError
+    except ConfigFileError as exc:
+        raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
+    try:
+        config = RunConfig.from_json(text)
+    except ConfigError as exc:
+        if exc.field not in ("file", "format"):
+            raise
+        # name the file, never quote its contents
+        raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
+    if check_files and (config.weights or config.inputs):
+        check_recorded(config, json.loads(text).get("files"))
+    return config
+
+
 __all__ = ["FileChanged", "FileRecord", "UserFiles", "check_recorded", "expected_shapes", "file_fields",
-           "file_record", "file_records", "fit_inputs", "fit_weights", "load_inputs", "load_weights", "prepare"]
+           "file_record", "file_records", "fit_inputs", "fit_weights", "load_config", "load_inputs", "load_weights",
+           "prepare", "saved_json"]

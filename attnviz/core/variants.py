@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..toys.specs import TOYS
 from .differential import DifferentialAttention
 from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
 
@@ -77,26 +76,12 @@ def _attn(c):
     return c.attention_options()
 
 
-def _load_pretrained(c, memory_budget: int | None):
-    from ..models import load_model  # lazily: attnviz.models builds on the kernel
-
-    model = load_model(c.model, memory_budget=memory_budget)
-    if getattr(model, "reads_images", False):  # a vision or text-image model (models/vision.py)
-        return model.view(c.stack, c.decoder_text, c.chat, image=c.image)
-    if c.image.strip():
-        from .config import ConfigError
-
-        raise ConfigError("image", c.image, f"{model.info.name} is a text model: it reads no image",
-                          "clear the image, or choose a vision model (ViT, DeiT, DINOv2, CLIP, SigLIP)",
-                          suggestions=("",))
-    return model.view(c.stack, c.decoder_text, c.chat)
-
-
-def _no_inputs(c) -> tuple[Tensor, ...]:
+def no_inputs(c) -> tuple[Tensor, ...]:
+    """A model-backed variant's inputs: none (it reads its text)."""
     return ()
 
 
-def _not_a_module(c) -> nn.Module:
+def not_a_module(c) -> nn.Module:
     raise TypeError(f"variant {c.variant!r} is model-backed: run it through attnviz.core.backed")
 
 
@@ -106,23 +91,6 @@ GENERATE_FIELDS = frozenset({"generate", "temperature", "sample_top_k", "seed"})
 BACKED_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "model", "text", "chat", "decoder_text", "stack", "layer",
                                                  "device", "image", "pool"}
 TOY_FIELDS = HEAD_FIELDS | GENERATE_FIELDS | {"variant", "text", "layer"}  # toys ship with attnviz and run on the CPU
-
-
-def _load_toy(name: str):
-    def load(c, memory_budget: int | None):
-        from ..toys import ToyBacked, load_toy  # lazily: the toys are built from the seed modules
-
-        return ToyBacked(load_toy(name))
-    return load
-
-
-def _toy_spec(toy) -> VariantSpec:
-    return VariantSpec(
-        id=toy.name, label=f"Trained toy: {toy.task}", seed=f"{toy.name}, trained by attnviz (resources/models)",
-        description=toy.description, build=_not_a_module, inputs=_no_inputs,
-        labels={"text": f"Input ({toy.vocabulary[0]}..{toy.vocabulary[-1]})", "layer": "Layer"},
-        load=_load_toy(toy.name), own_fields=TOY_FIELDS,
-        defaults={"text": toy.default_text, "layer": toy.focus_layer}, caption=toy.caption)
 
 
 def _random_inputs(c) -> tuple[Tensor, ...]:
@@ -208,18 +176,13 @@ VARIANTS: dict[str, VariantSpec] = {
             default_mask="causal",
             head_factor=2,
         ),
-        VariantSpec(
-            id="pretrained",
-            label="Pretrained model (local folder)",
-            seed="a Hugging Face model folder or a .gguf file, of any family transformers runs",
-            description="A trained transformer on your own text: every layer and head, with the tokens on the axes.",
-            build=_not_a_module,
-            inputs=_no_inputs,
-            labels={"layer": "Layer", "model": "Model folder"},
-            default_mask="none",
-            load=_load_pretrained,
-            own_fields=BACKED_FIELDS,
-        ),
-        *(_toy_spec(toy) for toy in TOYS.values()),
     ]
 }
+
+
+def register(spec: VariantSpec) -> VariantSpec:
+    """Add a variant to the registry (attnviz.models and attnviz.toys add theirs: core imports neither)."""
+    if spec.id in VARIANTS and VARIANTS[spec.id] is not spec:
+        raise ValueError(f"variant {spec.id!r} is registered already")
+    VARIANTS[spec.id] = spec
+    return spec

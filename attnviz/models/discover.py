@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from .folder import model_name
 from .hf import WEIGHTS_ONLY_SEEN
-from .loader import model_name
 
 GGUF_SUFFIX = ".gguf"
 OLLAMA_MODEL_MEDIA = "application/vnd.ollama.image.model"

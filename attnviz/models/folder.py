@@ -14,12 +14,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..core.config import ConfigError
+from ..core.device import MEMORY_FRACTION, available_memory
+from .errors import ModelError
+from .gguf_files import read_gguf
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -29,15 +30,9 @@ MAX_HEADER_BYTES = 100 << 20  # a safetensors header (tensor names and shapes), 
 # Where a folder has no tokenizer.json: the files AutoTokenizer converts to a fast tokenizer
 VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 PICKLE_WEIGHTS = "pytorch_model.bin"
+GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}  # a folder named for its role
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
                "F8_E4M3": 1, "F8_E5M2": 1}
-
-
-class ModelError(ConfigError):
-    """A model folder that cannot be used: names the folder or file, the problem and the fix."""
-
-    def __init__(self, value: Any, problem: str, fix: str, field_name: str = "model", suggestions: tuple = ()):
-        super().__init__(field_name, str(value), problem, fix, suggestions)
 
 
 @dataclass(frozen=True)
@@ -92,7 +87,7 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(config_file, f"config.json cannot be read ({str(exc)[:120]})", "restore the file") from exc
     if not isinstance(config, dict):
         raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
-    return ModelFolder(path, config, _weight_files(path), _tokenizer_file(path))
+    return ModelFolder(path, config, weight_files(path), _tokenizer_file(path))
 
 
 def _check_size(path: Path, limit: int) -> None:
@@ -122,7 +117,7 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
-def _weight_files(path: Path) -> tuple[Path, ...]:
+def weight_files(path: Path) -> tuple[Path, ...]:
     index = path / SAFETENSORS_INDEX
     if index.is_file():
         _check_size(index, MAX_JSON_BYTES)
@@ -150,8 +145,6 @@ def parameter_bytes(folder: ModelFolder, dtype_bytes: int = 4) -> int:
     """Bytes the weights take once held as `dtype_bytes`-wide floats, read from the safetensors headers
     (nothing loaded); a pickle checkpoint counts its file size, doubled if stored in 16 bits."""
     if folder.gguf:
-        from .gguf_files import read_gguf
-
         return read_gguf(folder.gguf).elements * dtype_bytes
     if not folder.safetensors:
         size = folder.weights[0].stat().st_size
@@ -200,3 +193,20 @@ def _load_pickle(path: Path) -> dict[str, Tensor]:
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ModelError(path, "the checkpoint is not a flat dictionary of tensors", "use safetensors weights")
     return state
+
+
+def model_name(path: Path) -> str:
+    """'models--org--name/snapshots/<hash>' -> 'org/name'; else the folder's own name."""
+    parts = path.resolve().parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--"):].replace("--", "/")
+    if path.name.lower() in GENERIC_NAMES and len(parts) >= 2:  # e.g. a package's .../all_minilm/model
+        return f"{parts[-2]}/{parts[-1]}"
+    return path.name
+
+
+def memory_allowance(memory_budget: int | None) -> tuple[int, str]:
+    """(bytes a model may take, what that figure is) for the budget given, else the share of the free memory."""
+    if memory_budget is not None:
+        return memory_budget, "the memory budget given"
+    return int(available_memory(torch.device("cpu")) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory"

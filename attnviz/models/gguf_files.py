@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .folder import ModelError
+from .errors import ModelError
 from .hf_attention import transformers
 
 BLOCK = re.compile(r"^blk\.(\d+)\.")

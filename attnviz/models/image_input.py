@@ -6,6 +6,7 @@ no file, not an image, a truncated file, an image the processor cannot handle.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,26 @@ from torch import Tensor
 from ..core.config import ConfigError
 
 FIX_FILE = "choose a PNG, JPEG or WebP file (Open… beside Image, or drop one onto the window)"
+
+
+
+@dataclass(frozen=True)
+class Picture:
+    """The image as the model saw it (after resize, crop; before normalisation) and how its tokens tile it."""
+
+    pixels: np.ndarray  # (H, W, 3) uint8
+    grid: tuple[int, int]  # patch rows, patch columns
+    prefix: tuple[str, ...]  # the tokens before the patches: [CLS], [DIST], reg0 ...
+    source: str = ""  # the file read
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        rows, cols = self.grid
+        return self.prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+
+    @property
+    def patch_px(self) -> tuple[int, int]:
+        return self.pixels.shape[0] // self.grid[0], self.pixels.shape[1] // self.grid[1]
 
 
 def read_image(path: str):
@@ -63,6 +84,4 @@ def seen_pixels(processor, pixels: Tensor) -> np.ndarray:
 
 
 def picture_of(processor, pixels: Tensor, grid: tuple[int, int], prefix: tuple[str, ...], source: str):
-    from .vision import Picture
-
     return Picture(seen_pixels(processor, pixels), grid, prefix, source)

@@ -36,8 +36,8 @@ def discover(base: nn.Module, interface: bool) -> tuple[list[nn.Module], list[Tr
         else:
             modules, traces = _modules_returning_weights(base, ids)
     for m in dict.fromkeys(modules):
-        m.register_forward_pre_hook(_keep_input, with_kwargs=True)
-        m.register_forward_hook(_keep_output)
+        m.register_forward_pre_hook(keep_input, with_kwargs=True)
+        m.register_forward_hook(keep_output)
     return modules, traces
 
 
@@ -133,13 +133,13 @@ def stack_of(name: str) -> str:
     return "encoder" if "encoder" in parts else "decoder"
 
 
-def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
+def keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     rec = current()
     if rec is not None and "x" in rec.record:
         rec.inputs.setdefault(module, []).append(args[0] if args else kwargs.get("hidden_states"))
 
 
-def _keep_output(module: nn.Module, args: tuple, output) -> None:
+def keep_output(module: nn.Module, args: tuple, output) -> None:
     rec = current()
     if rec is not None and "output" in rec.record:
         rec.outputs.setdefault(module, []).append(output[0] if isinstance(output, tuple) else output)

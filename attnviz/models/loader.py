@@ -17,15 +17,14 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from ..core.device import MEMORY_FRACTION, available_memory, format_bytes
+from ..core.device import format_bytes
 from ..core.kernel import Trace
 from ..core.value_weighted import value_weighted as weigh_by_values
-from .folder import ModelError, ModelFolder, parameter_bytes, read_folder
+from .folder import ModelError, ModelFolder, memory_allowance, model_name, parameter_bytes, read_folder
 from .hf import ModelInfo, auto_tokenizer, load_transformers_model
 from .layers import keep_residuals, run_hidden, run_layers
 from .outputs import OutputSide
@@ -34,7 +33,6 @@ from .tokens import Encoded, TextTokenizer
 CACHE_SIZE = 2
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _UNREAD = object()
-GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}
 MIN_VOCAB_SHARE = 0.5  # a tokenizer with fewer tokens than this share of the embeddings belongs to another model
 
 
@@ -212,25 +210,9 @@ class PretrainedModel:
         return next(self.module.parameters()).device
 
 
-def model_name(path: Path) -> str:
-    """'models--org--name/snapshots/<hash>' -> 'org/name'; else the folder's own name."""
-    parts = path.resolve().parts
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
-        return parts[-3][len("models--"):].replace("--", "/")
-    if path.name.lower() in GENERIC_NAMES and len(parts) >= 2:  # e.g. a package's .../all_minilm/model
-        return f"{parts[-2]}/{parts[-1]}"
-    return path.name
-
-
-def _budget(memory_budget: int | None) -> tuple[int, str]:
-    if memory_budget is not None:
-        return memory_budget, "the memory budget given"
-    return int(available_memory(torch.device("cpu")) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory"
-
-
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     size = parameter_bytes(folder)
-    allowed, source = _budget(memory_budget)
+    allowed, source = memory_allowance(memory_budget)
     if size > allowed:
         raise ModelError(folder.path, f"the weights need about {format_bytes(size)} as float32, over "
                          f"{format_bytes(allowed)} ({source})", "choose a smaller model, or free memory")

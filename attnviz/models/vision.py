@@ -25,17 +25,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..core.config import ConfigError
 from ..core.kernel import Trace
 from ..core.stages import ALL_STAGES, STAGE_NAMES
-from .folder import ModelError, ModelFolder, _weight_files, parameter_bytes
+from .folder import ModelError, ModelFolder, memory_allowance, model_name, parameter_bytes, weight_files
 from .hf import ModelInfo
 from .hf_attention import ATTN_NAME, recording, transformers
-from .layers import HOOKED, _keep_input, _keep_output, trace_modules
+from .image_input import Picture
+from .layers import HOOKED, keep_input, keep_output, trace_modules
 
 PREPROCESSOR = "preprocessor_config.json"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -45,25 +45,6 @@ VISION_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "cli
 NO_TEXT = "reads an image, not a text"
 _cache: OrderedDict[tuple, VisionModel] = OrderedDict()
 _lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Picture:
-    """The image as the model saw it (after resize, crop; before normalisation) and how its tokens tile it."""
-
-    pixels: np.ndarray  # (H, W, 3) uint8
-    grid: tuple[int, int]  # patch rows, patch columns
-    prefix: tuple[str, ...]  # the tokens before the patches: [CLS], [DIST], reg0 ...
-    source: str = ""  # the file read
-
-    @property
-    def tokens(self) -> tuple[str, ...]:
-        rows, cols = self.grid
-        return self.prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
-
-    @property
-    def patch_px(self) -> tuple[int, int]:
-        return self.pixels.shape[0] // self.grid[0], self.pixels.shape[1] // self.grid[1]
 
 
 @dataclass
@@ -92,7 +73,7 @@ def _read_vision_folder(path: Path) -> ModelFolder:
                          "resize, crop and normalise the image)", "save the model's image processor into the folder "
                          "(AutoImageProcessor(...).save_pretrained(folder))")
     tokenizer = path / "tokenizer.json"
-    return ModelFolder(path, config, _weight_files(path), tokenizer if tokenizer.is_file() else path / PREPROCESSOR)
+    return ModelFolder(path, config, weight_files(path), tokenizer if tokenizer.is_file() else path / PREPROCESSOR)
 
 
 def _image_processor(folder: ModelFolder):
@@ -119,8 +100,8 @@ def _discover(name: str, module: nn.Module, inputs: dict) -> tuple[list[nn.Modul
         raise ModelError(name, f"the {name} tower ran no attention layer through attnviz's kernel",
                          "choose a model whose family calls transformers' attention interface", field_name="stack")
     for m in dict.fromkeys(modules):
-        m.register_forward_pre_hook(_keep_input, with_kwargs=True)
-        m.register_forward_hook(_keep_output)
+        m.register_forward_pre_hook(keep_input, with_kwargs=True)
+        m.register_forward_hook(keep_output)
     return modules, traces
 
 
@@ -156,11 +137,10 @@ def _towers(model: nn.Module, name: str, size: int) -> list[Tower]:
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> VisionModel:
     from . import hf
-    from .loader import _budget, model_name
     from .tokens import TextTokenizer
 
     size = parameter_bytes(folder)
-    allowed, source = _budget(memory_budget)
+    allowed, source = memory_allowance(memory_budget)
     if size > allowed:
         raise ModelError(folder.path, f"the weights need about {size / 2**30:.1f} GiB as float32, over "
                          f"{allowed / 2**30:.1f} GiB ({source})", "choose a smaller model, or free memory")

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 from seeds import Seed000CrossAttention, Seed001CrossAttention, Seed001SelfAttention, Seed002CausalSelfAttention
 
-from attnviz.core import ConfigError, RunConfig, load_config, run
+from attnviz.core import ConfigError, RunConfig, load_config, run, saved_json
 from attnviz.core.userfiles import FileChanged, load_inputs, load_weights
 
 B, LQ, LKV = 2, 5, 7
@@ -207,7 +207,7 @@ def test_hashes_go_into_the_saved_config_and_a_changed_file_is_reported(tmp_path
     data = _save(inputs, tmp_path / "in.pt")
     config = RunConfig.for_variant("cross", weights=weights, inputs=data, **changes)
     saved = tmp_path / "saved.json"
-    saved.write_text(config.to_json())
+    saved.write_text(saved_json(config))  # with the files' sha256s
     files = json.loads(saved.read_text())["files"]
     for field, path in (("weights", weights), ("inputs", data)):
         with open(path, "rb") as f:

@@ -1,0 +1,66 @@
+"""The house rules CI checks besides ruff and the layers contract (pyproject's [tool.importlinter]): no
+import cycle anywhere in attnviz (lazy imports included), no private name imported across modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(root):
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root), on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        m = stack.pop()
+                        on.discard(m)
+                        component.append(m)
+                        if m == node:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter[0]
+                counter[0] += 1
+                stack.append(child), on.add(child)
+                work.append((child, iter(edges[child])))
+            elif child in on:
+                low[node] = min(low[node], index[child])
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return out
+
+
+def test_no_import_cycle_in_attnviz():
+    grimp = pytest.importorskip("grimp")
+    assert _cycles(grimp.build_graph("attnviz")) == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found += [f"{path.relative_to(PACKAGE)}: {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
