@@ -347,6 +347,13 @@ def forward_config(result: RunResult):
     return result.source.key if result.source is not None else result.config
 
 
+def prompt_config(config):
+    """A generation's config without it: the forward over its text alone. What the model's head types and
+    head effects are measured on (measured on the generation's own config, the head-type probe ran the
+    whole generation again on the worker before its first partial result could be shown)."""
+    return config.replace(generate=0) if config.generate else config
+
+
 @dataclass
 class PredictionFrames:
     message: str = ""  # why there are no predictions, if there are none
@@ -434,7 +441,7 @@ def head_score_frames(result: RunResult) -> HeadScoreFrames:
         return HeadScoreFrames("head types need a model (a trained toy or a pretrained model)")
     if getattr(result.source, "picture", None) is not None:  # patches: no text patterns, and no second forward
         return HeadScoreFrames("head types describe text (previous token, induction ...): not measured on an image")
-    key = forward_config(result)
+    key = prompt_config(forward_config(result))
     if key not in _SCORES:
         try:
             from .core import head_scores

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from .. import colormaps
-from ..explain import forward_config
+from ..explain import forward_config, prompt_config
 from .heat_table import HeatTable
 from .panel import named
 from .worker import lower_priority, model_threads, set_torch_threads
@@ -133,9 +133,10 @@ class HeadEffectsView(QWidget):
 
     def show_result(self, result) -> None:
         """A new result is on screen (this panel being shown): its effects, from the cache or computed."""
-        config = forward_config(result).replace(ablate=())  # each head alone, against the intact model
+        # each head alone, against the intact model, on the text (a generation's written tokens are not scored)
+        config = prompt_config(forward_config(result)).replace(ablate=())
         self._ablation = result.config.ablation
-        self._set_positions(list(result.tokens))
+        self._set_positions(list(result.tokens[:result.prompt_length]))
         if config != self._config:
             self._config = config
         self.refresh()

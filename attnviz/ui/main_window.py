@@ -12,6 +12,7 @@ import contextlib
 import gc
 import itertools
 import json
+import math
 import time
 from pathlib import Path
 
@@ -45,16 +46,19 @@ from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale
 from . import lifecycle
 from .choices import add_choice
 from .explain_views import ExplainViews
+from .generate import StepControls, continuation_html, generated_count
 from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
 from .panel import ParameterPanel, named
 from .predictions_view import PredictionStrip
 from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView
-from .worker import Failure, Outcome, Request, Worker
+from .worker import Failure, Outcome, Request, Worker, generating, supersedes
 
 SETTINGS_VERSION = 1
 START_PRESET = "toy-reverse"  # what a first launch shows
 MODEL_DOCK_PX = 200  # the model view's height at a first launch
 TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in a cramped window
+DEFAULT_GENERATE = 20  # tokens the Generate button writes while the count is off
+MODEL_VIEW_PARTIAL_S = 0.5  # while a generation streams, the model view follows at most this often
 HOVER_HINT = "Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back)."
 
 
@@ -83,11 +87,29 @@ def caption_for(result) -> tuple[str, bool]:
             "the mask, positions and scale impose. A \u201cTrained toy\u201d variant shows heads with a job."), False
 
 
+def run_key(result) -> RunConfig:
+    """What a result was computed for: a model forward's config (a generation's partial results share it)."""
+    return result.source.key if result.source is not None else result.config
+
+
+def generation_text(outcome: Outcome) -> str:
+    """The status line's lead for a generation: how far it got."""
+    if outcome.generated is None:
+        return ""
+    n, total = outcome.generated
+    if outcome.partial:
+        return f"generating {n} / {total} tokens · "
+    if outcome.stopped:
+        return f"stopped after {n} of {total} tokens · "
+    return f"generated {n} tokens · "
+
+
 class MainWindow(QMainWindow):
     """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
     pass a QSettings to restore and save parameters, view choices and geometry."""
 
-    sigShown = Signal(int)  # the request id whose result is now on screen
+    sigShown = Signal(int)  # the request id whose (final) result is now on screen
+    sigPartialShown = Signal(int, int)  # a generation still running: (request id, generated tokens on screen)
     sigFailed = Signal(int, str)  # a request id and the message shown for it
 
     def __init__(self, settings: QSettings | None = None, compute=run, parent: QWidget | None = None):
@@ -98,6 +120,15 @@ class MainWindow(QMainWindow):
         self.latest_id = 0  # newest request sent
         self.shown_id = 0  # newest request on screen
         self.failed_id = 0  # newest request that failed
+        self.stopped_id = 0  # newest request stopped before it had anything to show
+        self._shown_key = (0, 1, 0)  # (request id, final, tokens) of what is on screen: partials order by tokens
+        # generation outcomes of requests older than these are dropped: a newer request replaced that run
+        self._partial_cut = self._final_cut = 0
+        self._sent: RunConfig | None = None  # the config of the newest request sent to the worker
+        self.generating_id = 0  # the newest request whose generation may still be running (0: none)
+        self._generate_count = DEFAULT_GENERATE  # what Generate writes while the count is off
+        self._model_shown_at = -math.inf  # when a partial result last went into the model view
+        self._model_run = None  # (request id, forward config) of the result the model view last got
         self.result = None
         self.frames = None
         self.last_error: str | None = None
@@ -122,6 +153,9 @@ class MainWindow(QMainWindow):
         self.worker.sigDone.connect(self._on_done)
         self.worker.sigFailed.connect(self._on_failed)
         self.worker.sigBusy.connect(self._on_busy)
+        self.worker.sigCancelled.connect(self._on_cancelled)
+        self.panel.generateButton.clicked.connect(self.generate)
+        self.panel.stopButton.clicked.connect(self.stop_generation)
         self.panel.sigChanged.connect(self.schedule)
         self.panel.sigBatchIndexChanged.connect(self.schedule)
         self.headGrid.sigHover.connect(self._show_hover)
@@ -249,6 +283,10 @@ class MainWindow(QMainWindow):
             row.addWidget(w)
         row.addWidget(self.perHeadCheck)
         row.addWidget(self.meanCheck)
+        self.steps = StepControls()  # a generation's tokens, one at a time (view only: no request)
+        self.stepSlider = self.steps.slider
+        self.steps.add_to(row)
+        self.stepSlider.valueChanged.connect(self._show_step)
         row.addStretch(1)
         self.viewCombo.currentIndexChanged.connect(self._view_changed)
         self.colormapCombo.currentIndexChanged.connect(self.schedule)
@@ -325,8 +363,8 @@ class MainWindow(QMainWindow):
         action("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(self.viewCombo.findData("scores")),
                "Show pre-softmax scores", view_menu)
         action("Mean tile", "M", lambda: self.meanCheck.toggle(), "Toggle the mean-over-heads tile", view_menu)
-        action("Back to grid", "Esc", lambda: self.headGrid.set_focus(None), "Leave the large single-head view",
-               view_menu)
+        action("Back to grid", "Esc", self._escape, "Leave the large single-head view; while the model writes, "
+               "stop it", view_menu)
         self.resetAction = action("Reset parameters", "Ctrl+R", self.panel.resetButton.click,
                                   "Reset every parameter to the defaults", view_menu)
         self.explain = ExplainViews(self)  # the explaining panels (docks): pipeline, statistics, focus ...
@@ -345,6 +383,11 @@ class MainWindow(QMainWindow):
         action("Next layer", "Ctrl+]", lambda: self._step_layer(1), "Show the next layer of the model", view_menu)
         action("Previous layer", "Ctrl+[", lambda: self._step_layer(-1), "Show the previous layer of the model",
                view_menu)
+        run_menu = self.menuBar().addMenu("&Run")
+        self.generateAction = action("Generate", "Ctrl+G", self.generate, "Let the model write after the text "
+                                     "(the Generate count, or 20 while it is off), streaming each token", run_menu)
+        self.stopAction = action("Stop", "", self.stop_generation, "Stop the model writing (Esc); what it "
+                                 "wrote so far stays on screen", run_menu)
 
     def _view_changed(self, *_) -> None:
         """Each view shows its own scale: the one chosen for it, else its default."""
@@ -495,7 +538,7 @@ class MainWindow(QMainWindow):
     def is_settled(self) -> bool:
         """True when no edit waits to be sent and the newest request sent is on screen (or failed)."""
         return (not self._timer.isActive() and self._arrived is None and self._showing is None
-                and self.latest_id in (self.shown_id, self.failed_id))
+                and self.latest_id in (self.shown_id, self.failed_id, self.stopped_id))
 
     def view_options(self, config: RunConfig) -> ViewOptions:
         request, config = config, self._shapes(config)
@@ -517,8 +560,9 @@ class MainWindow(QMainWindow):
             **self.explain.options(config, request),
         )
 
-    def request(self) -> int | None:
-        """Send the panel's state to the worker; returns the request id (None if invalid)."""
+    def request(self, force: bool = False) -> int | None:
+        """Send the panel's state to the worker; returns the request id (None if invalid). `force`: compute
+        again even if the last result shows this configuration (Generate pressed again)."""
         self._timer.stop()
         rid = next(self._ids)
         self.latest_id = rid  # also for invalid input: an older result in flight must not clear it
@@ -526,11 +570,125 @@ class MainWindow(QMainWindow):
             config = self.panel.config()
         except ConfigError as exc:
             self.failed_id = rid
+            self._replace_generation(rid, None, False)
             self._show_failure(str(exc), exc.field, exc.suggestions)
             return None
         self._offer_views(config)
-        self.worker.submit(Request(rid, config, self.view_options(config)))
+        self._replace_generation(rid, config, force)
+        self.worker.submit(Request(rid, config, self.view_options(config), force))
         return rid
+
+    # --- generation: Generate, Stop, streamed partial results, the step slider ------------------
+
+    def _replace_generation(self, rid: int, config: RunConfig | None, force: bool) -> None:
+        """A new request: one that needs another run ends a running generation (the worker cancels it within
+        a token) and nothing of that run is shown after it; a view of the same run lets it go on."""
+        if self.generating_id and (force or self._sent is None or supersedes(config, self._sent)):
+            self._partial_cut = self._final_cut = rid
+            self.generating_id = 0
+            if config is None:  # an invalid edit: the worker hears of no new run, so tell it to stop
+                self.worker.cancel(rid - 1)
+        self._sent = config if config is not None else self._sent
+        if config is not None and generating(config):
+            self.generating_id = rid
+            self._generate_count = config.generate  # what Generate writes once the count is off again
+        self._show_generating()
+
+    def generate(self) -> None:
+        """Generate (Ctrl+G): write the count of tokens after the text (DEFAULT_GENERATE while it is off); pressed
+        again with the count on, write again (a new sample with another seed, the same with the same)."""
+        spin = self.panel.widgets["generate"]
+        if not self.panel.config_applies("generate"):
+            self.statusBar().showMessage("Generation needs a model (a trained toy or a pretrained causal model): "
+                                         "choose one under Variant first", 8000)
+            return
+        if spin.value() == 0:
+            spin.setValue(self._fitting_count(self._generate_count))  # an edit: the normal request follows
+            return
+        self.request(force=True)
+
+    def _fitting_count(self, count: int) -> int:
+        """`count`, or fewer where the shown model's positions end sooner after this text (a count past
+        them is refused by the run, with the largest that fits offered)."""
+        r = self.result
+        info = getattr(r.source, "info", None) if r is not None else None
+        room = getattr(info, "max_positions", None)
+        if room is None or r.config.text != self.panel.widgets["text"].text():
+            return count
+        prompt = r.prompt_length if r.prompt_length is not None else len(r.tokens)
+        return max(1, min(count, room - prompt))
+
+    def stop_generation(self) -> None:
+        """Stop (Esc while writing): the worker ends the generation after its current token and sends what it
+        wrote; no partial result of that run is shown after this."""
+        if not self.generating_id:
+            return
+        self._partial_cut = self.latest_id + 1
+        self.worker.cancel(self.latest_id)
+        self.generating_id = 0
+        self._show_generating()
+
+    def _escape(self) -> None:
+        if self.generating_id:
+            self.stop_generation()
+        else:
+            self.headGrid.set_focus(None)
+
+    def _show_generating(self) -> None:
+        running = bool(self.generating_id)
+        self.panel.stopButton.setEnabled(running)
+        self.stopAction.setEnabled(running)
+        if not running:
+            self.busyIndicator.setRange(0, 0)  # indeterminate again (a generation's progress is over)
+
+    def _generation_done(self, rid: int) -> None:
+        """A request's final outcome (shown, dropped, failed or cancelled): its generation is over."""
+        if self.generating_id and rid >= self.generating_id:
+            self.generating_id = 0
+            self._show_generating()
+
+    def _model_due(self, outcome: Outcome) -> bool:
+        """Whether the model view follows this result: every final one; a generation's partial ones at most
+        every MODEL_VIEW_PARTIAL_S (composing and painting every layer's tiles took 25-45 ms of the GUI thread
+        per partial result on a 30-layer model)."""
+        now, run = time.monotonic(), (outcome.request.id, run_key(outcome.result))
+        if outcome.partial and run == self._model_run and now - self._model_shown_at < MODEL_VIEW_PARTIAL_S:
+            return False  # a new run's first partial result always goes in: nothing of the old one stays
+        self._model_shown_at, self._model_run = now, run
+        return True
+
+    def _show_progress(self, outcome: Outcome) -> None:
+        if outcome.partial and outcome.generated is not None:
+            n, total = outcome.generated
+            self.busyIndicator.setRange(0, total)
+            self.busyIndicator.setValue(n)
+            self.busyIndicator.setFormat(f"{n} / {total} tokens")
+
+    def _show_generation(self, result) -> None:
+        """A result on screen: the text as the model continued it (the slider and marks came with the grid)."""
+        label = self.panel.generatedLabel
+        label.setVisible(result.prompt_length is not None)  # in the panel's scroll area: the maps keep their size
+        if result.prompt_length is not None:
+            label.setText(continuation_html(result))
+
+    def _show_step(self, *_) -> None:
+        """The step slider moved: marks only (view only, nothing is asked of the worker)."""
+        self.steps.label.setText(self.steps.text())
+        self._mark_step()
+
+    def _mark_step(self) -> None:
+        result = self.result
+        prompt = result.prompt_length if result is not None and generated_count(result) else None
+        row = self.steps.row()
+        self.headGrid.set_generation(prompt, row)
+        self.predictionStrip.set_generation(prompt, row)
+
+    def _on_cancelled(self, rid: int) -> None:
+        """A request stopped before it had anything to show: it is over (the last view stays)."""
+        self._generation_done(rid)
+        if rid == self.latest_id:
+            self.stopped_id = rid
+            self.statusBar().showMessage("Stopped before the first token: the maps show the last run", 6000)
 
     def _offer_views(self, config: RunConfig) -> None:
         """The View box offers only the stages this configuration has (e.g. biased needs ALiBi)."""
@@ -539,16 +697,34 @@ class MainWindow(QMainWindow):
         for i in range(self.viewCombo.count()):
             items.item(i).setEnabled(view_stage(self.viewCombo.itemData(i)) in have)
 
+    @staticmethod
+    def _key(outcome: Outcome) -> tuple[int, int, int]:
+        """Orders results: by request id, a generation's partial ones by their tokens, its final one last."""
+        return outcome.request.id, int(not outcome.partial), generated_count(outcome.result)
+
+    def _dropped(self, outcome: Outcome) -> bool:
+        """Not to be shown: older than what is on screen or on its way, or a generation's result after a
+        request that replaced that run (or, for a partial result, after Stop)."""
+        rid = outcome.request.id
+        if outcome.partial and rid < self._partial_cut:
+            return True
+        if outcome.result.prompt_length is not None and rid < self._final_cut:
+            return True
+        waiting, showing = self._arrived, self._showing
+        newest = max([self._shown_key] + [self._key(o) for o in (waiting, showing) if o is not None])
+        return self._key(outcome) <= newest
+
     def _on_done(self, outcome: Outcome) -> None:
         """A result arrived: keep the newest and swap it in on the next timer turn. Qt delivers
         every signal queued by then in one go, so results that arrive together (a fast worker, a
         busy GUI thread) are swapped and painted once, and the loop breathes between swaps."""
-        waiting, showing = self._arrived, self._showing
-        newest = max([self.shown_id] + [o.request.id for o in (waiting, showing) if o is not None])
-        if outcome.request.id <= newest:
+        if not outcome.partial:
+            self._generation_done(outcome.request.id)
+        if self._dropped(outcome):
             self.worker.release(outcome.result, outcome.frames)  # never shown
             self.worker.resume(outcome.request.id)  # nothing to paint
             return
+        waiting = self._arrived
         if waiting is not None:
             self.worker.release(waiting.result, waiting.frames)
         self._arrived = outcome
@@ -565,7 +741,7 @@ class MainWindow(QMainWindow):
             return
         t0 = time.perf_counter()
         rid = outcome.request.id
-        if self.result is None or outcome.result.config != self.result.config:
+        if self.result is None or run_key(outcome.result) != run_key(self.result):
             self._show_hover_hint()  # the text described cells of the previous run
         self._retired.append((self.result, self.frames))  # freed once this result is fully shown
         self.result, self.frames = outcome.result, outcome.frames
@@ -575,6 +751,9 @@ class MainWindow(QMainWindow):
             self._mark_stale(self.last_error)  # the newest request failed before this older one came
         self._show_caption(outcome.result)  # before the grid: a caption that comes or goes resizes it
         self.headGrid.show_frames(outcome.result, outcome.frames)
+        self.steps.show(outcome.result)  # the generation's marks in the grid's own paint
+        self._mark_step()
+        self._shown_key = self._key(outcome)
         self._showing, self._swap_s = outcome, time.perf_counter() - t0
         self._rest_timer.start()  # after the grid's paint, which Qt runs first
 
@@ -586,23 +765,31 @@ class MainWindow(QMainWindow):
         rid = outcome.request.id
         self.outputView.show_frames(outcome.result, outcome.frames)
         self.explain.show(outcome.result, outcome.frames)
-        self._show_model(outcome.result)
+        if self._model_due(outcome):
+            self._show_model(outcome.result)
         self._show_heads(outcome.result, outcome.frames)
+        self._show_generation(outcome.result)
+        self._show_progress(outcome)
         self._follow_default_scale(outcome.result.config)
-        if rid == self.latest_id and self.panel.adopt_files(outcome.result.config):  # what the files set
-            self.schedule()  # (bias flags, batch, lengths) shown; a view-only re-render sized for them
+        if rid == self.latest_id and not outcome.partial and self.panel.adopt_files(outcome.result.config):
+            self.schedule()  # what the files set (bias flags, batch, lengths) shown; a re-render sized for them
         self._release_retired()
-        self.shown_id = rid
+        if not outcome.partial:
+            self.shown_id = rid
         self._update_status(outcome, self._swap_s + time.perf_counter() - t0)
         self._unpainted = rid  # the worker yields till both views have painted it
         self._resume_worker()  # now, if they already have (or neither is on screen to paint it)
-        self.sigShown.emit(rid)
+        if outcome.partial:
+            self.sigPartialShown.emit(rid, generated_count(outcome.result))
+        else:
+            self.sigShown.emit(rid)
 
     def _release_retired(self) -> None:
         retired, self._retired = self._retired, []
         self.worker.release(*retired)  # the last references to the old maps: freed off this thread
 
     def _on_failed(self, failure: Failure) -> None:
+        self._generation_done(failure.request.id)
         if failure.request.id < self.latest_id:
             return  # a newer request is on its way
         self.failed_id = failure.request.id
@@ -642,8 +829,8 @@ class MainWindow(QMainWindow):
         render = (outcome.frames.render_time_s + swap_s) * 1e3
         notes = " · " + "; ".join(r.notes) if r.notes else ""
         self.statusLabel.setText(
-            f"{c.spec.label} · {c.shapes_text()} · output {out_shape} · mask {c.mask} · {r.device} · "
-            f"{compute} · render {render:.1f} ms{notes}"
+            f"{generation_text(outcome)}{c.spec.label} · {c.shapes_text()} · output {out_shape} · mask {c.mask} · "
+            f"{r.device} · {compute} · render {render:.1f} ms{notes}"
         )
 
     # --- files -------------------------------------------------------------------------------
@@ -770,6 +957,7 @@ class MainWindow(QMainWindow):
             self._scales = {v: m for v, m in scales.items() if v in MAP_VIEWS and m in SCALE_MODES}
             self._view_changed()
         self.perHeadCheck.setChecked(s.value("perHead", False, bool))
+        self._generate_count = max(1, s.value("generateCount", DEFAULT_GENERATE, int))
         self.meanCheck.setChecked(s.value("mean", False, bool))
         self.modelDock.setVisible(s.value("modelDock", True, bool))
         self.stripAction.setChecked(s.value("predictionStrip", True, bool))
@@ -795,6 +983,7 @@ class MainWindow(QMainWindow):
         s.setValue("scales", json.dumps(self._scales))
         s.setValue("perHead", self.perHeadCheck.isChecked())
         s.setValue("mean", self.meanCheck.isChecked())
+        s.setValue("generateCount", self._generate_count)
         s.sync()
 
     def _resume_worker(self) -> None:

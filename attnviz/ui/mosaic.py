@@ -24,6 +24,8 @@ TOKEN_LABEL_MAX_PX = 120  # longer token labels are elided (the hover names them
 AXIS_NAME_PX = 16  # the strip for "query token" / "key token"
 STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls
 INK, SOFT_INK, ROW_MARK = QColor(70, 70, 70), QColor(110, 110, 110), QColor("#ff2020")
+GENERATED_INK = QColor("#1f5fbf")  # a generation's written tokens (labels) and the prompt's boundary
+FADE = QColor(255, 255, 255, 190)  # over the rows after the chosen step: not yet written at that step
 
 
 @dataclass
@@ -89,6 +91,8 @@ class Mosaic(QGraphicsWidget):
         self.tokens: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (query labels, key labels)
         self.stale = False
         self.row: int | None = None  # a query row outlined in every map (token focus)
+        self.prompt_length: int | None = None  # a generation: where the prompt ends (a line between)
+        self.step_row: int | None = None  # a generation's chosen token: its row marked, the later ones faded
         self.rects: list[QRectF] = []  # where each tile is drawn, in this item's coordinates
         self.pictures: list[QImage] = []  # the tiles' images, ready to draw
         self._columns = 1
@@ -115,6 +119,12 @@ class Mosaic(QGraphicsWidget):
     def set_row(self, row: int | None) -> None:
         if row != self.row:
             self.row = row
+            self.update()
+
+    def set_generation(self, prompt_length: int | None, step_row: int | None) -> None:
+        """A generation's marks: the prompt / generated boundary, and the chosen step's row (None: none)."""
+        if (prompt_length, step_row) != (self.prompt_length, self.step_row):
+            self.prompt_length, self.step_row = prompt_length, step_row
             self.update()
 
     def tile_area(self, rect: QRectF | None = None) -> QRectF:
@@ -165,6 +175,7 @@ class Mosaic(QGraphicsWidget):
         for rect, image in zip(self.rects, self.pictures):
             painter.drawImage(rect, image)
         painter.setOpacity(1.0)
+        self._paint_generation(painter)
         self._paint_titles(painter)
         if self.row is not None and 0 <= self.row < self.map_shape[0]:
             painter.setPen(QPen(ROW_MARK, 1.5))
@@ -173,6 +184,26 @@ class Mosaic(QGraphicsWidget):
                 painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
         if self.tokens and self.rects:
             self._paint_tokens(painter)
+
+    def _paint_generation(self, painter: QPainter) -> None:
+        """A generation: a dashed line after the prompt's last row and column; with a step chosen, its row
+        bracketed and the rows after it faded (the map as it stood when that token was written)."""
+        rows, cols = self.map_shape
+        p, step = self.prompt_length, self.step_row
+        if p is None or not 0 < p < rows:
+            return
+        for rect in self.rects:
+            dy, dx = rect.height() / rows, rect.width() / cols
+            if step is not None and step + 1 < rows:
+                painter.fillRect(QRectF(rect.left(), rect.top() + (step + 1) * dy, rect.width(),
+                                        rect.height() - (step + 1) * dy), FADE)
+            painter.setPen(QPen(GENERATED_INK, 1.2, Qt.DashLine))
+            y, x = rect.top() + p * dy, rect.left() + p * dx
+            painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
+            painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
+            if step is not None:
+                painter.setPen(QPen(ROW_MARK, 1.5))
+                painter.drawRect(QRectF(rect.left(), rect.top() + step * dy, rect.width(), dy))
 
     def _paint_titles(self, painter: QPainter) -> None:
         painter.setFont(self.title_font)
@@ -209,13 +240,19 @@ class Mosaic(QGraphicsWidget):
             left, bottom = self.tick_labels(k)
             for i, label in left:
                 y = rect.top() + (i + 0.5) * rect.height() / rows
+                painter.setPen(self._label_ink(i))
                 painter.drawText(QRectF(rect.left() - query_w - 4, y - line / 2, query_w, line),
                                  Qt.AlignRight | Qt.AlignVCenter, metrics.elidedText(label, Qt.ElideRight, query_w))
             for j, label in bottom:
                 x = rect.left() + (j + 0.5) * rect.width() / cols
+                painter.setPen(self._label_ink(j))
                 painter.drawText(QRectF(x - key_w / 2 - 4, rect.bottom() + 2, key_w + 8, line),
                                  Qt.AlignHCenter | Qt.AlignTop, metrics.elidedText(label, Qt.ElideRight, key_w))
         self._paint_axis_names(painter)
+
+    def _label_ink(self, position: int) -> QColor:
+        """Generated tokens' labels in blue, the prompt's (and every other run's) in the usual grey."""
+        return GENERATED_INK if self.prompt_length is not None and position >= self.prompt_length else SOFT_INK
 
     def _paint_axis_names(self, painter: QPainter) -> None:
         area = self.tile_area()

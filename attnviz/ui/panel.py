@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -70,6 +71,7 @@ class ParameterPanel(QWidget):
         self.widgets: dict[str, QWidget] = {}
         self._tooltips: dict[str, str] = {}
         self.labels: dict[str, QLabel] = {}
+        self.rows: dict[str, QWidget] = {}  # a field whose row holds more than its widget: that row
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 6, 6, 6)
 
@@ -127,7 +129,7 @@ class ParameterPanel(QWidget):
         label.setBuddy(widget)
         self.widgets[name] = widget
         self.labels[name] = label
-        form.addRow(label, widget)
+        form.addRow(label, self._generate_row(widget) if name == "generate" else widget)
         if name == "variant":
             form.addRow(self.variantInfo)
         if name == "batch":
@@ -137,6 +139,40 @@ class ParameterPanel(QWidget):
             self.labels["batch_index"] = QLabel("Shown item")
             self.labels["batch_index"].setBuddy(self.batchIndexSpin)
             form.addRow(self.labels["batch_index"], self.batchIndexSpin)
+
+    def _generate_row(self, spin: QWidget) -> QWidget:
+        """The token count with the Generate and Stop buttons beside it (the window connects them), and
+        under them the text as the model continues it."""
+        row = QWidget()
+        line = QHBoxLayout()
+        line.setContentsMargins(0, 0, 0, 0)
+        self.generateButton = named(QPushButton("Generate"), "generateButton")
+        self.generateButton.setToolTip("Let the model write the count of tokens after the text (Ctrl+G); with the "
+                                       "count off, writes 20. Each new token's attention streams in as it is made; "
+                                       "while the count is on, editing the text writes again")
+        self.stopButton = named(QPushButton("Stop"), "stopButton")
+        self.stopButton.setToolTip("Stop the model writing (Esc): what it wrote so far stays on screen")
+        self.stopButton.setEnabled(False)
+        for button in (self.generateButton, self.stopButton):  # the style's 80 px minimum widened the panel
+            button.setMinimumWidth(button.fontMetrics().horizontalAdvance(button.text()) + 14)
+        line.addWidget(self.generateButton, 1)  # under the count: beside it, the panel grew past its column
+        line.addWidget(self.stopButton, 1)
+        self.generatedLabel = named(QLabel(), "generatedLabel")
+        self.generatedLabel.setWordWrap(True)
+        self.generatedLabel.setTextFormat(Qt.RichText)
+        self.generatedLabel.setToolTip("The text, then (in blue) what the model wrote after it")
+        self.generatedLabel.setFixedHeight(3 * self.generatedLabel.fontMetrics().lineSpacing() + 4)
+        self.generatedLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.generatedLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # never widens the panel
+        self.generatedLabel.hide()
+        column = QVBoxLayout(row)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        column.addWidget(spin)
+        column.addLayout(line)
+        column.addWidget(self.generatedLabel)
+        self.rows["generate"] = row
+        return row
 
     def _make_widget(self, name: str, kind: str, meta: dict[str, Any]) -> QWidget:
         tooltip = meta["tooltip"] + (f" [{meta['unit']}]" if meta["unit"] else "")
@@ -369,7 +405,7 @@ class ParameterPanel(QWidget):
         self.variantInfo.setText(f"{spec.seed}: {spec.description}")
         shown = {name: field_applies(name, variant, mask, position) for name in self.widgets}
         for name, widget in self.widgets.items():
-            widget.setVisible(shown[name])
+            self.rows.get(name, widget).setVisible(shown[name])
             self.labels[name].setVisible(shown[name])
             self.labels[name].setText(spec.labels.get(name, field_meta(name)["label"]))
         for group, box in self.groups.items():

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PySide6.QtCore import QEvent, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter
+from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from .. import colormaps
 from ..explain import PredictionFrames
+from .mosaic import GENERATED_INK, ROW_MARK
 from .panel import named
 
 CELL_MIN, CELL_MAX = 58, 120  # px per position: few positions fill the width, many scroll
@@ -77,7 +78,18 @@ class _Cells(QWidget):
                 box.setHeight(line_h)
                 painter.drawText(box, Qt.AlignHCenter | Qt.AlignVCenter,
                                  painter.fontMetrics().elidedText(text, Qt.ElideRight, box.width()))
+        self._paint_generation(painter, w, n)
         painter.end()
+
+    def _paint_generation(self, painter: QPainter, w: float, n: int) -> None:
+        """A generation: a line where the prompt ends; the chosen step's predicting cell outlined."""
+        p, cell = self.strip.prompt_length, self.strip.step_cell()
+        if p is not None and 0 < p < n:
+            painter.setPen(QPen(GENERATED_INK, 2))
+            painter.drawLine(QPointF(p * w - 1, 0), QPointF(p * w - 1, ROWS_PX))
+        if cell is not None and cell < n:
+            painter.setPen(QPen(ROW_MARK, 2))
+            painter.drawRect(QRectF(cell * w + 1, 1, w - 3, ROWS_PX - 2))
 
     def event(self, event) -> bool:
         if event.type() == QEvent.ToolTip:
@@ -98,6 +110,8 @@ class PredictionStrip(QWidget):
         named(self, "predictionStrip")
         self.frames: PredictionFrames | None = None
         self.lut = colormaps.lut(colormaps.DEFAULT_SEQUENTIAL)
+        self.prompt_length: int | None = None  # a generation: where the prompt ends
+        self.step: int | None = None  # a generation's chosen token's position (the cell before predicts it)
         self.infoLabel = named(QLabel(), "predictionInfo")
         self.infoLabel.setTextFormat(Qt.PlainText)
         self.cells = _Cells(self)
@@ -163,12 +177,39 @@ class PredictionStrip(QWidget):
         self.infoLabel.setText(self.header())
         self.cells.update()
 
+    def set_generation(self, prompt_length: int | None, step: int | None) -> None:
+        """Mark a generation's prompt boundary and the chosen token `step` (its position; None: no step)."""
+        if (prompt_length, step) == (self.prompt_length, self.step):
+            return
+        self.prompt_length, self.step = prompt_length, step
+        self.infoLabel.setText(self.header())
+        cell = self.step_cell()
+        if cell is not None:
+            w = self.cells.cell_width()
+            self.scroll.ensureVisible(int((cell + 0.5) * w), 0, int(w), 0)
+        self.cells.update()
+
+    def step_cell(self) -> int | None:
+        """The position whose prediction the chosen step's token is (the one before it), if shown."""
+        if self.step is None or not 0 < self.step <= self.cells.count():
+            return None
+        return self.step - 1
+
+    def step_text(self) -> str:
+        """The chosen step's prediction: what the position before it gave the token written, and its top k."""
+        f, i = self.frames, self.step_cell()
+        top = ", ".join(f"{t!r} {_p(float(p))}" for t, p in zip(f.top_tokens[i], f.top_probs[i]))
+        written = f.tokens[self.step] if self.step < len(f.tokens) else "?"
+        return f"Step: position {i} {f.tokens[i]!r} → wrote {written!r} · top {len(f.top_tokens[i])}: {top}"
+
     def header(self) -> str:
         f = self.frames
         if f is None:
             return "Predictions: waiting for a run"
         if f.message:
             return f"Predictions: {f.message}"
+        if self.step_cell() is not None:
+            return self.step_text()
         text = "Predictions · top-1 and its probability · colour = probability of the target (grey: no target)"
         if f.kl is not None:
             finite = f.kl[np.isfinite(f.kl)]

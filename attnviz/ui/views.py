@@ -14,14 +14,14 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QPainter, QPalette
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 
 from .. import colormaps
 from ..core import RunResult
 from ..core.cells import cell_path
 from ..frames import Frames, HeatImage, head_title, tensor_data, view_stage
 from ..models.tokens import display
-from .mosaic import ROW_MARK, STALE_OPACITY, TITLE_PX, TOKEN_ROW_PX, MapTile, Mosaic, image_rects
+from .mosaic import FADE, GENERATED_INK, ROW_MARK, STALE_OPACITY, TITLE_PX, TOKEN_ROW_PX, MapTile, Mosaic, image_rects
 from .panel import named
 
 STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
@@ -309,6 +309,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         self._focus_row = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(ROW_MARK, width=1.5))
         self._focus_row.hide()
         self.focus_tile.plot.addItem(self._focus_row, ignoreBounds=True)
+        self._generation_items = self._make_generation_items()
         self.mosaic.geometryChanged.connect(self._fit_focus_tile)
         self.bar = ColourBar()
         self.ci.addItem(self.bar, row=0, col=1)
@@ -322,6 +323,38 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         self.stale = False
         self.scene().sigMouseMoved.connect(self._hovered)
         self.scene().sigMouseClicked.connect(self._clicked)
+
+    def _make_generation_items(self) -> dict:
+        """The focused map's generation marks: the prompt's boundary (row and column), the step's row, the fade."""
+        dashed = pg.mkPen(GENERATED_INK, width=1.2, style=Qt.DashLine)
+        items = {"row": pg.InfiniteLine(angle=0, movable=False, pen=dashed),
+                 "column": pg.InfiniteLine(angle=90, movable=False, pen=dashed),
+                 "step": pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(ROW_MARK, width=1.5)),
+                 "fade": QGraphicsRectItem()}
+        items["fade"].setBrush(FADE)
+        items["fade"].setPen(pg.mkPen(None))
+        for item in items.values():
+            item.hide()
+            self.focus_tile.plot.addItem(item, ignoreBounds=True)
+        return items
+
+    def set_generation(self, prompt_length: int | None, step_row: int | None) -> None:
+        """Mark a generation's prompt / generated boundary and its chosen step (None: no mark) in every map."""
+        self.mosaic.set_generation(prompt_length, step_row)
+        rows = self.result.config.seq_q if self.result is not None else 0
+        cols = self.result.config.lkv if self.result is not None else 0
+        items = self._generation_items
+        bounded = prompt_length is not None and 0 < prompt_length < rows
+        for name in ("row", "column"):
+            items[name].setVisible(bounded)
+            if bounded:
+                items[name].setPos(prompt_length - 0.5)
+        stepped = bounded and step_row is not None
+        items["step"].setVisible(stepped)
+        items["fade"].setVisible(stepped and step_row + 1 < rows)
+        if stepped:
+            items["step"].setPos(step_row)
+            items["fade"].setRect(QRectF(-0.5, step_row + 0.5, cols, rows - step_row - 1))
 
     def _fit_focus_tile(self) -> None:
         if self.focus_tile.plot.isVisible():  # a hidden PlotItem is not laid out for nothing

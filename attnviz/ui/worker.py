@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import queue
 import sys
@@ -56,6 +57,7 @@ class Request:
     id: int
     config: RunConfig
     options: ViewOptions
+    force: bool = False  # compute again even if the last result shows this config (Generate pressed again)
 
 
 @dataclass
@@ -65,6 +67,33 @@ class Outcome:
     frames: Frames
     recomputed: bool
     worker_time_s: float
+    partial: bool = False  # a generation still running: what it wrote so far (the final Outcome follows)
+    generated: tuple[int, int] | None = None  # a generation: (tokens written, tokens asked for)
+    stopped: bool = False  # a generation the Stop button ended: what it wrote till then
+
+
+def generating(config: RunConfig) -> bool:
+    """Whether `config`'s run writes tokens after its text (a model-backed or toy variant with generate > 0)."""
+    return config.generate > 0 and config.applies("generate")
+
+
+def supersedes(new: RunConfig | None, running: RunConfig) -> bool:
+    """Whether a request for `new` (None: an invalid edit) makes a running generation of `running` pointless:
+    any change but the layer shown (a view of the same forward) and view options (not in the config)."""
+    return new is None or new.replace(layer=running.layer) != running
+
+
+def written(result: RunResult) -> int:
+    """The generated tokens a result's maps hold (0 for a run that generated nothing)."""
+    return 0 if result.prompt_length is None else len(result.tokens) - result.prompt_length
+
+
+# A generation's partial results: at most one per this interval (each costs a build and a render on the
+# worker and a swap and paint on the GUI thread); the final result always follows.
+PARTIAL_INTERVAL_S = 0.05
+# After a partial result the generation waits for the window to paint it, at most this long: its swap takes
+# two event-loop passes and with a large model's views (tensor, every layer's tiles) outlasted YIELD_MAX_S.
+PARTIAL_YIELD_MAX_S = 0.2
 
 
 @dataclass
@@ -299,9 +328,10 @@ class Reaper:
 class Worker(QObject):
     """Owns a daemon thread. Signals are delivered to GUI-thread slots as queued calls."""
 
-    sigDone = Signal(object)  # Outcome
+    sigDone = Signal(object)  # Outcome (a generation's partial results too: Outcome.partial)
     sigFailed = Signal(object)  # Failure
     sigBusy = Signal(bool)
+    sigCancelled = Signal(int)  # a request id that ended with nothing to show (stopped before its first token)
 
     def __init__(self, compute=run, parent: QObject | None = None):
         super().__init__(parent)
@@ -321,6 +351,7 @@ class Worker(QObject):
         self._window_done.set()
         self._yield_until = 0.0  # monotonic deadline of the current yield
         self._yield_for = 0  # the request id of the result the window is given
+        self._cancel_id = 0  # generations of requests up to this id stop (the Stop button)
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -356,6 +387,11 @@ class Worker(QObject):
         if thread is not threading.current_thread():
             thread.join(timeout)
         return not thread.is_alive()
+
+    def cancel(self, request_id: int) -> None:
+        """Stop the generation of `request_id` (and older ones) after its current token; what it wrote so far
+        comes as its result (Outcome.stopped). A request that has written nothing yet ends with sigCancelled."""
+        self._cancel_id = max(self._cancel_id, request_id)
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -418,7 +454,8 @@ class Worker(QObject):
                 lane = lanes["quiet" if n >= self._share.cores else "busy"]
                 lane.call(functools.partial(self._handle, request, n))
             except Cancelled:
-                pass  # closing: nobody waits for this result
+                if not self._stopping:  # stopped or superseded: the window learns the request is over
+                    self.sigCancelled.emit(request.id)
             except ConfigError as exc:
                 self.sigFailed.emit(Failure(request, str(exc), exc.field, exc.suggestions))
             except MemoryError:
@@ -434,25 +471,80 @@ class Worker(QObject):
                 if not self._has_newer():
                     self.sigBusy.emit(False)
 
-    def _run(self, config: RunConfig, needed: frozenset[str]) -> RunResult:
+    def _run(self, config: RunConfig, needed: frozenset[str], cancel=None, **stream) -> RunResult:
         # a view of a stage the default run does not keep asks for it (and only then: fakes in tests
-        # take (config, cancel)); the pipeline view asks for every stage
-        extra = {} if needed <= DEFAULT_RECORD else {"record": DEFAULT_RECORD | needed}
+        # take (config, cancel)); the pipeline view asks for every stage; a generation streams (on_step)
+        extra = ({} if needed <= DEFAULT_RECORD else {"record": DEFAULT_RECORD | needed}) | stream
+        cancel = cancel or self._checkpoint
         try:
-            return self._compute(config, cancel=self._checkpoint, **extra)
+            return self._compute(config, cancel=cancel, **extra)
         except MemoryBudgetError:
             # the window hands the result it replaced to the reaper once it has shown the new one
             self._window_done.wait(YIELD_MAX_S)
             if not self.reaper.flush():
                 raise
             # a replaced result the reaper was holding made the budget look smaller than it is
-            return self._compute(config, cancel=self._checkpoint, **extra)
+            return self._compute(config, cancel=cancel, **extra)
 
-    def _stale(self, config: RunConfig, needed: frozenset[str]) -> bool:
-        """Whether the last result cannot show `config` (a model-backed result is kept by its
+    # --- generation: streamed partial results, Stop, cancel within one token ---------------------
+
+    def _superseded(self, request: Request) -> bool:
+        """A newer request waits that needs another run (not merely another view of this one)."""
+        with self._cond:
+            pending = self._pending
+        return pending is not None and (pending.force or supersedes(pending.config, request.config))
+
+    def _generation_cancel(self, request: Request):
+        """Polled between tokens: after the window's paint (the yield), stop for closing, Stop, or a newer run."""
+        def cancel() -> bool:
+            return self._checkpoint() or self._cancel_id >= request.id or self._superseded(request)
+        return cancel
+
+    def _streamer(self, request: Request, latest: dict):
+        """on_step for run(): keeps the newest build; at most every PARTIAL_INTERVAL_S builds it, renders it
+        and hands it to the window (here, on the worker: the GUI thread never builds or renders)."""
+        count = request.config.generate
+
+        def on_step(n: int, build) -> None:
+            latest["build"] = build
+            if n >= count or time.monotonic() - latest.get("at", -math.inf) < PARTIAL_INTERVAL_S:
+                return  # the last token's result is the final one, which follows at once
+            partial = build()
+            frames = render(partial, request.options, PoolCache())  # its own cache: a new result each time
+            self._deliver(Outcome(request, partial, frames, True, 0.0, partial=True,
+                                  generated=(written(partial), count)), PARTIAL_YIELD_MAX_S)
+            # The window swaps it in and paints now: the next token waits for that. Computed meanwhile, the
+            # model's Python held the GIL against every Python call of the paint (the predictions strip: 3 ms
+            # alone, 20-37 ms beside a step of a 30-layer model; window stalls of 60-90 ms).
+            self._checkpoint()
+            latest["at"] = time.monotonic()  # the interval runs from this delivery
+        return on_step
+
+    def _generate(self, request: Request, needed: frozenset[str]) -> tuple[RunResult, bool]:
+        """Run a generation, streaming partial results; (result, stopped). Stop keeps what was written."""
+        latest: dict = {}
+        try:
+            result = self._run(request.config, needed, cancel=self._generation_cancel(request),
+                               on_step=self._streamer(request, latest))
+            return result, False
+        except Cancelled:
+            if self._stopping or self._cancel_id < request.id or self._superseded(request) or "build" not in latest:
+                raise
+            return latest["build"](), True
+
+    def _deliver(self, outcome: Outcome, hold_s: float | None = None) -> None:
+        """Hand a result to the window; the next stage boundary (or token) yields till it is painted (at most
+        hold_s, default YIELD_MAX_S)."""
+        hold_s = YIELD_MAX_S if hold_s is None else hold_s
+        self._yield_for, self._yield_until = outcome.request.id, time.monotonic() + hold_s
+        self._window_done.clear()  # the window swaps this in and paints: the next run yields to it
+        self.sigDone.emit(outcome)
+
+    def _stale(self, request: Request, needed: frozenset[str]) -> bool:
+        """Whether the last result cannot show the request's config (a model-backed result is kept by its
         forward's config, since its own config holds the shapes the model gave it)."""
-        last = self._last
-        if last is None or not producible(needed, last.source) <= last.stages.keys():
+        last, config = self._last, request.config
+        if last is None or request.force or not producible(needed, last.source) <= last.stages.keys():
             return True
         if last.source is not None:
             return not (last.source.serves(config) and last.config.layer == config.layer)
@@ -475,11 +567,13 @@ class Worker(QObject):
         stage = view_stage(request.options.view)
         require_stage(request.config, stage)
         needed = needed_stages(request.config, request.options)
-        recomputed = self._stale(request.config, needed)
+        recomputed, stopped = self._stale(request, needed), False
         if recomputed:
-            reused = self._from_source(request.config, needed)  # a model's other layer: no forward
+            reused = None if request.force else self._from_source(request.config, needed)  # a model's other layer
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
+            if reused is None and generating(request.config):
+                reused, stopped = self._generate(request, needed)
             self._last = reused or self._run(request.config, needed)
             self._last_request = request.config
         require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
@@ -488,6 +582,6 @@ class Worker(QObject):
         frames = render(self._last, request.options, self._pools)
         if self._stopping:
             return
-        self._yield_for, self._yield_until = request.id, time.monotonic() + YIELD_MAX_S
-        self._window_done.clear()  # the window swaps this in and paints: the next run yields to it
-        self.sigDone.emit(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0))
+        asked = request.config.generate if generating(request.config) else 0
+        self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
+                              generated=(written(self._last), asked) if asked else None, stopped=stopped))

@@ -29,6 +29,19 @@ def _alarm(signum, frame):
     raise Hang
 
 
+def _render_in_time(args: list[str], what: str) -> int:
+    """`attnviz render ARGS`'s exit status; the test fails when no answer comes within SECONDS."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(SECONDS)
+    try:
+        return main(["render", *args])
+    except Hang:
+        pytest.fail(f"{what}: no answer within {SECONDS} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _mutate_config(folder, rng: random.Random) -> str:
     config = json.loads((folder / "config.json").read_text())
     key = rng.choice(sorted(k for k, v in config.items() if isinstance(v, (int, float)) and not isinstance(v, bool)))
@@ -80,15 +93,7 @@ def test_a_damaged_checkpoint_is_exit_0_and_right_or_exit_2_and_one_line(tiny_mo
     what = mutate(folder, rng)
     capsys.readouterr()  # what building the tiny models printed is not the run's
     out = tmp_path / "out.npz"
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(SECONDS)
-    try:
-        code = main(["render", "--model", str(folder), "--text", SENTENCE, "--all-layers", "-o", str(out)])
-    except Hang:
-        pytest.fail(f"{what}: no answer within {SECONDS} s")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    code = _render_in_time(["--model", str(folder), "--text", SENTENCE, "--all-layers", "-o", str(out)], what)
     err = capsys.readouterr().err.strip()
     assert code in (0, 2), f"{what}: exit {code}: {err}"
     if code == 2:
@@ -118,15 +123,8 @@ def test_every_defect_of_every_config_key_read_is_one_line(tiny_models, tmp_path
         config[key] = DEFECTS[defect]
     (folder / "config.json").write_text(json.dumps(config))
     capsys.readouterr()
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(SECONDS)
-    try:
-        code = main(["render", "--model", str(folder), "--text", SENTENCE, "-o", str(tmp_path / "out.npz")])
-    except Hang:
-        pytest.fail(f"{key} {defect}: no answer within {SECONDS} s")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    code = _render_in_time(["--model", str(folder), "--text", SENTENCE, "-o", str(tmp_path / "out.npz")],
+                           f"{key} {defect}")
     err = capsys.readouterr().err.strip()
     assert code in (0, 2), f"{key} {defect}: exit {code}: {err}"
     assert code == 0 or (len(err.splitlines()) == 1 and "Traceback" not in err), f"{key} {defect}: {err}"
