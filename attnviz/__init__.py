@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-# The model-backed variants join core's registry here, after the seed variants and in this order (the
-# Variant box's): core itself imports neither package.
-from .models import variant as _pretrained  # noqa: E402, F401
-from .toys import variant as _toys  # noqa: E402, F401
+# The model-backed variants: modules that add their specs to core's registry, loaded the first time the
+# registry is read (core imports neither package; `import attnviz` imports nothing heavy). In this order,
+# after the seed variants: the Variant box's order.
+VARIANT_MODULES = ("attnviz.models.variant", "attnviz.toys.variant")

@@ -32,6 +32,7 @@ from .atomic import ExportError, MissingFolder, ReadOnlyTarget, atomic_writer, c
 from .core.config import RunConfig
 from .core.runner import RunResult
 from .core.stages import BY_NAME
+from .explain import render_extras
 from .frames import MAP_VIEWS, SCALE_MODES, TENSORS, ColourScale, HeatImage, ViewOptions, render
 
 __all__ = [
@@ -405,7 +406,7 @@ def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage],
                        tensor_head=options.tensor_head, max_px=None, tensor_px=None,
                        mean=options.what == "mean", scale_mode=options.scale_mode,
                        rollout=options.what == "rollout")
-    frames = render(result, view)
+    frames = render(result, view, extras=render_extras)
     if options.what == "output":
         return [frames.tensor], "value", True, ColourScale()
     if options.what == "rollout":

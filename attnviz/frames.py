@@ -433,8 +433,9 @@ def allowed_maps(result: RunResult, b: int) -> np.ndarray | None:
     return None if allowed.all() else allowed
 
 
-def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = None) -> Frames:
-    """Everything the views show for one result: one tile per head, the mean tile, the tensor."""
+def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = None, extras=None) -> Frames:
+    """Everything the views show for one result: one tile per head, the mean tile, the tensor; with `extras`
+    (result, options, cache) -> dict also what the explaining views asked for (frames.extras)."""
     t0 = time.perf_counter()
     cache = cache or PoolCache()
     c = result.config
@@ -480,9 +481,8 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
                                                             torch.tensor(True), signed)[0]
     frames = Frames(heads, mean, tensor, options, shared, map_lut, 0.0, signed, scale)
-    from .explain import render_extras  # the explaining views build on this module
-
-    frames.extras = render_extras(result, options, cache)
+    if extras is not None:  # the explaining views' parts (explain.render_extras, which builds on this module)
+        frames.extras = extras(result, options, cache)
     frames.render_time_s = time.perf_counter() - t0
     return frames
 

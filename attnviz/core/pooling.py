@@ -26,7 +26,7 @@ from torch import Tensor
 from .stats import StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
-BLOCK_BYTES = 64 << 20  # one block of float32 scores at most (its temporaries come on top)
+BLOCK_BYTES = 16 << 20  # one block of float32 scores at most (its temporaries: a few more blocks)
 POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB or the memory budget",
               "always": "always pool the maps (statistics stay exact)",
               "never": "never pool: a run whose maps do not fit is refused, with the size"}

@@ -16,7 +16,7 @@ from .backed import ablation_plan, backed_stages, check_region, run_forward
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .masks import build_kind
-from .pooling import AUTO_BYTES, Pooling, pool_note, pooled_parts, pooling
+from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pool_note, pooled_parts, pooling
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
 from .userfiles import prepare
@@ -201,6 +201,7 @@ def run(
         check_memory(config, device, memory_budget, keep)
     else:  # only the per-token stages are kept whole
         keep = frozenset(n for n in keep if not BY_NAME[n].is_map)
+        check_pooled_memory(config, device, memory_budget)
     dtype = getattr(torch, config.dtype)
     notes = list(files.notes)
     if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
@@ -247,6 +248,19 @@ def seed_pooling(config: RunConfig, device: torch.device, budget: int | None, ke
                                                                                             keep)):
         return None
     return Pooling(region=check_region(region, config.seq_q, config.lkv))
+
+
+def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | None) -> None:
+    """A pooled run keeps the tokens' stages, the pooled maps and a few blocks: MemoryBudgetError past that."""
+    side = -(-config.seq_q // factor(config.seq_q)), -(-config.lkv // factor(config.lkv))
+    widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
+    need = (config.batch * (config.seq_q + config.lkv) * widths * 8 * 4 + 4 * widths * widths * 4
+            + config.batch * config.heads * side[0] * side[1] * 4 * 2 + 4 * BLOCK_BYTES)
+    allowed = budget if budget is not None else int(available_memory(device) * MEMORY_FRACTION)
+    if need > allowed:
+        raise MemoryBudgetError("seq_q", config.seq_q, f"not enough memory even with pooled maps: about "
+                                f"{format_bytes(need)}, over the budget of {format_bytes(allowed)}",
+                                "use shorter lengths, smaller widths or a smaller batch")
 
 
 def _too_big(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str]) -> bool:

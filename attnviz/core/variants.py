@@ -7,6 +7,8 @@ Adding a variant means adding one spec here; the parameter panel and the CLI are
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,52 @@ from torch import Tensor, nn
 
 from .differential import DifferentialAttention
 from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
+
+
+class Registry(dict):
+    """The variants by id. The model-backed ones (attnviz.VARIANT_MODULES) add theirs when the registry is
+    first read, so core never imports the packages that build on it and start-up imports neither."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if not Registry._loaded:
+            Registry._loaded = True
+            for name in getattr(sys.modules.get("attnviz"), "VARIANT_MODULES", ()):
+                importlib.import_module(name)
+
+    def __getitem__(self, key):
+        self._load()
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        self._load()
+        return super().__contains__(key)
+
+    def __iter__(self):
+        self._load()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load()
+        return super().__len__()
+
+    def get(self, key, default=None):
+        self._load()
+        return super().get(key, default)
+
+    def keys(self):
+        self._load()
+        return super().keys()
+
+    def values(self):
+        self._load()
+        return super().values()
+
+    def items(self):
+        self._load()
+        return super().items()
+
 
 # Fields every variant has; a spec lists the extra ones it uses.
 COMMON_FIELDS = frozenset(
@@ -101,7 +149,7 @@ def _random_inputs(c) -> tuple[Tensor, ...]:
 SELF_LAYOUT = (("x", "seq_q", "d_model"),)
 
 
-VARIANTS: dict[str, VariantSpec] = {
+VARIANTS: Registry = Registry({
     spec.id: spec
     for spec in [
         VariantSpec(
@@ -177,12 +225,12 @@ VARIANTS: dict[str, VariantSpec] = {
             head_factor=2,
         ),
     ]
-}
+})
 
 
 def register(spec: VariantSpec) -> VariantSpec:
     """Add a variant to the registry (attnviz.models and attnviz.toys add theirs: core imports neither)."""
-    if spec.id in VARIANTS and VARIANTS[spec.id] is not spec:
+    if dict.__contains__(VARIANTS, spec.id) and dict.__getitem__(VARIANTS, spec.id) is not spec:
         raise ValueError(f"variant {spec.id!r} is registered already")
-    VARIANTS[spec.id] = spec
+    dict.__setitem__(VARIANTS, spec.id, spec)
     return spec

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxL
 
 from ..explain import CompareFrames, RolloutFrames
 from .panel import named
-from .views import Tile, _fmt
+from .views import Tile, fmt
 
 
 class CompareView(QWidget):
@@ -75,9 +75,9 @@ class CompareView(QWidget):
             if self.unablatedButton.isChecked() and heat is frames.pinned:
                 heat.title = "unablated"
             lo, hi = heat.levels
-            tile.show(heat, f"{heat.title} ({_fmt(lo)} … {_fmt(hi)})")
+            tile.show(heat, f"{heat.title} ({fmt(lo)} … {fmt(hi)})")
         against = "unablated" if self.unablatedButton.isChecked() else "pinned"
-        self.infoLabel.setText(f"max |current − {against}| over every head: {_fmt(frames.max_abs)}"
+        self.infoLabel.setText(f"max |current − {against}| over every head: {fmt(frames.max_abs)}"
                                + (" (identical)" if frames.max_abs == 0 else ""))
 
 
@@ -118,6 +118,6 @@ class RolloutView(QWidget):
             self.infoLabel.setText(frames.message)
             return
         lo, hi = frames.image.levels
-        self.tile.show(frames.image, f"{frames.image.title} ({_fmt(lo)} … {_fmt(hi)})")
+        self.tile.show(frames.image, f"{frames.image.title} ({fmt(lo)} … {fmt(hi)})")
         self.infoLabel.setText("Rollout: row i = how much of token i's last-layer representation comes from "
                                "each input token (residual-adjusted, head-averaged maps multiplied over layers)")

@@ -36,7 +36,7 @@ class ElidedLabel(QLabel):
         super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, self.width()))
 
 
-def _named(widget: QWidget, name: str) -> QWidget:
+def named(widget: QWidget, name: str) -> QWidget:
     widget.setObjectName(name)
     widget.setAccessibleName(name)
     return widget
@@ -54,14 +54,14 @@ class FileChooser(QWidget):
         self.start_dir = str(Path.home())
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.combo = _named(QComboBox(), f"{prefix}Combo")
+        self.combo = named(QComboBox(), f"{prefix}Combo")
         self.combo.addItem("Random", RANDOM)
         self.combo.addItem("From file", FROM_FILE)
         self.combo.setToolTip(f"Random {what} drawn from the seed, or your own from a file "
                               f"({', '.join(suffixes)})")
-        self.fileLabel = _named(ElidedLabel(), f"{prefix}FileLabel")
+        self.fileLabel = named(ElidedLabel(), f"{prefix}FileLabel")
         self.fileLabel.setMinimumWidth(40)
-        self.browseButton = _named(QToolButton(), f"{prefix}BrowseButton")
+        self.browseButton = named(QToolButton(), f"{prefix}BrowseButton")
         self.browseButton.setText("…")
         self.browseButton.setToolTip(f"Choose the {what} file ({', '.join(suffixes)})")
         layout.addWidget(self.combo)

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import colormaps
-from ..core import ConfigError, RunConfig, load_config, load_preset, run
+from ..core import ConfigError, RunConfig, load_config, load_preset, run, saved_json
 from ..core.backed import WEIGHTS_ONLY_NOTE
 from ..core.config import field_meta
 from ..core.runner import run_stages
@@ -846,7 +846,7 @@ class MainWindow(QMainWindow):
         """Write the panel's configuration as JSON (atomically; the preset format)."""
         from ..atomic import write_bytes
 
-        write_bytes(path, self.panel.config().to_json().encode("utf-8"), replace_readonly)
+        write_bytes(path, saved_json(self.panel.config()).encode("utf-8"), replace_readonly)
 
     def open_config(self, path: str) -> None:
         """Open a saved configuration; a weights or inputs file that changed since is opened anyway, with a note."""

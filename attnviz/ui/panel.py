@@ -36,19 +36,13 @@ from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_
 from ..core.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
 from ..core.userfiles import file_fields
 from .choices import add_choice
-from .file_chooser import FileChooser
+from .file_chooser import FileChooser, named
 from .model_chooser import ModelChooser
 from .patch_view import ImageChooser
 
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
-
-
-def named(widget: QWidget, object_name: str) -> QWidget:
-    widget.setObjectName(object_name)
-    widget.setAccessibleName(object_name)
-    return widget
 
 
 def cuda_devices() -> list[tuple[str, str]]:

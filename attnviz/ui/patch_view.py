@@ -32,8 +32,7 @@ from PySide6.QtWidgets import (
 
 from ..core.config import IMAGE_SUFFIXES
 from ..models.patches import ALPHA, MODES, PatchFrames, overlay_rgba
-from .file_chooser import ElidedLabel
-from .file_chooser import _named as named
+from .file_chooser import ElidedLabel, named
 
 IMAGE_FILTER = f"Images ({' '.join('*' + s for s in IMAGE_SUFFIXES)});;All files (*)"
 STRIP_PX = 84  # a head strip tile's side

@@ -29,7 +29,7 @@ from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
 from .panel import named
-from .views import _fmt, _image_item, lean_axes, set_heat_image
+from .views import fmt, image_item, lean_axes, set_heat_image
 
 TILE_W = 170  # the least width of a stage tile in the flow, arrow included
 ARROW_W = 22
@@ -40,7 +40,7 @@ ROWS_OF = {"x": "i", "q_proj": "i", "q": "i", "k_proj": "j", "k": "j", "v": "j",
 def stage_caption(stage: PipelineStage) -> str:
     rows, cols = stage.data.shape
     lo, hi = stage.value_range
-    return f"<b>{stage.title}</b><br><span style='font-size:8pt'>{rows}×{cols} · {_fmt(lo)} … {_fmt(hi)}</span>"
+    return f"<b>{stage.title}</b><br><span style='font-size:8pt'>{rows}×{cols} · {fmt(lo)} … {fmt(hi)}</span>"
 
 
 def path_text(result, b: int, m: int, i: int, j: int) -> str:
@@ -50,15 +50,15 @@ def path_text(result, b: int, m: int, i: int, j: int) -> str:
     if "qk" in path:
         dh = result.q.shape[-1]
         scale = result.config.qk_scale or 1 / math.sqrt(dh)
-        parts.append(f"q_i·k_j = {_fmt(path['qk'])}")
-        parts.append(f"× {_fmt(scale)} = {_fmt(path['scaled'])}")
+        parts.append(f"q_i·k_j = {fmt(path['qk'])}")
+        parts.append(f"× {fmt(scale)} = {fmt(path['scaled'])}")
     for name in ("biased", "capped"):
         if name in path:
-            parts.append(f"{STAGE_TITLES[name]} → {_fmt(path[name])}")
+            parts.append(f"{STAGE_TITLES[name]} → {fmt(path[name])}")
     if "scores" in path:
-        parts.append(f"masked → {_fmt(path['scores'])}")
+        parts.append(f"masked → {fmt(path['scores'])}")
     if "weights" in path:
-        parts.append(f"softmax → {_fmt(path['weights'])}")
+        parts.append(f"softmax → {fmt(path['weights'])}")
     return " · ".join(parts)
 
 
@@ -72,7 +72,7 @@ class StageTile:
         self.plot.hideAxis("bottom")
         self.plot.invertY(True)
         self.plot.getViewBox().setDefaultPadding(0)
-        self.image = _image_item()
+        self.image = image_item()
         self.plot.addItem(self.image)
         self.marker = QGraphicsRectItem()
         pen = QPen(Qt.red)
@@ -138,7 +138,7 @@ class PipelineView(QWidget):
         self.largePlot.invertY(True)
         self.largePlot.getViewBox().setDefaultPadding(0)
         lean_axes(self.largePlot)
-        self.largeImage = _image_item()
+        self.largeImage = image_item()
         self.largePlot.addItem(self.largeImage)
         self.large.scene().sigMouseMoved.connect(self._hovered_large)
         split = QSplitter(Qt.Horizontal)
@@ -203,7 +203,7 @@ class PipelineView(QWidget):
             rows, cols = heat.shape
             lo, hi = heat.levels
             self.largePlot.setTitle(f"{STAGE_TITLES[name]} · head {frames.head} · {rows}×{cols} · "
-                                    f"colours {_fmt(lo)} … {_fmt(hi)}", size="9pt")
+                                    f"colours {fmt(lo)} … {fmt(hi)}", size="9pt")
             self.largePlot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
     def stage(self, name: str) -> PipelineStage | None:
@@ -241,7 +241,7 @@ class PipelineView(QWidget):
         if tile.stage.is_map:
             self.show_path(i, j, tile.stage.map_index)
         else:
-            value = _fmt(float(tile.stage.data[i, j]))
+            value = fmt(float(tile.stage.data[i, j]))
             self.pathLabel.setText(f"{tile.stage.title} · row {i}, column {j} · value {value}")
 
     def _hovered_large(self, pos: QPointF) -> None:

@@ -25,7 +25,7 @@ from ..core.stats import STATS, stats_csv
 from ..explain import StatsFrames
 from .choices import add_choice
 from .panel import named
-from .views import _image_item, lean_axes, set_heat_image
+from .views import image_item, lean_axes, set_heat_image
 
 SORT_ROLE = Qt.UserRole + 1
 # the head types measured on a probe (explain.PROBE_TYPES); previous token, first key and diagonal are
@@ -126,7 +126,7 @@ class StatsView(QWidget):
         plot.setLabel("left", "layer")
         plot.setLabel("bottom", "head")
         plot.getViewBox().setDefaultPadding(0)
-        self.overviewImage = _image_item()
+        self.overviewImage = image_item()
         plot.addItem(self.overviewImage)
         self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")
         self.overviewNote.setWordWrap(True)

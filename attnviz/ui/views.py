@@ -31,7 +31,7 @@ TOKEN_CHAR_PX = 7  # a token label character's width on the focused map's key ax
 TICK_TEXT_PX = 36  # room for numeric tick labels ("0.0307", "-1.5", "4000") on the colour bar and tensor view
 
 
-def _image_item() -> pg.ImageItem:
+def image_item() -> pg.ImageItem:
     item = pg.ImageItem(axisOrder="row-major")
     item.setAutoDownsample(False)  # the worker already pooled to screen size
     return item
@@ -63,7 +63,7 @@ def settle_before_paint(view: pg.GraphicsView) -> None:
     view.scene().prepareForPaint()
 
 
-def _fmt(x: float) -> str:
+def fmt(x: float) -> str:
     if np.isnan(x):
         return "NaN"
     if np.isinf(x):
@@ -80,7 +80,7 @@ class Tile:
         self.plot.hideButtons()
         self.plot.invertY(True)
         self.plot.getViewBox().setDefaultPadding(0)
-        self.image = _image_item()
+        self.image = image_item()
         self.plot.addItem(self.image)
         self.title = ""
         self._geometry = None  # (rows, cols, aspect locked) last applied
@@ -150,7 +150,7 @@ class ColourBar(pg.PlotItem):
         # found them wider and asked for another paint of the whole grid.
         self.getAxis("right").setStyle(autoExpandTextSpace=False, tickTextWidth=TICK_TEXT_PX)
         self.setFixedWidth(72)
-        self.gradient = _image_item()
+        self.gradient = image_item()
         self.addItem(self.gradient)
         ramp = np.arange(colormaps.DATA_LEVELS, dtype=np.uint8)[:, None]
         self._ramp = ramp
@@ -409,7 +409,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
             heat = frames.mean if h == -1 else frames.heads[h]
             if heat is not None:  # None: the mean was not rendered for this request
                 lo, hi = heat.levels
-                self.tiles.append(MapTile(h, heat, heat.title + ("" if shared else f" ({_fmt(lo)}..{_fmt(hi)})")))
+                self.tiles.append(MapTile(h, heat, heat.title + ("" if shared else f" ({fmt(lo)}..{fmt(hi)})")))
         axes = result.axis_tokens()
         labels = None if axes is None else tuple(tuple(display(t) for t in axis) for axis in axes)
         focused = self.focus is not None and bool(self.tiles)
@@ -515,7 +515,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         where = f"query i={i}, key j={j}"
         if head == -1:
             value = 0.0 if masked else float(np.nan_to_num(shown).mean())
-            return f"mean over heads · {where} · mean {view} {_fmt(value)}" + (" · masked" if masked else "")
+            return f"mean over heads · {where} · mean {view} {fmt(value)}" + (" · masked" if masked else "")
         name = f"{head_title(head, len(shown), c.heads)} · {where}"
         if r.fully_masked_rows[b, 0, i]:
             return (f"{name} · no key to attend to: every key of query {i} is masked "
@@ -523,13 +523,13 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         if masked:
             return f"{name} · masked: query {i} may not attend key {j} (score -inf, weight 0)"
         heads = r.dropped.shape[1]
-        text = f"{name} · {'weight' if view == 'weights' else view} {_fmt(float(shown[head]))}"
+        text = f"{name} · {'weight' if view == 'weights' else view} {fmt(float(shown[head]))}"
         if view == "weights" and c.dropout_active:
-            text += f" (before dropout {_fmt(float(r.weights[b, head, i, j]))})"
+            text += f" (before dropout {fmt(float(r.weights[b, head, i, j]))})"
         maps = [head] if r.scores.shape[1] == heads or view != "weights" else [2 * head, 2 * head + 1]
         for m in maps:
             path = cell_path(r, b, m, i, j)
-            steps = " → ".join(f"{STEP_NAMES[k]} {_fmt(v)}" for k, v in path.items() if k in STEP_NAMES)
+            steps = " → ".join(f"{STEP_NAMES[k]} {fmt(v)}" for k, v in path.items() if k in STEP_NAMES)
             text += f" · {'map ' + str(m % 2 + 1) + ': ' if len(maps) > 1 else ''}{steps}"
         return text
 
@@ -574,7 +574,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         self.plot.invertY(True)
         self.plot.getViewBox().setDefaultPadding(0)
         lean_axes(self.plot)
-        self.image = _image_item()
+        self.image = image_item()
         self.plot.addItem(self.image)
         self.plot.setLabel("bottom", "feature")
         self.plot.getAxis("left").setStyle(autoExpandTextSpace=False, tickTextWidth=TICK_TEXT_PX)  # see ColourBar
@@ -599,7 +599,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         set_heat_image(self.image, heat)
         rows, cols = heat.shape
         lo, hi = heat.levels
-        self.plot.setTitle(f"{heat.title}: {rows} x {cols}, colour range {_fmt(lo)} .. {_fmt(hi)}", size="9pt")
+        self.plot.setTitle(f"{heat.title}: {rows} x {cols}, colour range {fmt(lo)} .. {fmt(hi)}", size="9pt")
         shown = ("key position" if frames.options.tensor in ("k", "v") else "query position", rows, cols)
         if shown != self._shown:  # the label re-renders as HTML and the range re-lays out: on a change
             self._shown = shown
@@ -621,4 +621,4 @@ class TensorView(CountsPaints, pg.PlotWidget):
         data = self.data()
         i, j = int(math.floor(p.y() + 0.5)), int(math.floor(p.x() + 0.5))
         if 0 <= i < data.shape[0] and 0 <= j < data.shape[1]:
-            self.sigHover.emit(f"{self.frames.tensor.title} · row {i}, feature {j} · value {_fmt(float(data[i, j]))}")
+            self.sigHover.emit(f"{self.frames.tensor.title} · row {i}, feature {j} · value {fmt(float(data[i, j]))}")

@@ -34,6 +34,7 @@ from ..core.runner import (
     run_stages,
 )
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
+from ..explain import render_extras
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
 from .cpushare import CpuShare
 
@@ -510,7 +511,7 @@ class Worker(QObject):
             if n >= count or time.monotonic() - latest.get("at", -math.inf) < PARTIAL_INTERVAL_S:
                 return  # the last token's result is the final one, which follows at once
             partial = build()
-            frames = render(partial, request.options, PoolCache())  # its own cache: a new result each time
+            frames = render(partial, request.options, PoolCache(), render_extras)  # its own cache: a new result
             self._deliver(Outcome(request, partial, frames, True, 0.0, partial=True,
                                   generated=(written(partial), count)), PARTIAL_YIELD_MAX_S)
             # The window swaps it in and paints now: the next token waits for that. Computed meanwhile, the
@@ -579,7 +580,7 @@ class Worker(QObject):
         require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
         if self._checkpoint():
             return
-        frames = render(self._last, request.options, self._pools)
+        frames = render(self._last, request.options, self._pools, render_extras)
         if self._stopping:
             return
         asked = request.config.generate if generating(request.config) else 0

@@ -165,6 +165,9 @@ def test_run_over_memory_budget_is_refused_by_the_worker(qtbot):
     qtbot.addWidget(w)
     w.show()
     wait_shown(qtbot, w)
+    pool = w.panel.widgets["pool"]
+    pool.setCurrentIndex(pool.findData("never"))  # auto would pool a run over the budget
+    wait_shown(qtbot, w)
     failures = []
     w.sigFailed.connect(lambda rid, msg: failures.append(msg))
     w.panel.widgets["seq_q"].setValue(2048)
@@ -432,7 +435,7 @@ def test_the_memory_fix_recomputes_when_the_query_is_already_short(qtbot):
     w.show()
     wait_shown(qtbot, w)
     p = w.panel
-    p.set_config(RunConfig.for_variant("cross", mask="padding", kv_lengths=(4000, 100), seq_q=300,
+    p.set_config(RunConfig.for_variant("cross", mask="padding", kv_lengths=(4000, 100), seq_q=300, pool="never",
                                        seq_kv=4000, heads=8, batch=2))
     qtbot.waitUntil(lambda: w.failed_id == w.latest_id and "memory" in p.errorLabel.text(), timeout=10000)
     buttons = [p.fixButtons.itemAt(k).widget() for k in range(p.fixButtons.count())]
