@@ -114,3 +114,21 @@ def test_the_command_line_writes_a_generation_and_a_chosen_step(tiny_models, tmp
     assert main(["render", "--model", str(tiny_models("llama")), "--text", PROMPT, "--generate", "5",
                  "--step", "2", "-o", str(step)]) == 0
     assert np.load(step)["weights"].shape[-1] == int(data["prompt_length"]) + 2
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("ATTNVIZ_TEST_MODEL"),
+                    reason="set ATTNVIZ_TEST_MODEL to a causal model folder or .gguf file")
+def test_a_real_models_greedy_continuation_equals_transformers():
+    import os
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    path = Path(os.environ["ATTNVIZ_TEST_MODEL"])
+    result = run(RunConfig.for_variant("pretrained", model=str(path), text="1, 2, 3, 4,", generate=8))
+    source = (dict(pretrained_model_name_or_path=path.parent, gguf_file=path.name) if path.is_file()
+              else dict(pretrained_model_name_or_path=path))
+    model = AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32).eval()
+    prompt = torch.tensor([result.token_ids[:result.prompt_length].tolist()])
+    expected = model.generate(prompt, do_sample=False, max_new_tokens=8, pad_token_id=0)[0].tolist()
+    assert result.token_ids.tolist() == expected[:len(result.token_ids)]
