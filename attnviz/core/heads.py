@@ -41,6 +41,7 @@ FROM_STATS = {"previous_token": "previous", "first_token": "sink", "self": "diag
 PROBE_HALF = 32  # tokens in each copy of the probe (fewer where the model reads fewer positions)
 PROBE_SEED = 0
 TOKENS_PER_BATCH = 2048  # head_effects: batch rows x tokens per forward
+LOGIT_BYTES = 16 << 20  # head_effects: float32 logits made at a time (under malloc's mmap threshold)
 
 
 def _model(config: RunConfig):
@@ -155,10 +156,15 @@ def _effect_rows(targets: np.ndarray, position: int | None, config: RunConfig) -
 
 
 def _target_log_probs(model, ids: torch.Tensor, rows: np.ndarray, targets: torch.Tensor) -> torch.Tensor:
-    """(B, P) log-probabilities of the targets at `rows`, from a forward that records nothing."""
-    hidden = model.hidden(ids)
-    logits = model.logits(hidden[:, torch.as_tensor(rows, device=hidden.device)])
-    return target_log_probs(logits, targets.expand(logits.shape[0], -1))
+    """(B, P) log-probabilities of the targets at `rows`, from a forward that records nothing. The logits are
+    made LOGIT_BYTES at a time: a whole batch's (B, P, vocab) would be hundreds of MB, and mapping and
+    unmapping that much memory stalls every thread of the process (the window's too)."""
+    hidden = model.hidden(ids)[:, torch.as_tensor(rows, device=ids.device)]  # (B, P, d)
+    flat, wanted = hidden.reshape(-1, 1, hidden.shape[-1]), targets.expand(hidden.shape[0], -1).reshape(-1)
+    step = max(1, LOGIT_BYTES // (4 * max(1, getattr(model.info, "vocab_size", hidden.shape[-1]))))
+    out = [target_log_probs(model.logits(flat[i:i + step].transpose(0, 1))[0], wanted[i:i + step])
+           for i in range(0, flat.shape[0], step)]
+    return torch.cat(out).reshape(hidden.shape[:2])
 
 
 def head_scores_csv(scores: dict[str, np.ndarray]) -> str:
