@@ -210,3 +210,15 @@ def memory_allowance(memory_budget: int | None) -> tuple[int, str]:
     if memory_budget is not None:
         return memory_budget, "the memory budget given"
     return int(available_memory(torch.device("cpu")) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory"
+
+
+def weights_within_budget(folder: ModelFolder, memory_budget: int | None) -> int:
+    """The folder's weights as float32 bytes; ModelError before any weight is read when they exceed the budget."""
+    from ..core.device import format_bytes
+
+    size = parameter_bytes(folder)
+    allowed, source = memory_allowance(memory_budget)
+    if size > allowed:
+        raise ModelError(folder.path, f"the weights need about {format_bytes(size)} as float32, over "
+                         f"{format_bytes(allowed)} ({source})", "choose a smaller model, or free memory")
+    return size

@@ -21,10 +21,9 @@ from collections import OrderedDict
 import torch
 from torch import Tensor, nn
 
-from ..core.device import format_bytes
 from ..core.kernel import Trace
 from ..core.value_weighted import value_weighted as weigh_by_values
-from .folder import ModelError, ModelFolder, memory_allowance, model_name, parameter_bytes, read_folder
+from .folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
 from .hf import ModelInfo, auto_tokenizer, load_transformers_model
 from .layers import keep_residuals, run_hidden, run_layers
 from .outputs import OutputSide
@@ -211,11 +210,7 @@ class PretrainedModel:
 
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
-    size = parameter_bytes(folder)
-    allowed, source = memory_allowance(memory_budget)
-    if size > allowed:
-        raise ModelError(folder.path, f"the weights need about {format_bytes(size)} as float32, over "
-                         f"{format_bytes(allowed)} ({source})", "choose a smaller model, or free memory")
+    size = weights_within_budget(folder, memory_budget)
     hf_tokenizer = None
     if folder.gguf or folder.tokenizer.name != "tokenizer.json":  # a GGUF's vocabulary, a sentencepiece file
         hf_tokenizer = auto_tokenizer(folder)

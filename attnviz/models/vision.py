@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from ..core.config import ConfigError
 from ..core.kernel import Trace
 from ..core.stages import ALL_STAGES, STAGE_NAMES
-from .folder import ModelError, ModelFolder, memory_allowance, model_name, parameter_bytes, weight_files
+from .folder import ModelError, ModelFolder, model_name, weight_files, weights_within_budget
 from .hf import ModelInfo
 from .hf_attention import ATTN_NAME, recording, transformers
 from .image_input import Picture
@@ -139,11 +139,7 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> VisionModel:
     from . import hf
     from .tokens import TextTokenizer
 
-    size = parameter_bytes(folder)
-    allowed, source = memory_allowance(memory_budget)
-    if size > allowed:
-        raise ModelError(folder.path, f"the weights need about {size / 2**30:.1f} GiB as float32, over "
-                         f"{allowed / 2**30:.1f} GiB ({source})", "choose a smaller model, or free memory")
+    size = weights_within_budget(folder, memory_budget)
     tf = transformers()
     config = hf._config(folder)
     cls = tf.AutoModel._model_mapping[type(config)]
