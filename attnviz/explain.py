@@ -14,7 +14,7 @@ import torch
 from . import colormaps
 from .core.backed import backed_stages
 from .core.runner import RunResult, run_stages
-from .core.stages import BY_NAME
+from .core.stages import BY_NAME, STAGES
 from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout
 from .frames import (
     HeatImage,
@@ -31,14 +31,9 @@ from .frames import (
 
 PIPELINE_PX = (128, 128)  # each small stage of the pipeline is pooled to at most this
 LARGE_PX = (640, 640)  # the stage shown large
-# how the pipeline spells each stage (the stage list's own descriptions are the tooltips)
-STAGE_TITLES = {
-    "x": "x (input)", "q_proj": "q (projected)", "k_proj": "k (projected)", "q": "q", "k": "k", "v": "v",
-    "qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+ bias", "capped": "capped", "scores": "masked",
-    "weights": "softmax", "combined": "combined", "dropped": "dropout", "value_weighted": "value-weighted",
-    "head_context": "@V",
-    "context": "concat heads", "output": "output projection",
-}
+HEAD_CONTEXT = "head_context"  # the pipeline's own step: one head's slice of the context, before the heads merge
+# how the pipeline spells each stage: the stages' own titles (their descriptions are the tooltips)
+STAGE_TITLES = {s.name: s.title for s in STAGES} | {HEAD_CONTEXT: "@V"}
 WEIGHT_STAGES = ("weights", "dropped", "value_weighted")  # probabilities: the weights' colormap and scale
 
 
@@ -57,7 +52,7 @@ def token_labels(result: RunResult, keys: bool = False) -> list[str]:
 
 @dataclass
 class PipelineStage:
-    name: str  # a stage of core.stages, or "head_context" (the head's slice of the context)
+    name: str  # a stage of core.stages, or HEAD_CONTEXT (the head's slice of the context)
     title: str
     data: np.ndarray  # the 2-D array shown (a view into the result), full resolution
     image: HeatImage  # pooled to PIPELINE_PX
@@ -85,13 +80,13 @@ def pipeline_stage_names(result: RunResult) -> list[str]:
     if "context" not in names:
         return names
     i = names.index("context")
-    return names[:i] + ["head_context"] + names[i:]
+    return names[:i] + [HEAD_CONTEXT] + names[i:]
 
 
 def _stage_data(result: RunResult, name: str, b: int, head: int) -> tuple[np.ndarray, int, tuple]:
     """(2-D data, map index, whole-stage shape) of one stage for one head of batch item b."""
     c = result.config
-    if name == "head_context":
+    if name == HEAD_CONTEXT:
         context = result.context[b]
         width = context.shape[-1] // c.heads
         return context[:, head * width:(head + 1) * width], head, result.context.shape
@@ -134,7 +129,7 @@ def pipeline_frames(result: RunResult, options: ViewOptions) -> PipelineFrames:
     head = min(max(options.pipeline_head or 0, 0), c.heads - 1)
     stages, missing = [], []
     for name in pipeline_stage_names(result):
-        if (name if name != "head_context" else "context") not in result.stages:
+        if (name if name != HEAD_CONTEXT else "context") not in result.stages:
             missing.append(name)
             continue
         data, m, shape = _stage_data(result, name, b, head)

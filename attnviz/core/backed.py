@@ -38,11 +38,11 @@ from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pooling
 from .predictions import Outputs
 from .result import Cancelled, NonFiniteResult, RunResult
-from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
+from .stages import ALWAYS_KEPT, BY_NAME, DEFAULT_RECORD, DIFFERENTIAL, ROTATION, STAGE_NAMES, stages_made_by
 
 # Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
 # and k, and no family computes a differential pair. A model's info.stages says what it does record.
-ABSENT = frozenset({"q_proj", "k_proj", "combined"})
+ABSENT = stages_made_by(ROTATION, DIFFERENTIAL)
 WEIGHTS_ONLY_NOTE = "weights only: this family's code does not expose its attention stages"
 FORWARD_OVERHEAD = 64 << 20  # activations and the kernel's temporaries besides the maps, generously
 
@@ -205,7 +205,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     check_layer(config, model.info)
     encoded = model.encode(config.text)
     count = generate_count(config, model, len(encoded.ids))
-    keep = frozenset((set(DEFAULT_RECORD if record is None else record) | {"weights", "dropped", "output"})
+    keep = frozenset((set(DEFAULT_RECORD if record is None else record) | ALWAYS_KEPT)
                      & set(backed_stages(model.info)) & (GENERATED_STAGES if count else set(STAGE_NAMES)))
     pool = model_pooling(config, model, len(encoded.ids), count, keep, memory_budget, region)
     if pool is not None:  # the maps are pooled in the kernel: only the per-token stages are kept whole

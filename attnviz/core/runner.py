@@ -18,7 +18,16 @@ from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format
 from .masks import build_kind
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pool_note, pooled_parts, pooling
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
-from .stages import BY_NAME, DEFAULT_RECORD, STAGE_NAMES
+from .stages import (
+    ALWAYS_KEPT,
+    BY_NAME,
+    DEFAULT_RECORD,
+    DIFFERENTIAL,
+    ROTATION,
+    SCORE_MOD,
+    STAGE_NAMES,
+    stages_made_by,
+)
 from .userfiles import prepare
 
 SLOW_CPU_DTYPES = ("float16", "bfloat16")
@@ -38,11 +47,11 @@ def run_stages(config: RunConfig) -> list[str]:
     options = config.attention_options()
     absent = set()
     if options.rotate() is None:
-        absent |= {"q_proj", "k_proj"}
+        absent |= stages_made_by(ROTATION)
     produced = {mod.stage for mod in options.score_mods(config.heads)}
-    absent |= {"biased", "capped"} - produced
+    absent |= stages_made_by(SCORE_MOD) - produced
     if config.spec.head_factor == 1:
-        absent.add("combined")
+        absent |= stages_made_by(DIFFERENTIAL)
     else:  # a differential head's output mixes two maps: no one map to weight by its values
         absent.add("value_weighted")
     return [name for name in STAGE_NAMES if name not in absent]
@@ -295,8 +304,8 @@ def require_kept(result: RunResult, stage: str, field_name: str = "view") -> Non
 
 def recorded_stages(config: RunConfig, record: Iterable[str] | None = None) -> frozenset[str]:
     """The stages a run keeps: those asked for (default DEFAULT_RECORD) that this config produces,
-    always with the map the views draw (`dropped`) and the output."""
-    wanted = set(DEFAULT_RECORD if record is None else record) | {"dropped", "output"}
+    always with those every run keeps (ALWAYS_KEPT: the maps the views draw, the output)."""
+    wanted = set(DEFAULT_RECORD if record is None else record) | ALWAYS_KEPT
     unknown = wanted - BY_NAME.keys()
     if unknown:
         raise ConfigError("stage", sorted(unknown)[0], "no such stage", f"use one of {', '.join(STAGE_NAMES)}")

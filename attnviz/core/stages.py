@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Who produces a stage, and so when a run has it
+INPUT = "input"  # the module's input
+PROJECTION = "projection"  # the module's own projections (q, k, v; the output projection)
+ROTATION = "rotation"  # the kernel's RoPE: only with position rope (a model family rotates in its own code)
+SCORE_MOD = "score mod"  # a score mod (ALiBi, soft cap): only when that mod is on
+KERNEL = "kernel"  # the attention kernel, every call
+DIFFERENTIAL = "differential"  # only a differential head (two maps per head); no model family has one
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -18,29 +26,38 @@ class Stage:
     description: str
     shape: str
     is_map: bool = False  # a (B, heads, Lq, Lkv) attention map, drawable as a heatmap grid
+    title: str = ""  # how the pipeline, hover and figures spell it
+    made_by: str = KERNEL
+    always_kept: bool = False  # every run keeps it, whatever it was asked to record (the maps views draw)
 
 
+MAP_SHAPE = "(B, H, Lq, Lkv)"
 STAGES: tuple[Stage, ...] = (
-    Stage("x", "the input tokens the queries come from", "(B, Lq, d_in)"),
-    Stage("q_proj", "queries from the projection, before the position rotation (RoPE)", "(B, H, Lq, dh)"),
-    Stage("k_proj", "keys from the projection, before the position rotation (RoPE)", "(B, Hkv, Lkv, dh)"),
-    Stage("q", "queries as they enter the dot product (after RoPE)", "(B, H, Lq, dh)"),
-    Stage("k", "keys as they enter the dot product (after RoPE)", "(B, Hkv, Lkv, dh)"),
-    Stage("v", "values", "(B, Hkv, Lkv, dv)"),
-    Stage("qk", "raw dot products Q·Kᵀ", "(B, H, Lq, Lkv)", True),
-    Stage("scaled", "Q·Kᵀ times the scale (1/sqrt(d_head) unless qk_scale says otherwise)", "(B, H, Lq, Lkv)", True),
-    Stage("biased", "plus the position bias (ALiBi)", "(B, H, Lq, Lkv)", True),
-    Stage("capped", "soft-capped: cap·tanh(s / cap)", "(B, H, Lq, Lkv)", True),
-    Stage("scores", "masked: the final pre-softmax logits (-inf where a key may not be seen)",
-          "(B, H, Lq, Lkv)", True),
-    Stage("weights", "softmax over the keys (rows sum to 1, less with a sink logit)", "(B, H, Lq, Lkv)", True),
-    Stage("combined", "differential attention: softmax₁ − λ·softmax₂ per head (signed)", "(B, H, Lq, Lkv)", True),
+    Stage("x", "the input tokens the queries come from", "(B, Lq, d_in)", title="x (input)", made_by=INPUT),
+    Stage("q_proj", "queries from the projection, before the position rotation (RoPE)", "(B, H, Lq, dh)",
+          title="q (projected)", made_by=ROTATION),
+    Stage("k_proj", "keys from the projection, before the position rotation (RoPE)", "(B, Hkv, Lkv, dh)",
+          title="k (projected)", made_by=ROTATION),
+    Stage("q", "queries as they enter the dot product (after RoPE)", "(B, H, Lq, dh)", title="q", made_by=PROJECTION),
+    Stage("k", "keys as they enter the dot product (after RoPE)", "(B, Hkv, Lkv, dh)", title="k", made_by=PROJECTION),
+    Stage("v", "values", "(B, Hkv, Lkv, dv)", title="v", made_by=PROJECTION),
+    Stage("qk", "raw dot products Q·Kᵀ", MAP_SHAPE, True, "Q·Kᵀ"),
+    Stage("scaled", "Q·Kᵀ times the scale (1/sqrt(d_head) unless qk_scale says otherwise)", MAP_SHAPE, True, "scaled"),
+    Stage("biased", "plus the position bias (ALiBi)", MAP_SHAPE, True, "+ bias", SCORE_MOD),
+    Stage("capped", "soft-capped: cap·tanh(s / cap)", MAP_SHAPE, True, "capped", SCORE_MOD),
+    Stage("scores", "masked: the final pre-softmax logits (-inf where a key may not be seen)", MAP_SHAPE, True,
+          "masked"),
+    Stage("weights", "softmax over the keys (rows sum to 1, less with a sink logit)", MAP_SHAPE, True, "softmax",
+          always_kept=True),
+    Stage("combined", "differential attention: softmax₁ − λ·softmax₂ per head (signed)", MAP_SHAPE, True, "combined",
+          DIFFERENTIAL),
     Stage("dropped", "what multiplied V: the weights after dropout (the weights themselves in eval mode)",
-          "(B, H, Lq, Lkv)", True),
+          MAP_SHAPE, True, "dropout", always_kept=True),
     Stage("value_weighted", "value-weighted attention: weights · ‖v_j W_O,h‖, rows renormalised (Kobayashi et al. "
-          "2020): where the head's output comes from", "(B, H, Lq, Lkv)", True),
-    Stage("context", "weights @ V, heads merged, before the output projection", "(B, Lq, d)"),
-    Stage("output", "the module's output, after the output projection", "(B, Lq, d_out)"),
+          "2020): where the head's output comes from", MAP_SHAPE, True, "value-weighted"),
+    Stage("context", "weights @ V, heads merged, before the output projection", "(B, Lq, d)", title="concat heads"),
+    Stage("output", "the module's output, after the output projection", "(B, Lq, d_out)", title="output projection",
+          made_by=PROJECTION, always_kept=True),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
@@ -51,6 +68,12 @@ BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 DEFAULT_RECORD: frozenset[str] = frozenset(
     {"x", "q", "k", "v", "scores", "weights", "combined", "dropped", "context", "output"})
 ALL_STAGES: frozenset[str] = frozenset(STAGE_NAMES)
+ALWAYS_KEPT: frozenset[str] = frozenset(s.name for s in STAGES if s.always_kept)
+
+
+def stages_made_by(*producers: str) -> frozenset[str]:
+    """The stages those producers make (e.g. stages_made_by(ROTATION): what only a RoPE run has)."""
+    return frozenset(s.name for s in STAGES if s.made_by in producers)
 
 
 def ordered(names) -> list[str]:

@@ -1,0 +1,29 @@
+"""Each stage's facts live on its Stage: the title every view spells, whether every run keeps it, who makes it."""
+
+from attnviz.core import RunConfig, run
+from attnviz.core.backed import backed_stages
+from attnviz.core.runner import run_stages
+from attnviz.core.stages import ALWAYS_KEPT, DIFFERENTIAL, ROTATION, SCORE_MOD, STAGES, stages_made_by
+from attnviz.explain import STAGE_TITLES
+
+
+def test_every_stage_has_its_own_title_and_the_pipeline_spells_it_so():
+    titles = [s.title for s in STAGES]
+    assert all(titles) and len(set(titles)) == len(titles)
+    assert all(STAGE_TITLES[s.name] == s.title for s in STAGES)
+
+
+def test_a_run_keeps_the_always_kept_stages_whatever_it_records():
+    assert {"weights", "dropped", "output"} == ALWAYS_KEPT
+    result = run(RunConfig(d_model=8, heads=2, seq_q=5, dropout=0.5, train=True), record={"context"})
+    assert set(result.stages) == {"context"} | ALWAYS_KEPT
+
+
+def test_who_makes_a_stage_says_when_a_run_has_it():
+    plain = set(run_stages(RunConfig(d_model=8, heads=2, seq_q=5)))
+    assert not plain & stages_made_by(ROTATION, SCORE_MOD, DIFFERENTIAL)
+    rope = set(run_stages(RunConfig(d_model=8, heads=2, seq_q=5, position="rope")))
+    assert stages_made_by(ROTATION) == {"q_proj", "k_proj"} <= rope
+    capped = set(run_stages(RunConfig(d_model=8, heads=2, seq_q=5, softcap=5.0)))
+    assert "capped" in capped and "biased" not in capped
+    assert not set(backed_stages()) & stages_made_by(ROTATION, DIFFERENTIAL)  # a model family rotates itself
