@@ -1,7 +1,7 @@
 """The frozen, validated run configuration and its JSON form (also the preset format).
 
-Each field carries metadata (label, tooltip, range, widget objectName) so the parameter panel
-and the CLI are generated from this one declaration.
+Each field carries metadata (label, tooltip, range, group, choices) so the parameter panel
+and the CLI are generated from this one declaration (the widgets' objectNames are the UI's: ui/field_widgets.py).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ class ConfigError(ValueError):
         return f"{what}: {self.problem}. Fix: {self.fix}"
 
 
-def param(default: Any, label: str, tooltip: str, *, widget: str, minimum: float | None = None,
+def param(default: Any, label: str, tooltip: str, *, minimum: float | None = None,
           maximum: float | None = None, unit: str = "", group: str = "Model",
           choices: dict[str, str] | None = None, decimals: int = 2, zero_text: str = "") -> Any:
     """A config field with what the panel and the CLI are generated from (choices: id -> tooltip;
     zero_text: what the minimum 0 means, shown in its place)."""
-    meta = dict(label=label, tooltip=tooltip, widget=widget, minimum=minimum, maximum=maximum,
+    meta = dict(label=label, tooltip=tooltip, minimum=minimum, maximum=maximum,
                 unit=unit, group=group, choices=choices, decimals=decimals, zero_text=zero_text)
     return field(default=default, metadata=meta)
 
@@ -65,126 +65,126 @@ def param(default: Any, label: str, tooltip: str, *, widget: str, minimum: float
 class RunConfig:
     """Everything one forward pass depends on. Immutable; invalid values raise ConfigError."""
 
-    variant: str = param("causal", "Variant", "Which seed module to run", widget="variantCombo")
+    variant: str = param("causal", "Variant", "Which seed module to run")
     model: str = param("", "Model folder",
                        "A local Hugging Face model folder (config.json, *.safetensors, tokenizer.json); nothing is "
-                       "ever downloaded", widget="modelEdit")
+                       "ever downloaded")
     weights: str = param("", "Weights",
                          "Your own weights: a state_dict file (.safetensors, or .pt/.pth saved with "
                          "torch.save(model.state_dict())) loaded into the module; the file's bias flags are taken, "
-                         "widths must match; empty = random weights from the seed", widget="weightsChooser")
+                         "widths must match; empty = random weights from the seed")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
-                      widget="textEdit", group="Input")
+                      group="Input")
     image: str = param("", "Image",
                        "A PNG, JPEG or WebP picture for a vision model (ViT, DeiT, DINOv2, CLIP, SigLIP): resized, "
                        "cropped and normalised by the folder's preprocessor_config.json; its patches are the tokens",
-                       widget="imageChooser", group="Input")
+                       group="Input")
     chat: bool = param(False, "Chat template",
                        "Wrap the text as one user turn in the model's own chat template (with the assistant's "
-                       "prompt after it), as a chat model reads it", widget="chatCheck", group="Input")
+                       "prompt after it), as a chat model reads it", group="Input")
     decoder_text: str = param("", "Decoder text",
                               "Encoder-decoder models (T5, BART): the decoder's input after its start token; empty = "
-                              "the decoder start token alone", widget="decoderTextEdit", group="Input")
+                              "the decoder start token alone", group="Input")
     stack: str = param("", "Stack",
                        "Which attention of the model the maps show: encoder (self-attention over the text), decoder "
                        "(causal self-attention over the decoder text) or cross (decoder tokens as rows reading the "
-                       "encoder's as columns); empty = the model's first stack", widget="stackEdit", group="Input")
+                       "encoder's as columns); empty = the model's first stack", group="Input")
     generate: int = param(0, "Generate",
                           "Tokens the model writes after the text, one at a time, each new token's attention computed "
-                          "over its cache of every earlier token; 0 = off (the text alone)", widget="generateSpin",
+                          "over its cache of every earlier token; 0 = off (the text alone)",
                           minimum=0, maximum=4096, unit="tokens", group="Input", zero_text="off")
     temperature: float = param(0.0, "Temperature",
                                "Sampling temperature of the generated tokens; 0 = greedy (always the most likely)",
-                               widget="temperatureSpin", minimum=0.0, maximum=10.0, group="Input",
+                               minimum=0.0, maximum=10.0, group="Input",
                                zero_text="greedy")
     sample_top_k: int = param(0, "Sample top k", "Sample only among the k most likely tokens; 0 = all tokens",
-                              widget="sampleTopKSpin", minimum=0, maximum=100000, unit="tokens", group="Input",
+                              minimum=0, maximum=100000, unit="tokens", group="Input",
                               zero_text="all")
     ablate: tuple[str, ...] = param(
         (), "Ablate heads",
         'Heads knocked out, as layer.head (e.g. "3.5, 4.*": head 5 of layer 3 and every head of layer 4); their '
         "output is replaced before the output projection, so every later layer and the predictions change",
-        widget="ablateEdit", group="Ablation")
-    ablation: str = param("zero", "Ablation", "What an ablated head outputs", widget="ablationCombo",
+        group="Ablation")
+    ablation: str = param("zero", "Ablation", "What an ablated head outputs",
                           group="Ablation", choices=ABLATIONS)
     top_k: int = param(5, "Top k", "How many of the most likely next tokens the predictions list per position",
-                       widget="topKSpin", minimum=1, maximum=100, unit="tokens", group="Ablation")
+                       minimum=1, maximum=100, unit="tokens", group="Ablation")
     inputs: str = param("", "Inputs",
                         "Random (torch.randn from the seed) or your own tensors from a file (.pt, .npz, .safetensors) "
                         "named as the forward's arguments (x; queries, keys, values; x, y): batch and lengths follow "
-                        "the file", widget="inputsChooser", group="Input")
+                        "the file", group="Input")
     d_model: int = param(64, "d_model", "Model width: features per input token",
-                         widget="dModelSpin", minimum=1, maximum=MAX_SIZE, unit="features")
+                         minimum=1, maximum=MAX_SIZE, unit="features")
     d_out: int = param(64, "d_out", "Width of Q, K, V and the output (seed 000's d_out)",
-                       widget="dOutSpin", minimum=1, maximum=MAX_SIZE, unit="features")
+                       minimum=1, maximum=MAX_SIZE, unit="features")
     d_cross: int = param(32, "d_cross", "Width of the context tokens that keys and values come from",
-                         widget="dCrossSpin", minimum=1, maximum=MAX_SIZE, unit="features")
+                         minimum=1, maximum=MAX_SIZE, unit="features")
     heads: int = param(4, "Heads", "Number of attention heads; must divide the projected width",
-                       widget="headsSpin", minimum=1, maximum=1024)
+                       minimum=1, maximum=1024)
     layer: int = param(0, "Layer",
                        "Which layer (0 = the first): the layer of a model shown; for differential attention its depth "
                        "sets λ_init = 0.8 - 0.6·exp(-0.3·layer)",
-                       widget="layerSpin", minimum=0, maximum=1023)
+                       minimum=0, maximum=1023)
     batch: int = param(1, "Batch", "Number of independent sequences (batch size B)",
-                       widget="batchSpin", minimum=1, maximum=4096, group="Shape")
+                       minimum=1, maximum=4096, group="Shape")
     seq_q: int = param(16, "Query length", "Number of query tokens Lq (rows of each map)",
-                       widget="seqQSpin", minimum=1, maximum=MAX_SIZE, unit="tokens", group="Shape")
+                       minimum=1, maximum=MAX_SIZE, unit="tokens", group="Shape")
     seq_kv: int = param(16, "Key/value length", "Number of key/value tokens Lkv (columns of each map)",
-                        widget="seqKvSpin", minimum=1, maximum=MAX_SIZE, unit="tokens", group="Shape")
-    mask: str = param("causal", "Mask", "Which keys each query may attend to", widget="maskCombo",
+                        minimum=1, maximum=MAX_SIZE, unit="tokens", group="Shape")
+    mask: str = param("causal", "Mask", "Which keys each query may attend to",
                       group="Mask", choices=MASK_KINDS)
     window: int = param(4, "Window", "Sliding window: keys at most this many positions from the query",
-                        widget="windowSpin", minimum=0, maximum=MAX_SIZE, unit="positions", group="Mask")
+                        minimum=0, maximum=MAX_SIZE, unit="positions", group="Mask")
     sinks: int = param(0, "Sink keys",
                        "Attention sinks (StreamingLLM): the first N keys stay visible to every query that may see "
-                       "them, whatever the window", widget="sinksSpin", minimum=0, maximum=MAX_SIZE, unit="keys",
+                       "them, whatever the window", minimum=0, maximum=MAX_SIZE, unit="keys",
                        group="Mask", zero_text="none")
     kv_lengths: tuple[int, ...] = param(
         (), "Valid lengths", "Key padding: valid keys per batch item, e.g. '16, 9' (one number = all items)",
-        widget="kvLengthsEdit", group="Mask")
+        group="Mask")
     safe_softmax: bool = param(False, "Safe softmax",
                                "Rows with no key to attend to give 0 (as SDPA) instead of NaN (seed math)",
-                               widget="safeSoftmaxCheck", group="Mask")
+                               group="Mask")
     kv_heads: int = param(0, "KV heads",
                           "Key/value heads: 0 = one per query head (MHA), 1 = shared by all (MQA, PaLM), else "
                           "grouped-query attention (GQA: Llama 2 70B, Llama 3, Mistral); must divide Heads",
-                          widget="kvHeadsSpin", minimum=0, maximum=1024, group="Attention",
+                          minimum=0, maximum=1024, group="Attention",
                           zero_text="one per head (MHA)")
     position: str = param("none", "Position",
                           "Position encoding inside attention: RoPE rotates q and k (Llama, Mistral, Qwen2: halves; "
                           "GPT-J: pairs); ALiBi subtracts a per-head distance penalty (BLOOM, MPT)",
-                          widget="positionCombo", group="Attention", choices=POSITION_KINDS)
+                          group="Attention", choices=POSITION_KINDS)
     rope_base: float = param(10000.0, "RoPE base", "RoPE's θ base: larger bases rotate more slowly (Llama 3: 500000)",
-                             widget="ropeBaseSpin", minimum=1.0, maximum=1e9, group="Attention", decimals=0)
+                             minimum=1.0, maximum=1e9, group="Attention", decimals=0)
     qk_scale: float = param(0.0, "Score scale",
                             "Multiplies Q·Kᵀ; 0 = divide by sqrt(d_head) as usual; e.g. 1/d_head as in muP",
-                            widget="qkScaleSpin", minimum=0.0, maximum=1e3, group="Attention", decimals=5,
+                            minimum=0.0, maximum=1e3, group="Attention", decimals=5,
                             zero_text="1/√d_head")
     softcap: float = param(0.0, "Soft cap", "Logit soft cap cap·tanh(s / cap) before the mask (Gemma 2: 50); 0 = off",
-                           widget="softcapSpin", minimum=0.0, maximum=1e4, group="Attention", zero_text="off")
+                           minimum=0.0, maximum=1e4, group="Attention", zero_text="off")
     sink_logit: float = param(0.0, "Sink logit",
                               "A learned sink logit per head joins the softmax denominator (gpt-oss): rows then sum "
                               "to less than 1, the rest went to the sink; 0 = off",
-                              widget="sinkLogitSpin", minimum=-100.0, maximum=100.0, group="Attention")
+                              minimum=-100.0, maximum=100.0, group="Attention")
     dropout: float = param(0.0, "Dropout p", "Dropout on the attention weights (only in train mode)",
-                           widget="dropoutSpin", minimum=0.0, maximum=0.99, group="Training")
+                           minimum=0.0, maximum=0.99, group="Training")
     train: bool = param(False, "Train mode",
                         "Apply dropout as in training: shows the sample that multiplied V (rows no longer sum to 1)",
-                        widget="trainCheck", group="Training")
-    in_bias: bool = param(True, "Input bias", "Bias on the Q, K, V projections", widget="inBiasCheck")
-    out_bias: bool = param(True, "Output bias", "Bias on the output projection", widget="outBiasCheck")
+                        group="Training")
+    in_bias: bool = param(True, "Input bias", "Bias on the Q, K, V projections")
+    out_bias: bool = param(True, "Output bias", "Bias on the output projection")
     seed: int = param(0, "Seed", "torch.manual_seed for weights, inputs and dropout; a model's sampled tokens",
-                      widget="seedSpin", minimum=0, maximum=2**31 - 1, group="Run")
+                      minimum=0, maximum=2**31 - 1, group="Run")
     pool: str = param("auto", "Pool maps",
                       "Long inputs: each map computed in blocks of query rows and max-pooled to at most 1,024 cells a "
                       "side inside the kernel (statistics and the output stay exact); auto pools when every layer's "
-                      "maps would need more than 1 GiB or the memory budget", widget="poolCombo", group="Run",
+                      "maps would need more than 1 GiB or the memory budget", group="Run",
                       choices=POOL_MODES)
     device: str = param("cpu", "Device", "Where the forward pass runs: cpu, cuda, cuda:N or auto",
-                        widget="deviceCombo", group="Run")
+                        group="Run")
     dtype: str = param("float32", "Dtype",
                        "Compute precision. float16/bfloat16 on the CPU run 50-400x slower than float32",
-                       widget="dtypeCombo", group="Run")
+                       group="Run")
 
     def __post_init__(self) -> None:
         if isinstance(self.kv_lengths, (list, int)):
