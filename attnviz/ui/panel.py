@@ -36,6 +36,7 @@ from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_
 from ..core.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
 from ..core.userfiles import file_fields
 from .choices import add_choice
+from .field_widgets import object_name
 from .file_chooser import FileChooser, named
 from .model_chooser import ModelChooser
 from .patch_view import ImageChooser
@@ -219,7 +220,7 @@ class ParameterPanel(QWidget):
             w.setMinimumContentsLength(8)
         w.setToolTip(tooltip)
         self._tooltips[name] = tooltip
-        return named(w, meta["widget"])
+        return named(w, object_name(name))
 
     def _value(self, name: str) -> Any:
         w = self.widgets[name]
