@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .ablation import knock_out
+from .blocks import blocked_attention
 from .pooling import current_pooling
 from .stages import DEFAULT_RECORD
 
@@ -75,12 +76,12 @@ def as_allowed(mask: Tensor | None) -> Tensor | None:
     return mask != 0
 
 
-def _index_grids(s: Tensor, row0: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Batch, head, query and key index grids of scores whose first row is the map's row row0."""
+def _index_grids(s: Tensor, row0: int = 0, col0: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Batch, head, query and key index grids of scores whose first cell is the map's (row0, col0)."""
     b, h, lq, lkv = s.shape
     idx = [torch.arange(n, device=s.device) for n in (b, h, lq, lkv)]
     return (idx[0].view(-1, 1, 1, 1), idx[1].view(1, -1, 1, 1), (idx[2] + row0).view(1, 1, -1, 1),
-            idx[3].view(1, 1, 1, -1))
+            (idx[3] + col0).view(1, 1, 1, -1))
 
 
 def _softmax(s: Tensor, sink: Tensor | None) -> Tensor:
@@ -126,22 +127,32 @@ def attention(
         context = pool.attend(q, as_allowed(mask), rows, lambda m: torch.matmul(m, repeat_kv(v, m.shape[1])),
                               signed=combine is not None)
         return knock_out(context), trace
-    dropped, mask = _map(q, k, mask, scale=scale, score_mods=score_mods, sink=sink, combine=combine,
-                         safe_softmax=safe_softmax, trace=trace, dropout_p=dropout_p if training else 0.0)
+    dropout_p = dropout_p if training else 0.0
+    options = dict(scale=scale, score_mods=score_mods, sink=sink, combine=combine, safe_softmax=safe_softmax)
+    mask = as_allowed(mask)
+    context = None
+    if dropout_p == 0.0:  # dropout draws its random numbers in the whole map's order: that path only
+        context = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv)
+    if context is None:
+        dropped, mask = _map(q, k, mask, trace=trace, dropout_p=dropout_p, **options)
+        context = torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))
     if trace.record:
-        trace["mask"] = mask if mask is not None else torch.ones(1, 1, *dropped.shape[-2:], dtype=torch.bool,
+        trace["mask"] = mask if mask is not None else torch.ones(1, 1, q.shape[2], k.shape[2], dtype=torch.bool,
                                                                  device=q.device)
     # an ablated head's context is knocked out here, before any output projection (ablation.py)
-    return knock_out(torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))), trace
+    return knock_out(context), trace
 
 
 def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
-         trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0) -> tuple[Tensor, Tensor | None]:
-    """The attention map of q's rows (the rows row0.. of the whole map: ALiBi and the like need the true
-    positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine -> dropout. Returns the map that
-    multiplies V and the mask as bool. Ops run in place only on tensors the trace does not keep."""
+         trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0, col0: int = 0,
+         keys_t: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """The attention map of q's rows against k's keys (the rows row0.. and keys col0.. of the whole map: ALiBi
+    and the like need the true positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
+    dropout. keys_t: k already repeated to q's heads and transposed. Returns the map that multiplies V and
+    the mask as bool. Ops run in place only on tensors the trace does not keep."""
     trace = trace if trace is not None else Trace()
-    s = trace.keep("qk", torch.matmul(q, repeat_kv(k, q.shape[1]).transpose(-2, -1)))  # (B, H, Lq, Lkv)
+    keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
+    s = trace.keep("qk", torch.matmul(q, keys_t))  # (B, H, Lq, Lkv)
     if scale is None:  # the seeds divide by sqrt(d_head)
         s = s.div(math.sqrt(q.shape[-1])) if trace.holds(s) else s.div_(math.sqrt(q.shape[-1]))
     else:
@@ -150,7 +161,7 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
     for stage in ("biased", "capped"):
         mods = [m for m in score_mods if m.stage == stage]
         for mod in mods:
-            s = mod.fn(s, *_index_grids(s, row0))
+            s = mod.fn(s, *_index_grids(s, row0, col0))
         if mods:
             trace.keep(stage, s)
     mask = as_allowed(mask)

@@ -1,0 +1,111 @@
+"""The whole map in blocks of query rows (core/blocks.py) against the one-block computation, torch's SDPA
+and the seed tutorial's code: the same numbers, -inf and NaN where the whole computation has them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from seeds import Seed002CausalSelfAttention, seed002_generate_mask
+
+from attnviz.core import CausalSelfAttention, RunConfig, run
+from attnviz.core import blocks as blocks_module
+from attnviz.core.blocks import key_span
+from attnviz.core.kernel import attention
+from attnviz.core.stages import ALL_STAGES
+
+TINY_BLOCKS = 1 << 12  # a few query rows per block at these sizes
+WHOLE = 1 << 40  # one block: the whole path
+
+
+@pytest.fixture
+def block_bytes(monkeypatch):
+    def set_bytes(n: int) -> None:
+        monkeypatch.setattr(blocks_module, "BLOCK_BYTES", n)
+    return set_bytes
+
+
+def same(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal to float32 rounding, with -inf, +inf and NaN exactly where expected has them."""
+    a, e = torch.as_tensor(actual), torch.as_tensor(expected)
+    assert torch.equal(a.isnan(), e.isnan()) and torch.equal(a.isinf(), e.isinf())
+    finite = torch.isfinite(e)
+    torch.testing.assert_close(a[finite], e[finite], atol=2e-5, rtol=1e-5)
+    assert torch.equal(a[torch.isinf(e)], e[torch.isinf(e)])
+
+
+CONFIGS = {
+    "causal": dict(variant="causal"),
+    "alibi-softcap-gqa": dict(variant="causal", position="alibi", softcap=5.0, kv_heads=2),
+    "rope-sink": dict(variant="causal", position="rope", sink_logit=1.5),
+    "window": dict(variant="causal", mask="window", window=5, sinks=2),
+    "window-both-sides": dict(variant="self", mask="window-bidirectional", window=4),
+    "padding": dict(variant="self", mask="padding", kv_lengths=(40, 9)),
+    "bottom-right": dict(variant="cross", mask="causal-bottom-right", seq_kv=50),
+    "differential": dict(variant="differential"),
+}
+
+
+@pytest.mark.parametrize("record", [None, ALL_STAGES], ids=["default", "every-stage"])
+@pytest.mark.parametrize("name", CONFIGS)
+def test_blocks_give_the_whole_maps(name, record, block_bytes):
+    config = RunConfig.for_variant(**{**dict(d_model=32, heads=4, batch=2, seq_q=40, seed=3), **CONFIGS[name]})
+    block_bytes(WHOLE)
+    whole = run(config, record=record)
+    block_bytes(TINY_BLOCKS)
+    blocked = run(config, record=record)
+    assert set(blocked.stages) == set(whole.stages)
+    for stage in whole.stages:
+        same(torch.from_numpy(blocked.stages[stage]), torch.from_numpy(whole.stages[stage]))
+
+
+def test_a_row_without_keys_stays_nan_in_a_trimmed_block(block_bytes):
+    """Safe softmax off: a query that may see no key is NaN in every cell, as in the seeds' math."""
+    block_bytes(TINY_BLOCKS)
+    q, k, v = torch.randn(1, 2, 30, 8), torch.randn(1, 2, 30, 8), torch.randn(1, 2, 30, 8)
+    mask = torch.ones(30, 30, dtype=torch.bool).tril()
+    mask[7] = False
+    context, trace = attention(q, k, v, mask=mask[None, None], record={"weights"})
+    assert trace.weights[0, :, 7].isnan().all() and context[0, :, 7].isnan().all()
+    assert not trace.weights[0, :, 8:].isnan().any()
+
+
+@pytest.mark.parametrize("kind", ["causal", "window", "padding"])
+def test_blocked_context_matches_sdpa(kind, block_bytes):
+    block_bytes(TINY_BLOCKS)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 64, 16), torch.randn(2, 4, 64, 16), torch.randn(2, 4, 64, 16)
+    i, j = torch.arange(64).view(-1, 1), torch.arange(64).view(1, -1)
+    allowed = {"causal": j <= i, "window": (j <= i) & (i - j <= 6),
+               "padding": j < torch.tensor([64, 20]).view(2, 1, 1, 1)}[kind]
+    allowed = allowed if allowed.dim() == 4 else allowed[None, None]
+    context, trace = attention(q, k, v, mask=allowed, record={"weights"})
+    torch.testing.assert_close(context, F.scaled_dot_product_attention(q, k, v, attn_mask=allowed),
+                               atol=1e-5, rtol=1e-5)
+    assert trace.weights.shape == (2, 4, 64, 64) and torch.all(trace.weights[~allowed.expand(2, 4, 64, 64)] == 0)
+
+
+def test_blocked_seed_module_matches_the_tutorial(block_bytes):
+    block_bytes(TINY_BLOCKS)
+    torch.manual_seed(0)
+    seed = Seed002CausalSelfAttention(48, 6).eval()
+    ours = CausalSelfAttention(48, 6).eval()
+    ours.load_state_dict(seed.state_dict())
+    x = torch.randn(2, 70, 48)
+    mask = seed002_generate_mask(x, causal=True)
+    with torch.no_grad():
+        expected = seed(x, mask)
+        out, trace = ours(x, mask, return_trace=True)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert blocks_module.block_rows(torch.empty(2, 6, 70, 8), 70) < 70  # the run did use blocks
+
+
+def test_key_span_is_the_keys_some_row_may_see():
+    causal = torch.ones(10, 10, dtype=torch.bool).tril()[None, None]
+    assert key_span(causal[..., 2:5, :], 10) == (0, 5)
+    band = causal & ~torch.ones(10, 10, dtype=torch.bool).tril(-3)[None, None]
+    assert key_span(band[..., 6:8, :], 10) == (4, 8)
+    assert key_span(None, 10) == (0, 10)
+    no_key = causal.clone()
+    no_key[..., 3, :] = False
+    assert key_span(no_key[..., 2:5, :], 10) == (0, 10)  # a no-key row is NaN in every key: all computed
