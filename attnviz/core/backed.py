@@ -35,6 +35,7 @@ from .ablation import parse as parse_ablation
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
+from .masks import identify
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pooling
 from .predictions import Outputs
 from .result import Cancelled, NonFiniteResult, RunResult
@@ -135,11 +136,8 @@ def resolved(config: RunConfig, info, mask: np.ndarray, lengths: tuple[int, int]
     layer's map is (queries, keys), which differ for an encoder-decoder's cross-attention. A pooled map's
     mask is pooled too: `lengths` are then the map's own, and a window is counted in whole blocks."""
     d_model = info.d_model - info.d_model % info.heads  # a width the heads divide, for validation
-    m = mask[0, 0]  # named from the mask itself: the protocol needs no flag for it
-    causal = bool((m == np.tril(np.ones_like(m))).all())
-    kind, window = ("none" if m.all() else "causal" if causal else "window"), 0
-    if kind == "window":  # a sliding window: the keys the last query sees before itself
-        window = (int(m[-1].sum()) - 1) * pool_factor[1]
+    kind, window = identify(mask[0, 0])  # the kind that builds the layer's own mask: the protocol needs no flag
+    window *= pool_factor[1]
     lq, lkv = lengths or mask.shape[-2:]
     return config.replace(heads=info.heads, kv_heads=info.kv_heads, d_model=d_model, batch=1, seq_q=lq, seq_kv=lkv,
                           mask=kind, window=max(min(window, lkv), 0))

@@ -10,26 +10,35 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 ALIGNMENTS = ("top-left", "bottom-right")
 
 
-def _offsets(lq: int, lkv: int, align: str, device: torch.device | str | None) -> Tensor:
-    """(Lq, Lkv) matrix of query position minus key position under the given alignment."""
+# The one window convention: a window of w lets query i see key j when 0 <= i - j <= w (causal), or
+# |i - j| <= w (both sides): the query itself and w keys on each side it looks. transformers' causal
+# sliding_window counts the query too (i - j < sliding_window: w = sliding_window - 1), its bidirectional
+# one does not (|i - j| <= sliding_window: w = sliding_window); a model's mask is read back by identify().
+WINDOW_RULE = "the query and the `window` keys before it"
+
+
+def _shift(lq: int, lkv: int, align: str) -> int:
+    """Where query 0 sits among the keys: 0 top-left, Lkv - Lq bottom-right."""
     if align not in ALIGNMENTS:
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {align!r}")
-    shift = lkv - lq if align == "bottom-right" else 0
-    i = torch.arange(lq, device=device).unsqueeze(1) + shift
-    j = torch.arange(lkv, device=device).unsqueeze(0)
-    return i - j
+    return lkv - lq if align == "bottom-right" else 0
+
+
+def _mod_matrix(mod: Callable, lq: int, lkv: int, device) -> Tensor:
+    return mask_from_mod(mod, 1, lq, lkv, device)[0, 0]
 
 
 def causal_mask(lq: int, lkv: int | None = None, align: str = "top-left", device=None) -> Tensor:
     """(Lq, Lkv): query i may attend key j when j is not after i."""
     lkv = lq if lkv is None else lkv
-    return _offsets(lq, lkv, align, device) >= 0
+    return _mod_matrix(_causal_mod(_shift(lq, lkv, align)), lq, lkv, device)
 
 
 def window_mask(
@@ -40,7 +49,7 @@ def window_mask(
     align: str = "top-left",
     device=None,
 ) -> Tensor:
-    """(Lq, Lkv) sliding window: keys at most `window` positions from the query.
+    """(Lq, Lkv) sliding window: keys at most `window` positions from the query (WINDOW_RULE).
 
     causal: only keys at or before the query (0 <= i - j <= window); otherwise both sides
     (|i - j| <= window).
@@ -48,8 +57,7 @@ def window_mask(
     if window < 0:
         raise ValueError(f"window must be >= 0, got {window}")
     lkv = lq if lkv is None else lkv
-    d = _offsets(lq, lkv, align, device)
-    return (d >= 0) & (d <= window) if causal else d.abs() <= window
+    return _mod_matrix(_window_mod(_shift(lq, lkv, align), window, causal), lq, lkv, device)
 
 
 def padding_mask(kv_lengths: Sequence[int] | Tensor, lkv: int, device=None) -> Tensor:
@@ -126,7 +134,7 @@ MASKS: dict[str, MaskKind] = {k.name: k for k in [
              lambda shift, **_: _causal_mod(shift), causal=True, align="bottom-right"),
     MaskKind("padding", "Key padding: batch item b sees its first kv_lengths[b] keys", ("kv_lengths",),
              lambda kv_lengths, **_: _padding_mod(kv_lengths)),
-    MaskKind("window", "Causal sliding window: the query and the `window` keys before it (Mistral)",
+    MaskKind("window", f"Causal sliding window: {WINDOW_RULE} (Mistral)",
              ("window", "sinks"), lambda window, **_: _window_mod(0, window, True), causal=True),
     MaskKind("window-bidirectional", "Sliding window, both sides: keys within `window` of the query (Longformer)",
              ("window", "sinks"), lambda window, **_: _window_mod(0, window, False)),
@@ -160,3 +168,53 @@ def build_kind(kind: str, batch: int, lq: int, lkv: int, *, window: int = 0, sin
     if sinks and "sinks" in spec.params and mod is not None:
         mod = with_sinks(mod, sinks, spec.causal)
     return mask_from_mod(mod, batch, lq, lkv, device)
+
+
+def identify(allowed) -> tuple[str, int]:
+    """(kind, window) of the registered kind that builds exactly this (Lq, Lkv) mask (bool, True = may
+    attend), for a mask made elsewhere (a model family's own): none, causal (either alignment), a window
+    of either side. A mask no kind builds reads as causal when no query sees a later key, else none (the
+    views draw the mask itself either way)."""
+    m = np.asarray(allowed.cpu() if isinstance(allowed, Tensor) else allowed, dtype=bool)
+    if m.all():
+        return "none", 0
+    lq, lkv = m.shape
+    rows = _Rows(m)
+    for kind in ("causal", "causal-bottom-right", "window", "window-bidirectional"):
+        spec = MASKS[kind]
+        if rows.built_by(spec.mod(shift=lkv - lq, window=rows.window, kv_lengths=())):
+            return kind, rows.window if "window" in spec.params else 0
+    return ("causal" if bool((rows.hi <= rows.i)[rows.seen].all()) else "none"), 0
+
+
+class _Rows:
+    """Each query row's first and last allowed key. Every kind identify() tries allows one run of keys per
+    row, so a kind whose mask_mod allows both ends of each row's run and refuses the keys just outside it
+    builds the whole mask: O(Lq) calls of the kind's own rule instead of building Lq x Lkv of it."""
+
+    def __init__(self, m: np.ndarray):
+        self.m = m
+        lq, lkv = m.shape
+        self.i = np.arange(lq)
+        self.seen = m.any(1)
+        self.lo = m.argmax(1)
+        self.hi = lkv - 1 - m[:, ::-1].argmax(1)
+        self.runs = bool((np.count_nonzero(m, axis=1) == (self.hi - self.lo + 1) * self.seen).all())
+        reach = np.maximum(self.i - self.lo, self.hi - self.i)[self.seen]
+        self.window = int(reach.max()) if reach.size else 0
+
+    def built_by(self, mod: Callable | None) -> bool:
+        if mod is None or not self.runs:
+            return False
+        lq, lkv = self.m.shape
+        if not self.seen.all():  # rows with no key (bottom-right with Lq > Lkv): compare it all
+            return bool(np.array_equal(mask_from_mod(mod, 1, lq, lkv)[0, 0].numpy(), self.m))
+        zero, i, lo, hi = torch.zeros((), dtype=torch.long), *(torch.from_numpy(a) for a in (self.i, self.lo, self.hi))
+        ends = mod(zero, zero, i, lo) & mod(zero, zero, i, hi)
+        outside = (mod(zero, zero, i, lo - 1) & (lo > 0)) | (mod(zero, zero, i, hi + 1) & (hi < lkv - 1))
+        return bool(ends.all()) and not bool(outside.any())
+
+
+def is_causal(allowed) -> bool:
+    """Whether a mask made elsewhere is a causal kind's (see identify): a decoder's, not an encoder's."""
+    return MASKS[identify(allowed)[0]].causal

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..core.kernel import Trace
+from ..core.masks import is_causal
 from ..core.stages import STAGE_NAMES
 from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
 from .gguf_files import read_gguf
@@ -263,7 +264,7 @@ def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: li
         layers=stacks.count(order[0]),
         heads=heads, kv_heads=kv_heads, d_model=int(getattr(config, "hidden_size", 0) or first.weights.shape[-1]),
         vocab_size=int(config.vocab_size), max_positions=int(positions or NO_POSITION_LIMIT),
-        causal=not bool(first["mask"][0, 0, 0, 1]), parameter_bytes=size, name=name,
+        causal=is_causal(first["mask"][0, 0]), parameter_bytes=size, name=name,
         dtype=_dtype_name(folder), stages=tuple(stages), stacks=order)
 
 
@@ -287,7 +288,7 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     names = {m: n for n, m in model.base_model.named_modules()}
     stacks = [stack_of(names[m]) for m in modules]
     if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
-        stacks = ["decoder" if bool(~traces[0]["mask"][0, 0, 0, 1]) else "encoder"] * len(stacks)
+        stacks = ["decoder" if is_causal(traces[0]["mask"][0, 0]) else "encoder"] * len(stacks)
     side = find_output_side(model, modules, model.attnviz_trained_head)
     info = _info(folder, model, traces, stacks, name, size)
     if "v" in info.stages and all(m in side.out_weights for m in modules):

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ..core.config import ConfigError
 from ..core.kernel import Trace
+from ..core.masks import is_causal
 from ..core.stages import ALL_STAGES, STAGE_NAMES
 from .folder import ModelError, ModelFolder, model_name, weight_files, weights_within_budget
 from .hf import ModelInfo
@@ -113,7 +114,7 @@ def _tower_info(name: str, config, traces: list[Trace], base: ModelInfo) -> Mode
     return replace(base, layers=len(traces), heads=heads, kv_heads=first["k"].shape[1] if "k" in first else heads,
                    d_model=int(getattr(config, "hidden_size", 0) or first.weights.shape[-1]),
                    vocab_size=int(getattr(config, "vocab_size", 0) or 0), max_positions=int(positions),
-                   causal=not bool(first["mask"][0, 0, 0, 1]), stacks=(name,), stages=stages)
+                   causal=is_causal(first["mask"][0, 0]), stacks=(name,), stages=stages)
 
 
 def _towers(model: nn.Module, name: str, size: int) -> list[Tower]:

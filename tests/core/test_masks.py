@@ -10,6 +10,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from attnviz.core import causal_mask, fully_masked_rows, matrix_mask, padding_mask, window_mask
+from attnviz.core.masks import MASKS, build_kind, identify, is_causal
 
 SHAPES = [(1, 1), (5, 5), (3, 8), (8, 3), (1, 6), (6, 1)]
 
@@ -137,3 +138,26 @@ def test_fully_masked_rows():
     # padding: a zero length empties every row of that batch item
     assert fully_masked_rows(padding_mask([3, 0], 3)).view(2).tolist() == [False, True]
     assert not fully_masked_rows(window_mask(6, 6, 0)).any()
+
+
+@pytest.mark.parametrize("lq, lkv", [(7, 7), (5, 9)])
+@pytest.mark.parametrize("kind", ["none", "causal", "causal-bottom-right", "window", "window-bidirectional"])
+def test_identify_reads_back_the_kind_that_built_a_mask(kind, lq, lkv):
+    window = 2 if "window" in kind else 0
+    built = build_kind(kind, 1, lq, lkv, window=window)
+    matrix = torch.ones(lq, lkv, dtype=torch.bool) if built is None else built[0, 0]
+    found = identify(matrix)
+    rebuilt = build_kind(found[0], 1, lq, lkv, window=found[1])
+    assert torch.equal(matrix, torch.ones_like(matrix) if rebuilt is None else rebuilt[0, 0])
+    assert MASKS[found[0]].causal == MASKS[kind].causal
+
+
+def test_identify_reads_transformers_sliding_windows_in_attnviz_s_convention():
+    masking = pytest.importorskip("transformers.masking_utils")
+    n = 9
+    q, kv = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+    causal = masking.sliding_window_causal_mask_function(4)(0, 0, q, kv)  # the query and 3 keys before it
+    both = masking.sliding_window_bidirectional_mask_function(2)(0, 0, q, kv)
+    assert identify(causal) == ("window", 3) and is_causal(causal)
+    assert identify(both) == ("window-bidirectional", 2) and not is_causal(both)  # not a causal window
+    assert identify(masking.causal_mask_function(0, 0, q, kv)) == ("causal", 0)

@@ -372,3 +372,19 @@ def test_a_bfloat16_checkpoint_computes_in_float32_on_the_cpu(tiny_models, tmp_p
     with torch.no_grad():
         attentions = ref(torch.tensor([list(result.token_ids)]), output_attentions=True).attentions
     np.testing.assert_allclose(result.layer_weights[:, 0], torch.stack(attentions)[:, 0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("family, layer, expected", [
+    ("gemma3_text", 0, ("window", 3)),  # sliding_window 4 counts the query: it and 3 keys before it
+    ("gemma3_text", 1, ("causal", 0)),
+    ("modernbert", 1, ("window-bidirectional", 2)),  # local_attention 4: 2 keys on each side
+    ("modernbert", 0, ("none", 0)),
+])
+def test_a_layer_s_config_names_the_mask_kind_its_family_built(tiny_models, family, layer, expected):
+    result = run(RunConfig(variant="pretrained", model=str(tiny_models(family)), text=SENTENCE, layer=layer))
+    assert (result.config.mask, result.config.window) == expected
+    n = result.config.seq_q
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    rule = {"window": (i - j >= 0) & (i - j <= 3), "causal": i >= j, "window-bidirectional": abs(i - j) <= 2,
+            "none": np.ones((n, n), bool)}[expected[0]]
+    np.testing.assert_array_equal(result.mask[0, 0], rule)  # the kind is the mask the model really used
