@@ -15,7 +15,7 @@ from . import colormaps
 from .core.backed import backed_stages
 from .core.runner import RunResult, run_stages
 from .core.stages import BY_NAME, STAGES
-from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout
+from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout, row_keys
 from .frames import (
     HeatImage,
     PoolCache,
@@ -159,12 +159,13 @@ class StatsFrames:
 def stats_frames(result: RunResult, b: int, options: ViewOptions) -> StatsFrames:
     weights = result.weights[b]
     empty = result.fully_masked_rows[b, 0]
-    columns = head_stats(weights, empty)
+    keys = row_keys(result.mask[min(b, result.mask.shape[0] - 1)], weights.shape[1])  # one-key rows left out
+    columns = head_stats(weights, empty, keys)
     labels = [head_title(m, weights.shape[0], result.config.heads) for m in range(weights.shape[0])]
     frames = StatsFrames(columns, labels)
     lw = result.layer_weights
     if lw is not None and lw.ndim == 5:
-        frames.layers = layer_stats(lw, min(b, lw.shape[1] - 1))
+        frames.layers = layer_stats(lw, min(b, lw.shape[1] - 1), keys)
         lut = colormaps.lut(options.colormap)
         for name in STAT_NAMES:
             frames.overview[name] = _overview_image(frames.layers[name], lut, name)

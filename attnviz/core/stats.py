@@ -3,9 +3,11 @@
 StatSums accumulates the statistics over blocks of query rows, so a map never held whole (the pooled path
 of a long run, pooling.py) has the same exact numbers as one that was.
 
-Every statistic is a mean over the query rows that have a key to attend to (rows with no key are
-NaN in the seed math, or 0 with safe softmax: they carry no distribution). Positions i (query) and
-j (key) are the map's own row and column indices.
+Every statistic is a mean over the query rows that have a choice to make: at least two keys they may
+attend to. A row with no key is NaN in the seed math (or 0 with safe softmax) and carries no distribution;
+a row with one key (a causal map's first row) is 1.0 on that key whatever the head does, and counted it
+would make every causal head's max weight 1.0. Positions i (query) and j (key) are the map's own row and
+column indices.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 STATS: dict[str, tuple[str, str]] = {
     "entropy": ("entropy (nats)",
                 "mean over query rows of −Σ_j w_ij ln w_ij: 0 = one key, ln(n) = uniform over n keys"),
-    "max_weight": ("max weight", "the largest weight anywhere in the map"),
+    "max_weight": ("max weight", "the largest weight in a row that has more than one key"),
     "distance": ("mean distance", "mean over query rows of Σ_j w_ij·|i − j|: how far back (or ahead) a head looks"),
     "sink": ("first key", "mean share of attention on key 0 (an attention sink)"),
     "previous": ("previous token", "mean share on key i − 1 (a previous-token head), over rows i >= 1"),
@@ -36,13 +38,16 @@ class StatSums:
         self.counts = {name: np.zeros(n) for name in self.sums}
         self.top = np.full(n, -np.inf)
 
-    def add(self, weights, row0: int = 0, empty_rows=None) -> None:
+    def add(self, weights, row0: int = 0, empty_rows=None, keys=None) -> None:
         """weights (N, R, Lkv) (NumPy or torch): query rows row0 .. row0 + R - 1; empty_rows (N or 1, R) bool,
-        rows with no key. On torch (many threads), in self.dtype (float64: the logs of tiny weights)."""
+        rows with no key; keys (N or 1, R) int, the keys each row may attend to (rows with fewer than two are
+        left out). On torch (many threads), in self.dtype (float64: the logs of tiny weights)."""
         w = torch.as_tensor(weights).to(self.dtype)
         valid = torch.isfinite(w).all(-1)
         if empty_rows is not None:
             valid &= ~torch.as_tensor(empty_rows).broadcast_to(valid.shape)
+        if keys is not None:
+            valid &= (torch.as_tensor(np.ascontiguousarray(keys)) >= 2).broadcast_to(valid.shape)
         w = torch.where(valid[..., None], w, torch.zeros((), dtype=w.dtype))
         i = row0 + torch.arange(w.shape[-2])
         distance = (i[:, None] - torch.arange(self.lkv)[None, :]).abs().to(self.dtype)
@@ -75,27 +80,38 @@ class StatSums:
         return out
 
 
-def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def row_keys(mask: np.ndarray, lq: int) -> np.ndarray:
+    """(Lq,) int: how many keys each query row may attend to under `mask` (bool, True = may attend,
+    (..., Lq or 1, Lkv)); where heads' masks differ, the fewest any head has."""
+    counts = np.asarray(mask, dtype=bool).sum(-1)
+    counts = counts.reshape(-1, counts.shape[-1]).min(0) if counts.ndim > 1 else counts
+    return np.broadcast_to(counts, (lq,))
+
+
+def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None,
+               keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Statistics of each map of (H, Lq, Lkv) weights: column name (STAT_NAMES) -> (H,) float64.
 
-    empty_rows: (Lq,) or (H, Lq) bool, rows with no key (excluded from every mean).
+    empty_rows: (Lq,) or (H, Lq) bool, rows with no key; keys: (Lq,) or (H, Lq) int, the keys each row may
+    attend to (row_keys). Rows with no key, or with one, are excluded from every statistic.
     """
     w = np.asarray(weights)
     if w.ndim != 3:
         raise ValueError(f"weights must be (heads, Lq, Lkv), got shape {w.shape}")
     empty = None if empty_rows is None else np.broadcast_to(empty_rows, w.shape[:2])
+    keys = None if keys is None else np.broadcast_to(keys, w.shape[:2])
     per_head = []
     for h in range(w.shape[0]):  # one head at a time: a few maps' worth of temporaries, not 3 x H
         sums = StatSums(1, w.shape[-1])
-        sums.add(w[h:h + 1], 0, None if empty is None else empty[h:h + 1])
+        sums.add(w[h:h + 1], 0, None if empty is None else empty[h:h + 1], None if keys is None else keys[h:h + 1])
         per_head.append(sums.result())
     return {name: np.concatenate([r[name] for r in per_head]) for name in STAT_NAMES}
 
 
-def layer_stats(layer_weights: np.ndarray, b: int = 0) -> dict[str, np.ndarray]:
-    """head_stats of every layer of (layers, B, H, Lq, Lkv) weights for batch item b:
-    column name -> (layers, H)."""
-    per_layer = [head_stats(layer_weights[n, b]) for n in range(layer_weights.shape[0])]
+def layer_stats(layer_weights: np.ndarray, b: int = 0, keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """head_stats of every layer of (layers, B, H, Lq, Lkv) weights for batch item b (keys: as head_stats',
+    the same for every layer): column name -> (layers, H)."""
+    per_layer = [head_stats(layer_weights[n, b], keys=keys) for n in range(layer_weights.shape[0])]
     return {name: np.stack([s[name] for s in per_layer]) for name in STAT_NAMES}
 
 

@@ -105,3 +105,32 @@ def test_stats_of_a_real_run_match_result_weights():
     w = result.weights[0].astype(np.float64)
     ent = -(np.where(w > 0, w * np.log(np.where(w > 0, w, 1)), 0)).sum(-1).mean(-1)
     np.testing.assert_allclose(head_stats(result.weights[0])["entropy"], ent, rtol=1e-10)
+
+
+def test_rows_with_a_single_key_are_left_out():
+    """A causal map's first row has one key: weight 1.0 there whatever the head does. Counted, every causal
+    head's max weight read 1.0. Hand computation over rows 1 and 2 only."""
+    from attnviz.core.stats import StatSums, row_keys
+
+    w = np.array([[[1.0, 0.0, 0.0],
+                   [0.25, 0.75, 0.0],
+                   [0.5, 0.25, 0.25]]])
+    keys = row_keys(np.tril(np.ones((3, 3), bool))[None], 3)
+    assert keys.tolist() == [1, 2, 3]
+    s = head_stats(w, keys=keys)
+    ln = np.log
+    assert s["max_weight"][0] == 0.75
+    row1, row2 = 0.25 * ln(4) + 0.75 * ln(4 / 3), 0.5 * ln(2) + 0.5 * ln(4)  # -Σ w ln w
+    assert s["entropy"][0] == pytest.approx((row1 + row2) / 2, rel=1e-12)
+    assert s["distance"][0] == pytest.approx((0.25 * 1 + (0.5 * 2 + 0.25 * 1)) / 2, rel=1e-12)
+    assert s["sink"][0] == pytest.approx((0.25 + 0.5) / 2, rel=1e-12)
+    assert s["previous"][0] == pytest.approx((0.25 + 0.25) / 2, rel=1e-12)
+    assert s["diagonal"][0] == pytest.approx((0.75 + 0.25) / 2, rel=1e-12)
+    assert head_stats(w)["max_weight"][0] == 1.0  # without the keys the first row still counts
+    blocks = StatSums(1, 3)  # fed in blocks of rows (the pooled path), the same numbers
+    blocks.add(w[:, :2], 0, keys=keys[None, :2])
+    blocks.add(w[:, 2:], 2, keys=keys[None, 2:])
+    for name, values in blocks.result().items():
+        assert values[0] == pytest.approx(s[name][0], rel=1e-12), name
+    lw = np.stack([w[None], w[None]])  # (layers, B, H, L, L)
+    assert layer_stats(lw, keys=keys)["max_weight"].tolist() == [[0.75], [0.75]]

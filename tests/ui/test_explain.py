@@ -70,9 +70,12 @@ def test_entropy_column_equals_the_formula(window, qtbot, counting_run):
     open_dock(window, qtbot, "statsDock")
     stats = window.explain.stats
     assert stats.table.objectName() == "statsTable" and stats.model.rowCount() == 4
-    np.testing.assert_allclose(stats.column("entropy"), entropy(window.result.weights[0]), rtol=1e-6)
-    w = window.result.weights[0]
+    assert window.result.config.mask == "causal"
+    w = window.result.weights[0][:, 1:]  # the first row has one key (no choice): left out
+    np.testing.assert_allclose(stats.column("entropy"), entropy(w), rtol=1e-6)
     np.testing.assert_allclose(stats.column("sink"), w[:, :, 0].mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(stats.column("max_weight"), w.max((1, 2)), rtol=1e-6)
+    assert (stats.column("max_weight") < 1).all()  # not 1.0 for every causal head
     stats.table.sortByColumn(1, Qt.DescendingOrder)  # sortable: by entropy, largest first
     shown = stats.column("entropy")
     assert (np.diff(shown) <= 0).all()
