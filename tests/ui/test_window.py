@@ -635,10 +635,9 @@ def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot
 
     result, frames = window.result, window.frames
     window.result = None  # as at start-up: the first result not yet on screen
-    older, newer = window.latest_id + 1, window.latest_id + 2
-    window.latest_id = newer  # two requests sent; the newer one fails first
+    older, newer = window.delivery.next_id(), window.delivery.next_id()  # two requests sent; the newer fails first
     window._on_failed(Failure(Request(newer, result.config, frames.options), "refused", None))
-    window._on_done(Outcome(Request(older, result.config, frames.options), result, frames, False, 0.0))
+    window.delivery.arrived(Outcome(Request(older, result.config, frames.options), result, frames, False, 0.0))
     qtbot.waitUntil(lambda: window.shown_id == older)
     assert window.staleLabel.isVisibleTo(window) and window.headGrid.stale  # not shown as current
 
@@ -655,9 +654,9 @@ def test_the_grid_paints_a_result_before_the_other_views_take_it(window, qtbot, 
                         lambda *a: (grid_painted_first.append(grid.paints > grid.shown_at), show(*a)))
     tensor_painted_at_signal = []
     window.sigShown.connect(lambda rid: tensor_painted_at_signal.append(window.outputView.painted_shown()))
-    window.latest_id += 1
+    rid = window.delivery.next_id()
     with qtbot.waitSignal(window.sigShown, timeout=5000):
-        window._on_done(Outcome(Request(window.latest_id, result.config, frames.options), result, frames, False, 0.0))
+        window.delivery.arrived(Outcome(Request(rid, result.config, frames.options), result, frames, False, 0.0))
     assert grid_painted_first == [True] and window.shown_id == window.latest_id
     assert tensor_painted_at_signal == [False]  # the worker waits for this paint too
     qtbot.waitUntil(window.outputView.painted_shown, timeout=5000)
@@ -671,15 +670,15 @@ def test_between_the_two_passes_of_a_swap(window, qtbot):
     from attnviz.ui.worker import Outcome, Request
 
     result, frames = window.result, copy.copy(window.frames)
-    older, newer = window.latest_id + 1, window.latest_id + 2
-    window.latest_id = newer
-    window._on_done(Outcome(Request(newer, result.config, frames.options), result, frames, False, 0.0))
-    window._swap_timer.stop()
-    window._swap_in()  # the first pass, now
+    delivery = window.delivery
+    older, newer = delivery.next_id(), delivery.next_id()
+    delivery.arrived(Outcome(Request(newer, result.config, frames.options), result, frames, False, 0.0))
+    delivery.swap_timer.stop()
+    delivery.swap()  # the first pass, now
     assert window.headGrid.frames is frames and window.outputView.frames is not frames
     assert not window.is_settled()
-    window._on_done(Outcome(Request(older, result.config, frames.options), result, frames, False, 0.0))
-    assert window._arrived is None  # older than the result being shown: dropped
+    delivery.arrived(Outcome(Request(older, result.config, frames.options), result, frames, False, 0.0))
+    assert delivery.waiting is None  # older than the result being shown: dropped
     window.close()
     assert window.shown_id == newer and window.outputView.frames is frames
 
@@ -688,11 +687,12 @@ def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
     from attnviz.ui.worker import Outcome, Request
 
     result, frames, shown = window.result, window.frames, window.shown_id
-    window._on_done(Outcome(Request(window.latest_id + 1, result.config, frames.options), result, frames, False, 0.0))
-    assert window._arrived is not None and window._swap_timer.isActive()
+    delivery = window.delivery
+    delivery.arrived(Outcome(Request(delivery.next_id(), result.config, frames.options), result, frames, False, 0.0))
+    assert delivery.waiting is not None and delivery.swap_timer.isActive()
     window.close()
     qtbot.wait(20)
-    assert window._arrived is None and window.shown_id == shown  # nothing swapped into a closed window
+    assert delivery.waiting is None and window.shown_id == shown  # nothing swapped into a closed window
 
 
 def test_map_axes_tick_on_two_levels_without_an_si_prefix(window):

@@ -1,0 +1,62 @@
+"""The window's words about a result: what to look for in its maps (the caption over the grid) and the
+status line (what was computed, how, and how long it took)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core import RunConfig
+from ..core.backed import WEIGHTS_ONLY_NOTE
+from .worker import Outcome
+
+STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
+                  "cross": "cross-attention (decoder tokens reading the encoder's)"}
+
+
+def caption_for(result) -> tuple[str, bool]:
+    """What to look for in a result's maps, and whether it is a trained model's own caption."""
+    config = result.config
+    text, focus = config.spec.caption, config.spec.defaults.get("layer")
+    if text:
+        if focus is not None and config.layer != focus:
+            text += f"  (this is layer {config.layer}; the pattern is in layer {focus})"
+        return text, True
+    if result.source is not None:
+        info = result.source.info
+        lacking = f" ({WEIGHTS_ONLY_NOTE})" if WEIGHTS_ONLY_NOTE in result.notes else ""
+        stacks = getattr(info, "stacks", ())
+        stack = f" {STACK_CAPTIONS[config.stack or stacks[0]]}," if len(stacks) > 1 else ""
+        return (f"Pretrained {info.name} ({info.model_type}) on your text:{stack} layer {config.layer} of "
+                f"{info.layers} (0-{info.layers - 1}){lacking}. Hover a cell for the token pair and its weight."), False
+    if config.weights:
+        return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
+    return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "
+            "the mask, positions and scale impose. A \u201cTrained toy\u201d variant shows heads with a job."), False
+
+
+def run_key(result) -> RunConfig:
+    """What a result was computed for: a model forward's config (a generation's partial results share it)."""
+    return result.source.key if result.source is not None else result.config
+
+
+def generation_text(outcome: Outcome) -> str:
+    """The status line's lead for a generation: how far it got."""
+    if outcome.generated is None:
+        return ""
+    n, total = outcome.generated
+    if outcome.partial:
+        return f"generating {n} / {total} tokens · "
+    if outcome.stopped:
+        return f"stopped after {n} of {total} tokens · "
+    return f"generated {n} tokens · "
+
+
+def status_text(outcome: Outcome, swap_s: float) -> str:
+    """The status line for an outcome on screen; `swap_s`: the GUI-thread time its views took."""
+    r, c = outcome.result, outcome.result.config
+    out_shape = "x".join(map(str, r.output.shape))
+    compute = f"compute {r.compute_time_s * 1e3:.1f} ms" if outcome.recomputed else "view only (no recompute)"
+    render = (outcome.frames.render_time_s + swap_s) * 1e3
+    notes = " · " + "; ".join(r.notes) if r.notes else ""
+    return (f"{generation_text(outcome)}{c.spec.label} · {c.shapes_text()} · output {out_shape} · mask {c.mask} · "
+            f"{r.device} · {compute} · render {render:.1f} ms{notes}")

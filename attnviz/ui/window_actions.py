@@ -1,0 +1,86 @@
+"""The window's menus, toolbar and shortcuts. Mixed into MainWindow: each entry calls one of its methods."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMenu, QToolBar
+
+
+class WindowActions:
+    """File, View and Run menus and the toolbar of MainWindow."""
+
+    def _action(self, text: str, shortcut: str, slot, tip: str, menu: QMenu, name: str | None = None) -> QAction:
+        """A menu entry; `name`: also on the toolbar, its button named so (tests and accessibility find it)."""
+        a = QAction(text, self)
+        if shortcut:
+            a.setShortcut(QKeySequence(shortcut))
+        a.setToolTip(f"{tip} ({QKeySequence(shortcut).toString()})" if shortcut else tip)
+        a.setStatusTip(tip)
+        a.triggered.connect(slot)
+        menu.addAction(a)
+        if name:
+            self.toolBar.addAction(a)
+            self.toolBar.widgetForAction(a).setObjectName(name)
+            self.toolBar.widgetForAction(a).setAccessibleName(name)
+        return a
+
+    def _make_actions(self) -> None:
+        self.toolBar = QToolBar("Main")
+        self.toolBar.setObjectName("mainToolBar")
+        self.addToolBar(self.toolBar)
+        self._file_actions(self.menuBar().addMenu("&File"))
+        self._view_actions(self.menuBar().addMenu("&View"))
+        run_menu = self.menuBar().addMenu("&Run")
+        self.generateAction = self._action("Generate", "Ctrl+G", self.generate, "Let the model write after the text "
+                                           "(the Generate count, or 20 while it is off), streaming each token",
+                                           run_menu)
+        self.stopAction = self._action("Stop", "", self.stop_generation, "Stop the model writing (Esc); what it "
+                                       "wrote so far stays on screen", run_menu)
+
+    def _file_actions(self, menu: QMenu) -> None:
+        act = self._action
+        self.exportAction = act("Export…", "Ctrl+E", self.export_dialog,
+                                "Export the view as PNG, SVG or raw tensors (NPZ)", menu, "exportButton")
+        self.copyAction = act("Copy image", "Ctrl+Shift+C", self.copy_image,
+                              "Copy the head grid as an image to the clipboard", menu, "copyButton")
+        menu.addSeparator()
+        self.openAction = act("Open configuration…", "Ctrl+O", self.open_dialog,
+                              "Open a saved configuration (JSON)", menu, "openButton")
+        self.saveAction = act("Save configuration…", "Ctrl+S", self.save_dialog,
+                              "Save the configuration as JSON (the preset format)", menu, "saveButton")
+        menu.addSeparator()
+        self.loadWeightsAction = act("Load weights…", "Ctrl+Shift+W", lambda: self.load_file_dialog("weights"),
+                                     "Load your own weights (a state_dict: .safetensors, .pt, .pth) into the "
+                                     "seed module", menu)
+        self.loadWeightsAction.setObjectName("loadWeightsAction")
+        self.loadInputsAction = act("Load inputs…", "Ctrl+Shift+I", lambda: self.load_file_dialog("inputs"),
+                                    "Load your own input tensors (.pt, .npz, .safetensors) named as the forward's "
+                                    "arguments", menu)
+        self.loadInputsAction.setObjectName("loadInputsAction")
+        menu.addSeparator()
+        act("Quit", "Ctrl+Q", self.close, "Close attnviz", menu)
+
+    def _view_actions(self, menu: QMenu) -> None:
+        act = self._action
+        act("Weights", "Ctrl+1", lambda: self.viewCombo.setCurrentIndex(0), "Show softmax weights", menu)
+        act("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(self.viewCombo.findData("scores")),
+            "Show pre-softmax scores", menu)
+        act("Mean tile", "M", lambda: self.meanCheck.toggle(), "Toggle the mean-over-heads tile", menu)
+        act("Back to grid", "Esc", self._escape, "Leave the large single-head view; while the model writes, "
+            "stop it", menu)
+        self.resetAction = act("Reset parameters", "Ctrl+R", self.panel.resetButton.click,
+                               "Reset every parameter to the defaults", menu)
+        self.explain.add_actions(menu)
+        menu.addSeparator()
+        self.modelViewAction = self.modelDock.toggleViewAction()
+        self.modelViewAction.setText("Model view")
+        self.modelViewAction.setShortcut(QKeySequence("Ctrl+Shift+M"))
+        self.modelViewAction.setToolTip("Every layer × head of a pretrained model as small tiles (Ctrl+Shift+M)")
+        menu.addAction(self.modelViewAction)
+        self.stripAction = act("Predictions strip", "Ctrl+Shift+N", self._strip_toggled,
+                               "The model's top-1 prediction at each position under the maps, coloured by the "
+                               "target's probability", menu)
+        self.stripAction.setCheckable(True)
+        self.stripAction.setChecked(True)
+        act("Next layer", "Ctrl+]", lambda: self._step_layer(1), "Show the next layer of the model", menu)
+        act("Previous layer", "Ctrl+[", lambda: self._step_layer(-1), "Show the previous layer of the model", menu)

@@ -1,0 +1,89 @@
+"""The window's pretrained-model side: the model view (every layer × head) in its dock, the layer shown,
+opening a tile, and ablating heads from it. Mixed into MainWindow."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDockWidget
+
+from ..core.config import field_meta
+from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
+from .window_settings import MODEL_DOCK_PX
+
+
+class WindowModel:
+    """The model dock of MainWindow (needs its panel, head grid, colormap box and schedule)."""
+
+    def _make_model_dock(self) -> None:
+        self.modelView = ModelView()
+        self.modelDock = QDockWidget("Model view: every layer × head (click one to open it)", self)
+        self.modelDock.setObjectName("modelDock")
+        self.modelPanel = ModelPanel(self.modelView)  # the view and its head-type legend
+        self.modelDock.setWidget(self.modelPanel)
+        # Open from the start (a note says when no model is behind the maps): a dock that opened with
+        # the first model's result re-laid out the whole window inside that result's swap (a 65 ms stall).
+        self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
+        self.resizeDocks([self.modelDock], [MODEL_DOCK_PX], Qt.Vertical)
+        self.modelView.sigOpen.connect(self._open_tile)
+        self.modelDock.visibilityChanged.connect(self._model_dock_visible)
+        self.modelView.sigHover.connect(self._show_hover)
+        self.modelView.sigAblate.connect(self._toggle_ablation)
+        self.modelView.sigRestoreAll.connect(lambda: self._set_ablation(()))
+
+    def _model_dock_visible(self, visible: bool) -> None:
+        if visible and self.result is not None:  # opened after the result came: fill it now
+            self._show_model(self.result)
+            self.schedule()  # and its head-type badges (computed only while it is shown)
+
+    def _show_model(self, result) -> None:
+        """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
+        layer_spin = self.panel.widgets["layer"]
+        if result.source is None:  # random weights: no model behind these maps
+            layer_spin.setMaximum(int(field_meta("layer")["maximum"]))
+            # The dock stays, saying so: hiding it and showing it again with the next model resized
+            # every view in the window, twice per switch between a trained and a random variant.
+            self.modelView.show_none()
+            return
+        layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
+        if self.modelDock.isVisible():
+            self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
+
+    def _show_heads(self, result, frames) -> None:
+        """What the heads do: the predictions strip; the model view's crossed (ablated) heads and badges."""
+        extras = frames.extras
+        if "predictions" in extras:
+            self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
+        if result.source is None:
+            return
+        heads = result.source.layer_weights.shape[2]
+        self.modelView.set_ablated(ablated_heads(result.config.ablate, result.source.info.layers, heads))
+        if "head_scores" in extras:
+            self.modelView.set_head_types(extras["head_scores"])
+            self.modelPanel.set_legend(extras["head_scores"])
+
+    def _toggle_ablation(self, stack: str, layer: int, head: int) -> None:
+        """Alt+click on a model-view tile: that head goes into (or out of) the Ablation field; the run
+        then follows through the normal request path."""
+        shown = self.result.source.stack if self.result is not None and self.result.source is not None else ""
+        if stack != shown:
+            self.statusBar().showMessage("Ablation applies to the stack shown: open that stack first", 6000)
+            return
+        edit = self.panel.widgets["ablate"]
+        specs = [p for p in edit.text().split(",") if p.strip()]
+        self._set_ablation(toggle_head(specs, layer, head, self.result.source.layer_weights.shape[2]))
+
+    def _set_ablation(self, specs: tuple[str, ...]) -> None:
+        self.panel.widgets["ablate"].setText(", ".join(specs))
+        self.schedule()
+
+    def _open_tile(self, stack: str, layer: int, head: int) -> None:
+        shown = self.result.source.stack if self.result is not None and self.result.source is not None else ""
+        if stack != shown:  # another stack of an encoder-decoder: its forward runs again
+            self.panel.widgets["stack"].setText(stack)
+        self.panel.widgets["layer"].setValue(layer)
+        self.headGrid.set_focus(head if head >= 0 else None)
+        self.schedule()
+
+    def _step_layer(self, step: int) -> None:
+        spin = self.panel.widgets["layer"]
+        spin.setValue(spin.value() + step)
