@@ -196,51 +196,23 @@ def run(
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
                            on_step=stream, region=region).result(config.layer)
 
-    def checkpoint() -> None:
-        if cancel is not None and cancel():
-            raise Cancelled
-
     started = time.perf_counter()
     files = prepare(config)  # your own weights and inputs (cached reads); the config takes their shapes
     config = files.config
     device = resolve_device(config.device)
-    keep = recorded_stages(config, record)
-    pool = seed_pooling(config, device, memory_budget, keep, region)
-    if pool is None:
-        check_memory(config, device, memory_budget, keep)
-    else:  # only the per-token stages are kept whole
-        keep = frozenset(n for n in keep if not BY_NAME[n].is_map)
-        check_pooled_memory(config, device, memory_budget)
-    dtype = getattr(torch, config.dtype)
-    notes = list(files.notes)
-    if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
-        notes.append(f"{config.dtype} on the CPU runs far slower than float32")
+    keep, pool = _planned(config, device, memory_budget, record, region)
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
-        _seed(config.seed, device)
-        module = config.spec.build(config)  # drawn even with a weights file: random inputs stay the same
-        if files.state is not None:
-            module.load_state_dict(files.state)  # strict: fit_weights checked every key and shape
-        inputs = files.inputs if files.inputs is not None else config.spec.inputs(config)
-        inputs = [x.to(device=device, dtype=dtype) for x in inputs]
-        module = module.to(device=device, dtype=dtype).train(config.train)
-        mask = build_mask(config, device)
-        checkpoint()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        with ablating(_seed_plan(config)), pooling(pool):
-            _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        compute = time.perf_counter() - t0
-        checkpoint()
+        trace, compute = _seed_forward(config, files, device, keep, pool, cancel)
         if pool is not None:
             stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
         else:
             rows = ~trace.mask.any(dim=-1)
             stages, allowed, pooled = _stage_arrays(trace), to_numpy(trace.mask), {}
             rows = to_numpy(rows.expand(config.batch, config.heads, config.seq_q)).copy()
+        notes = list(files.notes)
+        if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
+            notes.append(f"{config.dtype} on the CPU runs far slower than float32")
         result = RunResult(
             config=config, stages=stages, mask=allowed, fully_masked_rows=rows,
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
@@ -248,6 +220,47 @@ def run(
             notes=tuple(notes) + ((pool_note(pool.calls[0]),) if pool is not None else ()),
             files=files.records, **pooled)
     return result
+
+
+def _planned(config: RunConfig, device: torch.device, budget: int | None, record: Iterable[str] | None,
+             region) -> tuple[frozenset[str], Pooling | None]:
+    """(the stages a seed run keeps, its Pooling or None), checked against the memory budget."""
+    keep = recorded_stages(config, record)
+    pool = seed_pooling(config, device, budget, keep, region)
+    if pool is None:
+        check_memory(config, device, budget, keep)
+        return keep, None
+    check_pooled_memory(config, device, budget)
+    return frozenset(n for n in keep if not BY_NAME[n].is_map), pool  # only the per-token stages kept whole
+
+
+def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozenset[str], pool: Pooling | None,
+                  cancel: Callable[[], bool] | None):
+    """(trace, forward seconds) of a seed module: weights then inputs drawn from the seed on the CPU, then moved."""
+    def checkpoint() -> None:
+        if cancel is not None and cancel():
+            raise Cancelled
+
+    dtype = getattr(torch, config.dtype)
+    _seed(config.seed, device)
+    module = config.spec.build(config)  # drawn even with a weights file: random inputs stay the same
+    if files.state is not None:
+        module.load_state_dict(files.state)  # strict: fit_weights checked every key and shape
+    inputs = files.inputs if files.inputs is not None else config.spec.inputs(config)
+    inputs = [x.to(device=device, dtype=dtype) for x in inputs]
+    module = module.to(device=device, dtype=dtype).train(config.train)
+    mask = build_mask(config, device)
+    checkpoint()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    with ablating(_seed_plan(config)), pooling(pool):
+        _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    compute = time.perf_counter() - t0
+    checkpoint()
+    return trace, compute
 
 
 def seed_pooling(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str],
