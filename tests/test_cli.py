@@ -165,9 +165,9 @@ def test_flags_override_the_preset_and_the_config_file(tmp_path):
 
 def test_every_config_field_has_a_flag(capsys):
     with pytest.raises(SystemExit) as exc:
-        from attnviz.cli import _render_parser
+        from attnviz.cli_flags import render_parser
 
-        _render_parser().parse_args(["--help"])
+        render_parser().parse_args(["--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
     for f in fields(RunConfig):
@@ -305,8 +305,8 @@ def test_the_readme_names_every_render_flag():
     """The README's option list stays complete: each flag the parser has is named there."""
     from pathlib import Path
 
-    from attnviz.cli import _render_parser
+    from attnviz.cli_flags import render_parser
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    flags = [s for a in _render_parser()._actions for s in a.option_strings if s.startswith("--")]
+    flags = [s for a in render_parser()._actions for s in a.option_strings if s.startswith("--")]
     assert [f for f in flags if f not in readme] == []
