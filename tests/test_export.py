@@ -256,7 +256,7 @@ def _umask() -> int:
 
 def test_too_large_an_image_is_refused_before_writing(tmp_path, monkeypatch):
     result = run(RunConfig(d_model=8, heads=1, seq_q=40))
-    monkeypatch.setattr(export, "MAX_PIXELS", 1000)
+    monkeypatch.setattr("attnviz.export.items.MAX_PIXELS", 1000)  # where the limit is checked
     with pytest.raises(ExportError, match="pixels, over the limit"):
         export.export(result, tmp_path / "big.png", ExportOptions(scale=10))
     assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,45 @@
+"""PNG, SVG and NPZ export, rendered from the data (never a screenshot); shared by the GUI and the CLI.
+
+No widgets: QtGui (QImage, QPainter, QFont) where text is measured and pixels are painted or encoded,
+nothing of Qt for the NPZ. One layout is computed per export as a short list of drawing items (heat
+map rasters, vector text, tick marks, the colour bar); the PNG backend paints it with QPainter, the SVG
+backend writes the same items as SVG 1.1 (each heat map an embedded, crisp PNG; all text as vector
+<text>). Heat maps come from frames.render at full resolution (no pooling), upscaled
+nearest-neighbour by an integer scale, so every cell is a crisp square of exactly the view's colours
+(LUT, masked and no-key colours).
+
+    options   ExportOptions, FORMATS, WHATS, file names
+    figure    the composed figure (layout(), auto_scale), from titles, ticks and colourbar
+    items     the drawing items and the size limit, plain data
+    png, svg  the two backends; qt holds what they need from QtGui
+    pipeline  one head's pipeline figure
+    npz       the arrays
+    write     export(), the one entry point
+
+Every write is atomic (see attnviz.atomic): a failed or interrupted export leaves the previous
+file, if any, untouched and no temporary file behind.
+
+    export(result, "maps.png", ExportOptions(what="grid"))
+    image = compose_image(result, ExportOptions(what="head", head=2))   # e.g. for the clipboard
+"""
+
+from __future__ import annotations
+
+from ..atomic import ExportError, MissingFolder, ReadOnlyTarget, check_target
+from .figure import GAP, MARGIN, MAX_AUTO_SCALE, MIN_TILE_PX, auto_scale, layout, rollout_scale
+from .items import MAX_PIXELS, ImageTooLarge, Layout
+from .npz import file_arrays, write_npz
+from .options import FORMATS, WHATS, ExportOptions, default_filename, format_of
+from .pipeline import export_pipeline, pipeline_layout
+from .png import compose_image, png_bytes
+from .qt import ensure_gui_app
+from .svg import svg_document, svg_text
+from .write import export
+
+__all__ = [
+    "FORMATS", "GAP", "MARGIN", "MAX_AUTO_SCALE", "MAX_PIXELS", "MIN_TILE_PX", "WHATS", "ExportError",
+    "ExportOptions", "ImageTooLarge", "Layout", "MissingFolder", "ReadOnlyTarget", "auto_scale", "check_target",
+    "compose_image", "default_filename", "ensure_gui_app", "export", "export_pipeline", "file_arrays",
+    "format_of", "layout", "pipeline_layout", "png_bytes", "rollout_scale", "svg_document", "svg_text",
+    "write_npz",
+]

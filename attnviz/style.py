@@ -1,0 +1,48 @@
+"""attnviz's look in one place: colours, text sizes and how numbers are written, for the window (ui) and
+the exports (export) alike.
+
+Plain Python, no Qt and no attnviz imports, so every layer may use it: colours are hex strings (Qt code
+wraps them in QColor), sizes are pixels.
+"""
+
+from __future__ import annotations
+
+import math
+
+# --- colours ---------------------------------------------------------------------------------
+
+BACKGROUND = "#ffffff"  # behind the maps
+INK = "#1a1a1a"  # titles: an export's heading, every map's title, the window's axis names
+SOFT_INK = "#4d4d4d"  # secondary text: an export's subtitle lines and axis names, the window's token labels
+TICK_INK = "#404040"  # an export's tick labels, legend text and arrows
+FRAME = "#808080"  # frames around maps and the colour bar, tick marks
+ROW_MARK = "#ff2020"  # a marked query row (token focus) and a generation's chosen step
+GENERATED_INK = "#1f5fbf"  # a generation's written tokens (labels) and the prompt's boundary
+FADE = (255, 255, 255, 190)  # RGBA over the rows after a generation's chosen step: not yet written then
+RED = "#d0312d"  # the one strong red: error text, a field's error border, the model view's layer marker
+STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls
+
+# --- text ------------------------------------------------------------------------------------
+
+FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]  # an export's fonts, in order of preference
+SVG_FONT = "'DejaVu Sans', Helvetica, Arial, sans-serif"  # the same, as SVG's font-family
+# an export's text sizes, px: heading, subtitle lines, tile titles, tick labels, axis names and captions
+TITLE_PX, SUBTITLE_PX, TILE_PX, TICK_PX, LABEL_PX = 16, 12, 13, 11, 12
+
+# --- numbers ---------------------------------------------------------------------------------
+
+DIGITS = 4  # significant digits of a value in running text (hover, titles, the status bar)
+COMPACT_DIGITS = 3  # where room is short: colour bar ticks, captions under an export's maps
+MINUS = "\u2212"  # a real minus sign, for drawn text
+
+
+def number(x: float, digits: int = DIGITS, typeset: bool = False) -> str:
+    """`x` with `digits` significant digits; NaN and infinities by name. `typeset`: a real minus sign
+    for drawn text (exports, tick labels); otherwise "-", so text a user copies reads back as a number."""
+    if math.isnan(x):
+        text = "NaN"
+    elif math.isinf(x):
+        text = "-inf" if x < 0 else "inf"
+    else:
+        text = f"{x:.{digits}g}"
+    return text.replace("-", MINUS) if typeset else text
