@@ -29,7 +29,7 @@ from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
 from .panel import named
-from .views import fmt, image_item, lean_axes, set_heat_image
+from .views import image_item, lean_axes, set_heat_image
 
 TILE_W = 170  # the least width of a stage tile in the flow, arrow included
 ARROW_W = 22
@@ -40,7 +40,7 @@ ROWS_OF = {"x": "i", "q_proj": "i", "q": "i", "k_proj": "j", "k": "j", "v": "j",
 def stage_caption(stage: PipelineStage) -> str:
     rows, cols = stage.data.shape
     lo, hi = stage.value_range
-    return f"<b>{stage.title}</b><br><span style='font-size:8pt'>{rows}×{cols} · {fmt(lo)} … {fmt(hi)}</span>"
+    return f"<b>{stage.title}</b><br><span style='font-size:8pt'>{rows}×{cols} · {number(lo)} … {number(hi)}</span>"
 
 
 def path_text(result, b: int, m: int, i: int, j: int) -> str:
@@ -50,15 +50,15 @@ def path_text(result, b: int, m: int, i: int, j: int) -> str:
     if "qk" in path:
         dh = result.q.shape[-1]
         scale = result.config.qk_scale or 1 / math.sqrt(dh)
-        parts.append(f"q_i·k_j = {fmt(path['qk'])}")
-        parts.append(f"× {fmt(scale)} = {fmt(path['scaled'])}")
+        parts.append(f"q_i·k_j = {number(path['qk'])}")
+        parts.append(f"× {number(scale)} = {number(path['scaled'])}")
     for name in ("biased", "capped"):
         if name in path:
-            parts.append(f"{STAGE_TITLES[name]} → {fmt(path[name])}")
+            parts.append(f"{STAGE_TITLES[name]} → {number(path[name])}")
     if "scores" in path:
-        parts.append(f"masked → {fmt(path['scores'])}")
+        parts.append(f"masked → {number(path['scores'])}")
     if "weights" in path:
-        parts.append(f"softmax → {fmt(path['weights'])}")
+        parts.append(f"softmax → {number(path['weights'])}")
     return " · ".join(parts)
 
 
@@ -203,7 +203,7 @@ class PipelineView(QWidget):
             rows, cols = heat.shape
             lo, hi = heat.levels
             self.largePlot.setTitle(f"{STAGE_TITLES[name]} · head {frames.head} · {rows}×{cols} · "
-                                    f"colours {fmt(lo)} … {fmt(hi)}", size="9pt")
+                                    f"colours {number(lo)} … {number(hi)}", size="9pt")
             self.largePlot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
 
     def stage(self, name: str) -> PipelineStage | None:
@@ -241,7 +241,7 @@ class PipelineView(QWidget):
         if tile.stage.is_map:
             self.show_path(i, j, tile.stage.map_index)
         else:
-            value = fmt(float(tile.stage.data[i, j]))
+            value = number(float(tile.stage.data[i, j]))
             self.pathLabel.setText(f"{tile.stage.title} · row {i}, column {j} · value {value}")
 
     def _hovered_large(self, pos: QPointF) -> None:
