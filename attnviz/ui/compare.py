@@ -8,8 +8,9 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ..explain import CompareFrames, RolloutFrames
+from ..style import number
 from .panel import named
-from .views import Tile, fmt
+from .views import Tile
 
 
 class CompareView(QWidget):
@@ -75,9 +76,9 @@ class CompareView(QWidget):
             if self.unablatedButton.isChecked() and heat is frames.pinned:
                 heat.title = "unablated"
             lo, hi = heat.levels
-            tile.show(heat, f"{heat.title} ({fmt(lo)} … {fmt(hi)})")
+            tile.show(heat, f"{heat.title} ({number(lo)} … {number(hi)})")
         against = "unablated" if self.unablatedButton.isChecked() else "pinned"
-        self.infoLabel.setText(f"max |current − {against}| over every head: {fmt(frames.max_abs)}"
+        self.infoLabel.setText(f"max |current − {against}| over every head: {number(frames.max_abs)}"
                                + (" (identical)" if frames.max_abs == 0 else ""))
 
 
@@ -118,6 +119,6 @@ class RolloutView(QWidget):
             self.infoLabel.setText(frames.message)
             return
         lo, hi = frames.image.levels
-        self.tile.show(frames.image, f"{frames.image.title} ({fmt(lo)} … {fmt(hi)})")
+        self.tile.show(frames.image, f"{frames.image.title} ({number(lo)} … {number(hi)})")
         self.infoLabel.setText("Rollout: row i = how much of token i's last-layer representation comes from "
                                "each input token (residual-adjusted, head-averaged maps multiplied over layers)")
