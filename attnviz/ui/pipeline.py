@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
+from ..style import number
 from .panel import named
 from .views import image_item, lean_axes, set_heat_image
 
