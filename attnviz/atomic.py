@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from .system import umask
+
 TEMP_SUFFIX = ".part"
 
 
@@ -24,17 +26,6 @@ class ExportError(Exception):
     def __init__(self, path: str | os.PathLike, reason: str):
         self.path, self.reason = str(path), reason
         super().__init__(f"cannot write {self.path}: {reason}")
-
-
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 def _reason(exc: OSError) -> str:
@@ -109,7 +100,7 @@ def atomic_writer(path: str | os.PathLike, replace_readonly: bool = False) -> It
             f.flush()
             os.fsync(f.fileno())
         try:
-            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~(umask() or 0o022)
             os.chmod(tmp, mode)
         except OSError:
             pass  # keep mkstemp's 0600 rather than fail the export over permissions bits

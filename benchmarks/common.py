@@ -80,42 +80,17 @@ def parse_sizes(text: str) -> list[Size]:
 # --- machine ---------------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def proc_bytes(path: str, key: str) -> int | None:
-    """A "Key:  N kB" line of a /proc file in bytes; None where it cannot be read (not Linux)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def total_memory_bytes() -> int | None:
-    return proc_bytes("/proc/meminfo", "MemTotal")
-
-
 def machine_info() -> dict:
     import numpy
     import torch
 
+    from attnviz import system  # lazily: the snapshot's attnviz (see make_snapshot)
+
     info = {
-        "cpu_model": cpu_model(),
+        "cpu_model": system.cpu_model() or platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory_total_bytes": total_memory_bytes(),
+        "cpus_usable": system.usable_cores(),
+        "memory_total_bytes": system.memory_bytes("MemTotal"),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "torch_cuda": torch.version.cuda,
@@ -217,24 +192,12 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def rss_now_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def load_average() -> list[float] | None:
     """1, 5 and 15 minute load averages: other work on the machine skews absolute times (not ratios)."""
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def available_memory_bytes() -> int | None:
-    return proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 # --- the code under test -----------------------------------------------------------------------

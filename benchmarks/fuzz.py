@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .common import load_average, rss_now_bytes
+from .common import load_average
 
 if TYPE_CHECKING:
     from attnviz.core import RunConfig
@@ -150,6 +150,8 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     """One pass in a new window, or in `harness`'s window (left open) for a later pass."""
     from PySide6.QtCore import QEventLoop, Qt, QTimer
 
+    from attnviz.system import resident_bytes
+
     from .common import SIZES
     from .gui import Harness
 
@@ -162,7 +164,7 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     start_config = w.panel.config()
     gc.collect()
     w.worker.reaper.flush()
-    rss0 = rss_now_bytes()
+    rss0 = resident_bytes()
     counts: dict[str, int] = defaultdict(int)
     state = {"k": 0, "slowest_change": (0.0, "")}
     loop = QEventLoop()
@@ -208,7 +210,7 @@ def run_fuzz(changes: int, max_len: int, max_width: int, seed: int, interval_ms:
     settle_by_polling(h)
     gc.collect()
     w.worker.reaper.flush()
-    rss1 = rss_now_bytes()
+    rss1 = resident_bytes()
     res = {
         "changes": changes, "max_len": max_len, "max_width": max_width, "seed": seed, "interval_ms": interval_ms,
         "loadavg": load, "loadavg_after": load_average(), "storm_s": time.perf_counter() - t0,

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from .common import MIB, ROOT, Size, available_memory_bytes, failure, proc_bytes
+from .common import MIB, ROOT, Size, failure
 
 FACTOR, ALLOWANCE = 2.5, 400 * 1000 * 1000  # "at most 2.5x that + 400 MB"
 
@@ -31,9 +31,9 @@ def _child(spec: dict) -> dict:
     def peak() -> int:  # Linux reports KiB
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-    from .common import rss_now_bytes
 
     import_peak_before = peak()  # the interpreter alone: small unless the parent's peak leaked in
+    from attnviz import system
     from attnviz.core import RunConfig, run
     from attnviz.frames import ViewOptions, render
 
@@ -43,7 +43,7 @@ def _child(spec: dict) -> dict:
     result = run(config)
     t1 = time.perf_counter()
     after_run = peak()
-    rss_holding_result = rss_now_bytes()
+    rss_holding_result = system.resident_bytes()
     max_px = tuple(spec["max_px"]) if spec.get("max_px") else None
     # First as the window draws by default (no mean tile), then with ViewOptions' default mean tile.
     render(result, ViewOptions(max_px=max_px, mean=False))
@@ -63,15 +63,17 @@ def _child(spec: dict) -> dict:
         "rss_holding_result_bytes": rss_holding_result,
         "run_s": t1 - t0,
         "tiles": len(frames.heads),
-        "vm_hwm_bytes": proc_bytes("/proc/self/status", "VmHWM"),  # the same peak, as a cross-check
+        "vm_hwm_bytes": system.proc_value("/proc/self/status", "VmHWM"),  # the same peak, as a cross-check
     }
 
 
 def bench_memory(size: Size, max_px=(512, 512), timeout: float = 1800) -> dict:
     """Spawn the child for `size` and compare its peak with the budget."""
+    from attnviz import system
+
     spec = {"config": size.config().to_dict(), "max_px": list(max_px) if max_px else None}
     need = budget_bytes(size)
-    free = available_memory_bytes()
+    free = system.memory_bytes()
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # Linux carries the peak RSS of a forked parent into its child's ru_maxrss (the copied or

@@ -39,7 +39,6 @@ from benchmarks.common import (  # noqa: E402
     ROOT,
     SIZES,
     Size,
-    available_memory_bytes,
     code_state,
     failure,
     load_average,
@@ -135,7 +134,9 @@ def run_size_isolated(size: Size, measurements, *, quick=False, repeats=None, wa
             cmd += ["--gui-samples", str(gui_samples)]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        free = available_memory_bytes()
+        from attnviz.system import memory_bytes
+
+        free = memory_bytes()
         log(f"[{size.name}] {', '.join(wanted)} in a child process (free memory {free / MIB:.0f} MiB) ...")
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, stdout=subprocess.DEVNULL,

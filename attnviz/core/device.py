@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..system import memory_bytes
 from .config import ConfigError
 
 MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
@@ -32,12 +33,8 @@ def available_memory(device: torch.device) -> int:
     if device.type == "cuda":  # free, plus what torch's caching allocator holds but does not use
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return torch.cuda.mem_get_info(device)[0] + cached
-    try:
-        with open("/proc/meminfo") as f:
-            info = dict(line.split(":", 1) for line in f)
-        return int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):  # not Linux: assume 8 GiB free
-        return 8 << 30
+    free = memory_bytes("MemAvailable")
+    return 8 << 30 if free is None else free  # not Linux: assume 8 GiB free
 
 
 def format_bytes(n: float) -> str:

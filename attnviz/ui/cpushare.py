@@ -4,7 +4,8 @@ A forward pass splits each op over torch's threads and waits for the slowest. Wi
 core and one core held by another program, the thread that shares that core gets a fraction of
 it (and at nice 10, almost none), so every op waits for it: measured 4-7x slower with one busy
 core of two (issue 9). With one thread fewer than the busy cores leave, the loss is the lost core
-only (<= 2x). So before each run the worker measures, from /proc/stat and /proc/self/stat, how many
+only (<= 2x). So before each run the worker measures, from /proc/stat and /proc/self/stat (read by
+attnviz.system), how many
 cores other processes used since the previous run, and runs with the cores left (at least one).
 
 Linux only; elsewhere (or if /proc cannot be read) the worker keeps torch's default.
@@ -16,29 +17,16 @@ from __future__ import annotations
 import math
 import os
 
+from ..system import cpu_jiffies, own_jiffies, usable_cores
+
 MIN_WINDOW_S = 0.05  # shorter windows say too little: keep the previous estimate
 BUSY_MARGIN = 0.35  # a core counts as taken when others used more than this share of it
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _read() -> tuple[int, int, int] | None:
     """(all jiffies, idle jiffies, this process's jiffies) summed over every CPU, or None."""
-    try:
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:]]
-        with open("/proc/self/stat") as f:
-            own = f.read().rsplit(")", 1)[1].split()  # fields after the command name
-    except (OSError, ValueError, IndexError):
-        return None
-    total = sum(cpu[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
-    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)
-    return total, idle, int(own[11]) + int(own[12])  # utime + stime
+    cpu, own = cpu_jiffies(), own_jiffies()
+    return None if cpu is None or own is None else (*cpu, own)
 
 
 class CpuShare:
