@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from ..atomic import is_read_only
 from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, default_filename, export, format_of
+from ..style import RED
 from .panel import named
 
 
@@ -202,7 +203,7 @@ class ExportDialog(QDialog):
     def _failed(self, message: str) -> None:
         self.progress.hide()
         self.exportButton.setEnabled(True)
-        self.messageLabel.setStyleSheet("color: #d0312d;")
+        self.messageLabel.setStyleSheet(f"color: {RED};")
         self.messageLabel.setText(message)
         self.sigFinished.emit(False, message)
 

@@ -16,16 +16,17 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsWidget, QSizePolicy
 
+from .. import style
 from ..frames import HeatImage, argb_pixels
+from ..style import STALE_OPACITY
 
-TITLE_PX = 22  # a map's title row
+TITLE_ROW_PX = 22  # the row above each map that holds its title
 TOKEN_ROW_PX = 18  # the height a token label needs, with spacing
 TOKEN_LABEL_MAX_PX = 120  # longer token labels are elided (the hover names them in full)
 AXIS_NAME_PX = 16  # the strip for "query token" / "key token"
-STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls
-INK, SOFT_INK, ROW_MARK = QColor(70, 70, 70), QColor(110, 110, 110), QColor("#ff2020")
-GENERATED_INK = QColor("#1f5fbf")  # a generation's written tokens (labels) and the prompt's boundary
-FADE = QColor(255, 255, 255, 190)  # over the rows after the chosen step: not yet written at that step
+# style's colours as Qt paints them
+INK, SOFT_INK, ROW_MARK = QColor(style.INK), QColor(style.SOFT_INK), QColor(style.ROW_MARK)
+GENERATED_INK, FADE = QColor(style.GENERATED_INK), QColor(*style.FADE)
 
 
 @dataclass
@@ -43,7 +44,7 @@ def grid_shape(n: int, rows: int, cols: int, width: float, height: float) -> tup
     best, best_scale = (1, max(n, 1)), -1.0
     for gc in range(1, n + 1):
         gr = math.ceil(n / gc)
-        scale = min(w / gc / cols, (h / gr - TITLE_PX) / rows)
+        scale = min(w / gc / cols, (h / gr - TITLE_ROW_PX) / rows)
         if scale > best_scale:
             best, best_scale = (gr, gc), scale
     return best
@@ -57,8 +58,8 @@ def image_rects(n: int, rows: int, cols: int, area: QRectF) -> list[QRectF]:
     square = max(rows, cols) <= 8 * min(rows, cols)
     rects = []
     for k in range(n):
-        box = QRectF(area.left() + (k % gc) * box_w + 2, area.top() + (k // gc) * box_h + TITLE_PX,
-                     box_w - 4, max(box_h - TITLE_PX - 2, 1.0))
+        box = QRectF(area.left() + (k % gc) * box_w + 2, area.top() + (k // gc) * box_h + TITLE_ROW_PX,
+                     box_w - 4, max(box_h - TITLE_ROW_PX - 2, 1.0))
         if square:
             scale = min(box.width() / cols, box.height() / rows)
             w, h = cols * scale, rows * scale
@@ -211,7 +212,7 @@ class Mosaic(QGraphicsWidget):
         metrics = QFontMetricsF(self.title_font)
         box_w = self.tile_area().width() / self._columns
         for tile, rect in zip(self.tiles, self.rects):
-            title_rect = QRectF(rect.center().x() - box_w / 2, rect.top() - TITLE_PX, box_w, TITLE_PX)
+            title_rect = QRectF(rect.center().x() - box_w / 2, rect.top() - TITLE_ROW_PX, box_w, TITLE_ROW_PX)
             text = metrics.elidedText(tile.title, Qt.ElideRight, box_w - 4)
             painter.drawText(title_rect, Qt.AlignHCenter | Qt.AlignVCenter, text)
 
