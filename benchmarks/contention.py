@@ -7,7 +7,7 @@ process, interleaved, per worker thread policy; and the 300-change storm stall w
 A policy is `threads[@nice]`: threads = adaptive (cores other programs leave free, measured before
 each run; attnviz's default), all (one per core: torch's default) or a number; nice = how much nicer
 than the GUI both compute lanes run, or "QUIET/BUSY" (e.g. 10/3: 10 with every core free, 3 when
-other programs hold some). Without @nice: attnviz's rule, 10/4 (see attnviz/ui/worker.py).
+other programs hold some). Without @nice: attnviz's rule, 10/4 (attnviz/system.py, ThreadPolicy).
 "all@10" is the policy before issue 9. One size's window is reused for all policies;
 rounds alternate busy-first and idle-first; each block records /proc/loadavg and the CPU share other
 processes used (from /proc/stat) so a noisy "idle" is visible. Target: busy/idle p50 <= 2.0.
@@ -26,25 +26,24 @@ from .common import SIZES, load_average, median, parse_sizes
 
 BUSY_CODE = "while True: pass"
 RATIO_TARGET = 2.0
-_DEFAULT_NICE: dict[str, str] = {}  # attnviz's own rule, read before any policy changes it
 
 
 def _proc_stat() -> tuple[int, int]:
-    with open("/proc/stat") as f:
-        cpu = [int(x) for x in f.readline().split()[1:9]]
-    return sum(cpu), cpu[3] + cpu[4]
+    from attnviz.system import cpu_jiffies
+
+    return cpu_jiffies() or (0, 0)
 
 
 def _apply_policy(policy: str) -> None:
-    """"adaptive" alone is attnviz's default (nice 10 with every core free, BUSY_NICE_STEP when
-    some are taken); "X@N" runs both of the worker's compute lanes N nicer than the GUI."""
-    from attnviz.ui import worker
+    """"adaptive" alone is attnviz's default (nice 10 with every core free, 4 when some are taken: the
+    ThreadPolicy defaults); "X@N" runs both of the worker's compute lanes N nicer than the GUI."""
+    from attnviz.system import ThreadPolicy, set_thread_policy
 
     threads, _, nice = policy.partition("@")
-    worker.THREAD_POLICY = threads if threads in ("adaptive", "all") else int(threads)
-    default = _DEFAULT_NICE.setdefault("rule", f"{worker.BACKGROUND_NICE_STEP}/{worker.BUSY_NICE_STEP}")
-    quiet, _, busy = (nice or default).partition("/")  # "N" or "QUIET/BUSY"
-    worker.BACKGROUND_NICE_STEP, worker.BUSY_NICE_STEP = int(quiet), int(busy or quiet)
+    default = ThreadPolicy()
+    quiet, _, busy = (nice or f"{default.quiet_nice}/{default.busy_nice}").partition("/")  # "N" or "QUIET/BUSY"
+    set_thread_policy(ThreadPolicy(threads if threads in ("adaptive", "all") else int(threads), int(quiet),
+                                   int(busy or quiet)))
 
 
 def _block(h, busy: bool, samples: int) -> dict:

@@ -357,12 +357,10 @@ class Window:
 def bench_edit(folder: Path, size: ModelSize, repeats: int, lowered: bool = True) -> dict:
     """Offscreen window: a text edit (and a layer change) -> the new maps on screen.
     lowered=False: the experiment with the worker thread left at the GUI's priority (not what ships)."""
-    import attnviz.ui.worker as worker_module
+    from attnviz.system import using_thread_policy
 
-    lower = worker_module.lower_priority
-    if not lowered:
-        worker_module.lower_priority = lambda *_: None  # any step: stay at the GUI's priority
-    try:
+    nice = {} if lowered else dict(quiet_nice=0, busy_nice=0)  # not lowered: every lane at the GUI's priority
+    with using_thread_policy(**nice):
         win = Window(folder, text_of(size))
         watch = Watch()
         edits = [win.edit(text_of(size, k + 1)) for k in range(repeats)]
@@ -370,8 +368,6 @@ def bench_edit(folder: Path, size: ModelSize, repeats: int, lowered: bool = True
         machine = watch.done()
         heads, tokens = win.w.result.weights.shape[1], win.w.result.weights.shape[-1]
         win.close()
-    finally:
-        worker_module.lower_priority = lower
     return {"edit_s": summary(edits), "layer_change_s": summary(layers), "heads": heads, "tokens": tokens,
             "worker_s": summary(win.parts["worker_s"]), "forward_s": summary(win.parts["forward_s"]),
             "worker_lowered": lowered, **machine, "target": "edit p50 <= 150 ms",
@@ -402,29 +398,27 @@ def bench_edit_vs_eager(folder: Path, shape: HfShape, repeats: int) -> dict:
     import torch
 
     from attnviz.core import RunConfig, run
-    from attnviz.ui.worker import set_torch_threads
+    from attnviz.system import set_torch_threads, torch_threads
 
-    own_threads = torch.get_num_threads()
     win = Window(folder, text_of(shape))
     try:
-        set_torch_threads(max(1, win.w.worker.threads_used))
-        eager = eager_model(folder)
-        ids = torch.tensor([win.w.result.token_ids.tolist()])
-        assert len(eager_forward(eager, ids)) == shape.layers
-        base = RunConfig(variant="pretrained", model=str(folder), text=text_of(shape))
-        texts, layers = itertools.count(1), itertools.cycle(range(1, shape.layers + 1))
-        contenders = {"edit": lambda: win.edit(text_of(shape, next(texts))),
-                      "edit_blocking": lambda: win.edit(text_of(shape, next(texts)), blocking=True),
-                      "eager": lambda: eager_forward(eager, ids),
-                      "run": lambda: run(base.replace(text=text_of(shape, next(texts)))),
-                      "layer": lambda: win.layer(next(layers) % shape.layers)}
-        watch = Watch()
-        times = interleaved(contenders, repeats, warmup=1,
-                            between=lambda: set_torch_threads(max(1, win.w.worker.threads_used)))
-        machine = watch.done()
-        heads, tokens = win.w.result.weights.shape[1], win.w.result.weights.shape[-1]
+        with torch_threads(max(1, win.w.worker.threads_used)):  # as the worker's last forward; after: as before
+            eager = eager_model(folder)
+            ids = torch.tensor([win.w.result.token_ids.tolist()])
+            assert len(eager_forward(eager, ids)) == shape.layers
+            base = RunConfig(variant="pretrained", model=str(folder), text=text_of(shape))
+            texts, layers = itertools.count(1), itertools.cycle(range(1, shape.layers + 1))
+            contenders = {"edit": lambda: win.edit(text_of(shape, next(texts))),
+                          "edit_blocking": lambda: win.edit(text_of(shape, next(texts)), blocking=True),
+                          "eager": lambda: eager_forward(eager, ids),
+                          "run": lambda: run(base.replace(text=text_of(shape, next(texts)))),
+                          "layer": lambda: win.layer(next(layers) % shape.layers)}
+            watch = Watch()
+            times = interleaved(contenders, repeats, warmup=1,
+                                between=lambda: set_torch_threads(max(1, win.w.worker.threads_used)))
+            machine = watch.done()
+            heads, tokens = win.w.result.weights.shape[1], win.w.result.weights.shape[-1]
     finally:
-        torch.set_num_threads(own_threads)
         win.close()
     return {**_edit_vs_eager_summary(times, win), "heads": heads, "tokens": tokens, **machine}
 

@@ -122,27 +122,24 @@ def eager_parts(folder: Path):
 
 
 def bench(folder: Path, pictures: list[Path], repeats: int) -> dict:
-    import torch
     from PIL import Image
 
-    from attnviz.ui.worker import set_torch_threads
+    from attnviz.system import set_torch_threads, torch_threads
 
-    own = torch.get_num_threads()
     win = VisionWindow(folder, pictures[0])
     try:
-        set_torch_threads(max(1, win.w.worker.threads_used))
-        processor, forward, whole = eager_parts(folder)
-        pixels = processor(images=Image.open(pictures[0]).convert("RGB"), return_tensors="pt")["pixel_values"]
-        fresh, again = itertools.cycle(pictures[1:]), itertools.cycle(pictures)
-        contenders = {"edit": lambda: win.image(next(fresh)), "eager": lambda: whole(next(again)),
-                      "eager_forward": lambda: forward(pixels)}
-        watch = Watch()
-        times = interleaved(contenders, repeats, warmup=1,
-                            between=lambda: set_torch_threads(max(1, win.w.worker.threads_used)))
-        machine = watch.done()
-        shape = win.w.result.weights.shape
+        with torch_threads(max(1, win.w.worker.threads_used)):  # as the worker's last forward; after: as before
+            processor, forward, whole = eager_parts(folder)
+            pixels = processor(images=Image.open(pictures[0]).convert("RGB"), return_tensors="pt")["pixel_values"]
+            fresh, again = itertools.cycle(pictures[1:]), itertools.cycle(pictures)
+            contenders = {"edit": lambda: win.image(next(fresh)), "eager": lambda: whole(next(again)),
+                          "eager_forward": lambda: forward(pixels)}
+            watch = Watch()
+            times = interleaved(contenders, repeats, warmup=1,
+                                between=lambda: set_torch_threads(max(1, win.w.worker.threads_used)))
+            machine = watch.done()
+            shape = win.w.result.weights.shape
     finally:
-        torch.set_num_threads(own)
         win.close()
     return _summary(times, win, shape, machine)
 

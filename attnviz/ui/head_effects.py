@@ -19,9 +19,9 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPus
 
 from .. import colormaps
 from ..explain import forward_config, prompt_config
+from ..system import lower_priority, model_threads, set_torch_threads
 from .heat_table import HeatTable
 from .panel import named
-from .worker import lower_priority, model_threads, set_torch_threads
 
 CACHED = 16  # results kept (a config, a position and an ablation each)
 

@@ -20,9 +20,9 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QVBoxLayout, QWidget
 
 from ..frames import model_mosaic, mosaic_columns, mosaic_rows
+from ..system import lower_priority
 from .panel import named
 from .views import lean_axes
-from .worker import lower_priority
 
 GAP = 2
 STACK_LABELS = {"encoder": "enc", "decoder": "dec", "cross": "cross"}  # the row labels of an encoder-decoder

@@ -8,7 +8,6 @@ computed one only re-renders (view-only changes never recompute).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -36,6 +35,7 @@ from ..core.runner import (
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
 from ..explain import render_extras
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
+from ..system import lower_priority, model_threads, set_torch_threads, thread_policy
 from .cpushare import CpuShare
 
 
@@ -105,28 +105,17 @@ class Failure:
     suggestions: tuple = ()
 
 
-BACKGROUND_NICE_STEP = 10  # how much nicer than the process attnviz's background threads run
-MAX_NICE = 19
-# The thread and priority policy (issue 9; numbers in benchmarks/README.md, "Contention").
-# Before each request the worker measures the cores other programs used since the last one
-# (cpushare). All cores free: the forward runs with one torch thread per core on the `quiet` lane,
-# BACKGROUND_NICE_STEP nicer than the GUI (the GUI thread then wins every core it wants: XL storm
-# stalls 0.1-0.4 s -> 31-39 ms, issue 5). Some cores busy: it runs with the cores left on the
-# `busy` lane, BUSY_NICE_STEP nicer: at nice 10 the worker got ~10% of any core it shared with
-# another program, 2.5-4.7x slower than idle; with the cores left at nice 0 or 4, 0.9-2.0x, and at 4
-# the GUI thread, which shares a core with the worker then, stalled 20-28 ms in a storm of edits
-# against 26-63 ms at 0 (quiet machine, one busy process).
-# Niceness cannot be lowered again without privileges, hence two threads, each at a fixed level.
-BUSY_NICE_STEP = 4
+# The thread and priority policy (issue 9; numbers in benchmarks/README.md, "Contention") is
+# attnviz.system's ThreadPolicy. Before each request the worker measures the cores other programs used
+# since the last one (cpushare). All cores free: the forward runs with one torch thread per core on the
+# `quiet` lane, quiet_nice nicer than the GUI. Some cores busy: it runs with the cores left on the `busy`
+# lane, busy_nice nicer (niceness cannot be lowered again without privileges, hence two threads).
 # After delivering a result the worker yields to the window while it swaps the result in and paints
 # it: the next request waits at its start and at each stage boundary (at most this long per result).
 # With a forward or render running on the other core the GUI thread's swap and paint took 2-3x their
 # CPU time alone, and every Python callback of the paint (pyqtgraph items) queued for the GIL behind
 # the worker's Python between torch ops. Fuzz longest stall 85/74/112 -> 62/70/50 ms (benchmarks/README.md).
 YIELD_MAX_S = 0.05
-# torch threads per forward: "adaptive" = the cores other programs leave free (see cpushare),
-# "all" = torch's default (one per core), or a fixed number. benchmarks/contention.py compares them.
-THREAD_POLICY: str | int = "adaptive"
 
 
 # Under "adaptive", a forward of fewer operations than this runs on one torch thread, on the busy
@@ -147,37 +136,16 @@ def small_forward(config: RunConfig) -> bool:
 
 
 def thread_count(share: CpuShare, config: RunConfig) -> int:
-    """Torch threads for the next forward of `config` under THREAD_POLICY (a model's: see model_threads)."""
-    if THREAD_POLICY == "all":
+    """Torch threads for the next forward of `config` under the thread policy (a model's: see model_threads)."""
+    policy = thread_policy().threads
+    if policy == "all":
         n = share.cores
-    elif THREAD_POLICY == "adaptive":
+    elif policy == "adaptive":
         n = share.threads()  # sampled on every request: each window it measures is one request long
         n = 1 if small_forward(config) else n
     else:
-        n = int(THREAD_POLICY)
+        n = int(policy)
     return model_threads(n) if config.spec.backed else n
-
-
-def model_threads(threads: int) -> int:
-    """Threads for a model forward: one core fewer, left to this app's own GUI thread, so it runs
-    on the busy lane, as when another program holds a core.
-
-    A model forward is a chain of many mid-sized ops, and while it runs the window is usually still
-    painting the previous result; a forward thread sharing that core makes every op wait, and at
-    nice 10 it waits longest. Measured (benchmarks.models, MiniLM-sized at 128 tokens, 2 cores, load
-    0.8-1.0): text edit -> on screen p50 174 ms with 2 threads at nice 10 (forward 98 ms in the worker,
-    46 ms alone); 171 ms with 1 thread at nice 10; 162 ms with 2 threads at nice 0; 129 ms with 1 thread
-    at nice 0 (forward 74 ms).
-    """
-    return max(1, threads - 1)
-
-
-def set_torch_threads(n: int) -> None:
-    """Set the calling thread's torch thread count (OpenMP's count is per thread)."""
-    import torch
-
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
 
 
 class Lane:
@@ -213,26 +181,6 @@ class Lane:
             finally:
                 del function
                 done.set()
-
-
-def lower_priority(step: int | None = None) -> None:
-    """Let the GUI thread win the CPU over the calling background thread.
-
-    On a machine with few cores a forward pass keeps every core busy (torch starts one thread per
-    physical core); at the GUI thread's priority the GUI thread then waits its turn (measured at XL
-    on 2 cores: stalls of 0.1-0.4 s during a burst of edits, 31-39 ms when lowered). Niceness is
-    per thread on Linux and inherited by threads the calling thread starts later, torch's intra-op
-    pool included. Call it only on threads that never start pools the GUI thread shares (Qt's
-    global QThreadPool, used by QImage conversions, would inherit it). Elsewhere it does nothing.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    step = BACKGROUND_NICE_STEP if step is None else step
-    if step <= 0:
-        return
-    tid = threading.get_native_id()
-    with contextlib.suppress(OSError):  # not permitted in some sandboxes: stay at the normal priority
-        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, MAX_NICE))
 
 
 def _libc(name: str):
@@ -419,8 +367,9 @@ class Worker(QObject):
         return self._stopping
 
     def _loop(self) -> None:
-        lanes = {"quiet": Lane("attnviz-compute", BACKGROUND_NICE_STEP),
-                 "busy": Lane("attnviz-compute-shared", BUSY_NICE_STEP)}
+        policy = thread_policy()
+        lanes = {"quiet": Lane("attnviz-compute", policy.quiet_nice),
+                 "busy": Lane("attnviz-compute-shared", policy.busy_nice)}
         self.lanes = lanes
         try:
             self._serve(lanes)

@@ -17,8 +17,9 @@ from uihelpers import wait_shown
 from attnviz.core import RunConfig, run
 from attnviz.core.runner import MemoryBudgetError, estimate_flops
 from attnviz.frames import ViewOptions
+from attnviz.system import MAX_NICE, lower_priority, thread_policy
 from attnviz.ui import worker as worker_module
-from attnviz.ui.worker import BUSY_NICE_STEP, MAX_NICE, Reaper, Request, Worker, lower_priority
+from attnviz.ui.worker import Reaper, Request, Worker
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 
@@ -140,14 +141,14 @@ def test_the_window_frees_the_replaced_result_on_the_reaper_thread(window, qtbot
 @linux_only
 def test_the_worker_thread_runs_below_the_gui_thread(qapp, qtbot):
     """The lane used when every core is free runs nicer than the GUI; the one used when other
-    programs hold cores runs BUSY_NICE_STEP nicer (issue 9: nice 10 starved it there)."""
+    programs hold cores runs the policy's busy_nice nicer (issue 9: nice 10 starved it there)."""
     gui_nice = nice_of(threading.get_native_id())
     worker = Worker(compute=run)
     try:
         qtbot.waitUntil(lambda: hasattr(worker, "lanes"), timeout=5000)
         quiet, busy = worker.lanes["quiet"].thread.native_id, worker.lanes["busy"].thread.native_id
         qtbot.waitUntil(lambda: nice_of(quiet) > gui_nice or gui_nice == MAX_NICE, timeout=5000)
-        assert nice_of(busy) == min(gui_nice + BUSY_NICE_STEP, MAX_NICE)
+        assert nice_of(busy) == min(gui_nice + thread_policy().busy_nice, MAX_NICE)
         assert nice_of(threading.get_native_id()) == gui_nice
     finally:
         assert worker.stop()
