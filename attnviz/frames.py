@@ -18,6 +18,7 @@ from . import colormaps
 from .core.config import RunConfig
 from .core.runner import RunResult
 from .core.stages import STAGE_NAMES, STAGES
+from .style import COMPACT_DIGITS, number
 
 # The map views: "weights" draws the map that multiplied V (after dropout in train mode; the signed
 # softmax₁ − λ·softmax₂ of differential attention); the others draw the pre-softmax stages.
@@ -290,7 +291,7 @@ def _row_normalised(x: torch.Tensor, signed: bool) -> torch.Tensor:
 
 
 def _tick(value: float) -> str:
-    return f"{value:.3g}".replace("-", "\u2212")  # a real minus sign
+    return number(value, COMPACT_DIGITS, typeset=True)  # a colour bar tick: compact, a real minus sign
 
 
 def _masked(x: torch.Tensor, where: torch.Tensor, op: str) -> float:
