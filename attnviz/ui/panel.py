@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 from ..core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
 from ..core.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
 from ..core.userfiles import file_fields
+from ..style import RED
 from .choices import add_choice
 from .field_widgets import object_name
 from .file_chooser import FileChooser, named
@@ -43,7 +44,7 @@ from .patch_view import ImageChooser
 
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
-ERROR_STYLE = "border: 2px solid #d0312d; border-radius: 3px;"
+ERROR_STYLE = f"border: 2px solid {RED}; border-radius: 3px;"
 
 
 def cuda_devices() -> list[tuple[str, str]]:
@@ -89,7 +90,7 @@ class ParameterPanel(QWidget):
 
         self.errorLabel = named(QLabel(), "errorLabel")
         self.errorLabel.setWordWrap(True)
-        self.errorLabel.setStyleSheet("color: #d0312d;")
+        self.errorLabel.setStyleSheet(f"color: {RED};")
         self.fixButtons = QHBoxLayout()
         outer.addWidget(self.errorLabel)
         outer.addLayout(self.fixButtons)
