@@ -20,6 +20,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QVBoxLayout, QWidget
 
 from ..frames import model_mosaic, mosaic_columns, mosaic_rows
+from ..style import RED
 from ..system import lower_priority
 from .panel import named
 from .views import lean_axes
@@ -64,7 +65,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         self.marker = pg.QtWidgets.QGraphicsRectItem()
-        self.marker.setPen(pg.mkPen("#d0312d", width=2))
+        self.marker.setPen(pg.mkPen(RED, width=2))
         self.plot.addItem(self.marker)
         # a white cross on a dark outline: visible on any colormap, and apart from the red layer marker
         self.crossShadow = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("#202020", width=4))
