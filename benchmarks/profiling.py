@@ -213,10 +213,10 @@ def profile_export(out_dir: Path, heads=16, seq=512, width=1024) -> dict:
     common = ["--heads", str(heads), "--seq-q", str(seq), "--d-model", str(width)]
     routes = {
         "attnviz_render": (["-m", "attnviz", "render"], {
-            "run()": "core/runner.py:run", "export()": "attnviz/export.py:export",
-            "layout()": "attnviz/export.py:layout", "paint": "attnviz/export.py:_paint",
-            "png encode": "attnviz/export.py:_encode_png", "frames.render": "attnviz/frames.py:render",
-            "QGuiApplication": "attnviz/export.py:ensure_gui_app"}),
+            "run()": "core/runner.py:run", "export()": "attnviz/export/write.py:export",
+            "layout()": "attnviz/export/figure.py:layout", "paint": "attnviz/export/png.py:paint",
+            "png encode": "attnviz/export/qt.py:encode_png", "frames.render": "attnviz/frames.py:render",
+            "QGuiApplication": "attnviz/export/qt.py:ensure_gui_app"}),
         "matplotlib_script": ([str(BENCH_DIR / "user_matplotlib_export.py")], {
             "seed forward": "torch/nn/modules/module.py:_call_impl", "subplots": "pyplot.py:subplots",
             "imshow": "axes/_axes.py:imshow", "colorbar": "figure.py:colorbar",
