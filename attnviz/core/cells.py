@@ -31,6 +31,10 @@ def cell_path(result: RunResult, b: int, m: int, i: int, j: int) -> dict[str, fl
         for mod in options.score_mods(q.shape[1]):
             s = mod.fn(s, *index)
             path[mod.stage] = float(s)
+        if "scores" not in result.stages:  # a run that left the scores out: masked is -inf, else the last mod's
+            mask = result.mask  # broadcastable to (B, H, Lq, Lkv)
+            allowed = mask[min(b, mask.shape[0] - 1), min(m, mask.shape[1] - 1), min(i, mask.shape[2] - 1), j]
+            path["scores"] = float(s) if allowed else -math.inf
     for name in ("scores", "weights"):
         if name in result.stages and result.stages[name].shape[1] > m:
             path[name] = float(result.stages[name][b, m, i, j])

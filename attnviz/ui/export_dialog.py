@@ -31,6 +31,7 @@ from ..atomic import is_read_only
 from ..export import FORMATS, WHATS, ExportError, ExportOptions, compose_image, default_filename, export, format_of
 from ..style import RED
 from .panel import named
+from .worker import complete_stages
 
 
 def confirm_write(parent, path: str) -> bool | None:
@@ -190,7 +191,8 @@ class ExportDialog(QDialog):
         self.progress.show()
         self.exportButton.setEnabled(False)
         result, options = self.window_.result, self.options()
-        self.job.start(lambda: export(result, path, options, replace_readonly))
+        full = format_of(path) == ".npz"  # an NPZ holds every default stage, also those the window's run left out
+        self.job.start(lambda: export(complete_stages(result) if full else result, path, options, replace_readonly))
 
     def _done(self, path) -> None:
         path = str(path)

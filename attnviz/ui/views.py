@@ -361,7 +361,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         text = f"{name} · {'weight' if view == 'weights' else view} {number(float(shown[head]))}"
         if view == "weights" and c.dropout_active:
             text += f" (before dropout {number(float(r.weights[b, head, i, j]))})"
-        maps = [head] if r.scores.shape[1] == heads or view != "weights" else [2 * head, 2 * head + 1]
+        maps = [head] if r.weights.shape[1] == heads or view != "weights" else [2 * head, 2 * head + 1]
         for m in maps:
             path = cell_path(r, b, m, i, j)
             steps = " → ".join(f"{STEP_NAMES[k]} {number(v)}" for k, v in path.items() if k in STEP_NAMES)

@@ -48,6 +48,25 @@ def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
     return frozenset({stage}) | (ALL_STAGES & frozenset(run_stages(config)))
 
 
+def window_record(config: RunConfig, needed: frozenset[str]) -> frozenset[str]:
+    """What the window's run keeps: the default record and the needed stages, less a seed variant's
+    pre-softmax scores unless a view draws them. Hover recomputes one cell's score from q and k
+    (cells.cell_path), and an NPZ export runs again for the whole default record (complete_stages), so
+    the window's run writes one full map fewer (at 1,024 tokens and 12 heads, 48 MB)."""
+    record = DEFAULT_RECORD | needed
+    return record if config.spec.backed or "scores" in needed else record - {"scores"}
+
+
+def complete_stages(result: RunResult) -> RunResult:
+    """`result` with every stage of the default record its configuration has: a seed variant's run again
+    (the same seed, the same numbers) when the window's run left some out (window_record). On a worker
+    thread only."""
+    wanted = (DEFAULT_RECORD | result.stages.keys()) & frozenset(run_stages(result.config))
+    if result.config.spec.backed or result.pool_factor is not None or wanted <= result.stages.keys():
+        return result
+    return run(result.config, record=wanted)
+
+
 def producible(needed: frozenset[str], source) -> frozenset[str]:
     """The needed stages a result can have: a model's forward (`source`) records what its family exposes."""
     return needed if source is None else needed & frozenset(backed_stages(source.info))
@@ -422,9 +441,9 @@ class Worker(QObject):
                     self.sigBusy.emit(False)
 
     def _run(self, config: RunConfig, needed: frozenset[str], cancel=None, **stream) -> RunResult:
-        # a view of a stage the default run does not keep asks for it (and only then: fakes in tests
-        # take (config, cancel)); the pipeline view asks for every stage; a generation streams (on_step)
-        extra = ({} if needed <= DEFAULT_RECORD else {"record": DEFAULT_RECORD | needed}) | stream
+        # the stages the window's views read (window_record); the pipeline view asks for every stage;
+        # a generation streams (on_step)
+        extra = {"record": window_record(config, needed)} | stream
         cancel = cancel or self._checkpoint
         try:
             return self._compute(config, cancel=cancel, **extra)

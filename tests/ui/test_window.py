@@ -106,10 +106,21 @@ def test_view_only_changes_do_not_recompute(window, qtbot, counting_run):
     wait_shown(qtbot, window)
     p.batchIndexSpin.setValue(2)
     wait_shown(qtbot, window)
-    select(window.viewCombo, "scores")
-    wait_shown(qtbot, window)
     assert len(counting_run.calls) == computed
     assert "view only" in window.statusLabel.text()
+
+
+def test_the_scores_view_runs_once_for_the_scores_then_weights_are_view_only(window, qtbot, counting_run):
+    """The window's run leaves a seed variant's pre-softmax scores out until a view draws them."""
+    wait_shown(qtbot, window)
+    assert "scores" not in window.result.stages
+    computed = len(counting_run.calls)
+    select(window.viewCombo, "scores")
+    wait_shown(qtbot, window)
+    assert len(counting_run.calls) == computed + 1 and "scores" in window.result.stages
+    select(window.viewCombo, "weights")
+    wait_shown(qtbot, window)
+    assert len(counting_run.calls) == computed + 1
 
 
 def test_scores_view_uses_diverging_map_and_masked_colour(window, qtbot):
@@ -185,7 +196,9 @@ def test_hover_reads_exact_values(window, qtbot):
     grid.sigHover.connect(texts.append)
     grid._hovered(grid.cell_scene_pos(2, 3.2, 4.8))
     w = window.result.weights[0, 2, 5, 3]
-    s = window.result.scores[0, 2, 5, 3]
+    from attnviz.core import run
+
+    s = run(window.result.config).scores[0, 2, 5, 3]  # the window's run left the scores out: hover recomputes
     assert "head 2" in texts[-1] and "query i=5, key j=3" in texts[-1]
     assert f"{w:.4g}" in texts[-1] and f"{s:.4g}" in texts[-1]
     grid._hovered(grid.cell_scene_pos(2, 9.0, 2.0))
@@ -312,7 +325,7 @@ def test_close_during_long_run_is_prompt_and_the_worker_ends(qtbot):
 
     started = []
 
-    def slow(config, cancel=None):  # a long run that, like run(), polls cancel between stages
+    def slow(config, cancel=None, **_):  # a long run that, like run(), polls cancel between stages
         started.append(config)
         for _ in range(400):
             if cancel and cancel():
@@ -391,7 +404,7 @@ def test_the_mean_cannot_be_focused_while_it_is_not_drawn(window, qtbot):
 def test_an_older_result_does_not_clear_a_newer_local_error(qtbot):
     import time
 
-    def slow(config, cancel=None):
+    def slow(config, cancel=None, **_):
         time.sleep(0.4)
         return run(config)
 
@@ -427,8 +440,8 @@ def test_memory_fix_never_lengthens_and_batch_change_keeps_lengths(window):
 
 def test_the_memory_fix_recomputes_when_the_query_is_already_short(qtbot):
     # the keys are the long side: the fix shortens them only, and must still send a new run
-    def small_budget(config, cancel=None):
-        return run(config, cancel=cancel, memory_budget=40 << 20)
+    def small_budget(config, cancel=None, **kwargs):
+        return run(config, cancel=cancel, memory_budget=40 << 20, **kwargs)
 
     w = MainWindow(compute=small_budget)
     qtbot.addWidget(w)

@@ -49,7 +49,7 @@ def yielding_worker(qapp, qtbot, monkeypatch):
     monkeypatch.setattr(worker_module, "YIELD_MAX_S", 60.0)
     seeds: list[int] = []
 
-    def compute(config, cancel=None):
+    def compute(config, cancel=None, **_):
         seeds.append(config.seed)
         return run(config, cancel=cancel)
 
@@ -94,7 +94,7 @@ def test_a_run_refused_for_memory_is_retried_once_the_held_result_is_freed(qapp,
     log: list = []
     config = RunConfig(seq_q=8, heads=2, d_model=16)
 
-    def compute(config, cancel=None):  # fits only once the held result is gone
+    def compute(config, cancel=None, **_):  # fits only once the held result is gone
         log.append(("run", threading.current_thread().name, time.monotonic()))
         if not any(what == "freed" for what, _, _ in log):
             raise MemoryBudgetError("seq_q", config.seq_q, "over the budget", "use shorter lengths")
@@ -114,7 +114,7 @@ def test_a_run_refused_for_memory_is_retried_once_the_held_result_is_freed(qapp,
 def test_a_refusal_with_nothing_held_is_reported_not_retried(qapp, qtbot):
     calls = []
 
-    def compute(config, cancel=None):
+    def compute(config, cancel=None, **_):
         calls.append(config)
         raise MemoryBudgetError("seq_q", config.seq_q, "over the budget", "use shorter lengths")
 
@@ -158,7 +158,7 @@ def test_the_worker_uses_the_cores_other_programs_leave(qapp, qtbot, monkeypatch
     """Two cores, others holding one: the forward runs with one torch thread, on the busy lane."""
     seen = []
 
-    def compute(config, cancel=None):
+    def compute(config, cancel=None, **_):
         seen.append((torch.get_num_threads(), threading.current_thread().name))
         return run(config, cancel=cancel)
 
@@ -185,7 +185,7 @@ def test_a_small_forward_runs_on_one_thread_with_every_core_free(qapp, qtbot, mo
     above it, it takes every free core. Models and half precision on the CPU never count as small."""
     seen = []
 
-    def compute(config, cancel=None):
+    def compute(config, cancel=None, **_):
         seen.append((torch.get_num_threads(), threading.current_thread().name))
         return run(config, cancel=cancel)
 
@@ -373,3 +373,19 @@ def test_memory_a_thread_freed_goes_back_to_the_system():
     if retained("plain") < 32:
         pytest.skip("this glibc returns a thread arena's free top by itself")
     assert retained("worker") < 16  # the trim threshold: a free top past it is handed back
+
+
+def test_the_window_leaves_scores_out_and_an_npz_export_gets_them_back():
+    import numpy as np
+
+    from attnviz.ui.worker import complete_stages, window_record
+
+    config = RunConfig.for_variant("causal", d_model=32, heads=4, seq_q=12, seed=5)
+    record = window_record(config, frozenset({"weights"}))
+    assert "scores" not in record and "scores" in window_record(config, frozenset({"scores"}))
+    shown = run(config, record=record)
+    full = complete_stages(shown)
+    assert "scores" not in shown.stages
+    assert set(full.stages) == {"x", "q", "k", "v", "scores", "weights", "dropped", "context", "output"}
+    np.testing.assert_array_equal(full.scores, run(config).scores)
+    np.testing.assert_array_equal(full.weights, shown.weights)
