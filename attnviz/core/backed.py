@@ -48,6 +48,15 @@ WEIGHTS_ONLY_NOTE = "weights only: this family's code does not expose its attent
 FORWARD_OVERHEAD = 64 << 20  # activations and the kernel's temporaries besides the maps, generously
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A text as a model-backed variant's encode() returns it (see the protocol above)."""
+
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]  # the display labels, one per id
+    layer_tokens: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None  # per layer: (rows, columns)
+
+
 @dataclass
 class ModelForward:
     """One forward of a model-backed variant: every layer's recorded stages as NumPy."""

@@ -23,8 +23,6 @@ import json
 import os
 import pickle
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +34,11 @@ from torch import Tensor
 
 from .config import FILE_FIELDS, ConfigError, RunConfig
 from .configfile import ConfigFileError, read_config_text
+from .lru import LRU
 from .variants import VARIANTS
 
 CACHE_ENTRIES = 6  # loaded files (and hashes) kept in memory
-_cache: OrderedDict[tuple, Any] = OrderedDict()
-_lock = threading.Lock()
+_cache: LRU[Any] = LRU(CACHE_ENTRIES)
 
 RESAVE = ("re-save only the tensors: torch.save(model.state_dict(), 'weights.pt'), or "
           "safetensors.torch.save_file(model.state_dict(), 'weights.safetensors')")
@@ -100,16 +98,7 @@ def _stat(field: str, path: str) -> tuple[str, int, int]:
 def _cached(kind: str, field: str, path: str, load: Callable[[str], Any]) -> Any:
     """load(path), once per (kind, path, mtime, size); the few newest are kept."""
     key = (kind, *_stat(field, path))
-    with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    value = load(path)
-    with _lock:
-        _cache[key] = value
-        while len(_cache) > CACHE_ENTRIES:
-            _cache.popitem(last=False)
-    return value
+    return _cache.get_or_make(key, lambda: load(path))
 
 
 def file_record(field: str, path: str) -> FileRecord:
@@ -126,18 +115,36 @@ def file_record(field: str, path: str) -> FileRecord:
     return FileRecord(field, path, _cached("sha256", field, path, digest), size, mtime)
 
 
-def _torch_load(field: str, path: str) -> Any:
+class UnreadableCheckpoint(Exception):
+    """A pickle checkpoint read_checkpoint would not read: `reason` says why, `pickled` whether it held objects
+    (not a file torch cannot parse)."""
+
+    def __init__(self, reason: str, pickled: bool):
+        super().__init__(reason)
+        self.reason, self.pickled = reason, pickled
+
+
+def read_checkpoint(path: str | os.PathLike, mmap: bool = False) -> Any:
+    """A torch.save file read with torch.load(weights_only=True) on the CPU, the one way attnviz reads a pickle
+    (your own weights and inputs, a model folder's pytorch_model.bin): one holding objects beyond tensors, whose
+    unpickling could run any code, or one torch cannot parse raises UnreadableCheckpoint."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         found = re.search(r"GLOBAL ([\w.]+)", str(exc))
         what = f"it holds a pickled {found.group(1)}" if found else "it holds pickled Python objects"
-        raise ConfigError(field, Path(path).name,
-                          f"refused: {what}, not only tensors; torch.load(weights_only=True) refuses arbitrary "
-                          "objects because unpickling them can run any code", RESAVE) from None
+        raise UnreadableCheckpoint(f"refused: {what}, not only tensors; torch.load(weights_only=True) refuses "
+                                   "arbitrary objects because unpickling them can run any code", True) from None
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a file it cannot parse
-        raise ConfigError(field, Path(path).name, f"is not a file torch.load can read ({type(exc).__name__})",
-                          "give a file written by torch.save, or a .safetensors / .npz file") from None
+        raise UnreadableCheckpoint(f"is not a file torch.load can read ({type(exc).__name__})", False) from None
+
+
+def _torch_load(field: str, path: str) -> Any:
+    try:
+        return read_checkpoint(path)
+    except UnreadableCheckpoint as exc:
+        fix = RESAVE if exc.pickled else "give a file written by torch.save, or a .safetensors / .npz file"
+        raise ConfigError(field, Path(path).name, exc.reason, fix) from None
 
 
 def _safetensors(field: str, path: str) -> dict[str, Tensor]:

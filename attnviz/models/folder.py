@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..core.device import MEMORY_FRACTION, available_memory
+from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
 from .errors import ModelError
 from .gguf_files import read_gguf
 
@@ -185,10 +186,9 @@ def check_pickle(folder: ModelFolder) -> None:
 
 def _load_pickle(path: Path) -> dict[str, Tensor]:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError ...
-        raise ModelError(path, f"torch.load(weights_only=True) refused or failed to read the checkpoint "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+        state = read_checkpoint(path, mmap=True)
+    except UnreadableCheckpoint as exc:
+        raise ModelError(path, f"the checkpoint {exc.reason}",
                          "use the model's safetensors weights; attnviz never runs code from a pickle") from exc
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ModelError(path, "the checkpoint is not a flat dictionary of tensors", "use safetensors weights")

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-from collections import OrderedDict
 
 import torch
 from torch import Tensor, nn
 
 from ..core.kernel import Trace
+from ..core.lru import LRU
 from ..core.value_weighted import value_weighted as weigh_by_values
 from .folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
 from .hf import ModelInfo, auto_tokenizer, load_transformers_model
@@ -246,8 +245,7 @@ def check_vocabulary(tokens: int, info: ModelInfo, folder: ModelFolder) -> None:
                          "token embeddings", "use the tokenizer saved with this model", field_name="tokenizer")
 
 
-_cache: OrderedDict[tuple, PretrainedModel] = OrderedDict()
-_lock = threading.Lock()
+_cache: LRU[PretrainedModel] = LRU(CACHE_SIZE)
 
 
 def load_model(folder: str | os.PathLike, *, memory_budget: int | None = None) -> PretrainedModel:
@@ -259,18 +257,8 @@ def load_model(folder: str | os.PathLike, *, memory_budget: int | None = None) -
         return load_vision_model(folder, memory_budget=memory_budget)
     checked = read_folder(folder)
     key = (str(checked.path.resolve()), checked.stamp())
-    with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    model = _build(checked, memory_budget)
-    with _lock:
-        _cache[key] = model
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return model
+    return _cache.get_or_make(key, lambda: _build(checked, memory_budget))
 
 
 def clear_cache() -> None:
-    with _lock:
-        _cache.clear()
+    _cache.clear()

@@ -11,10 +11,10 @@ shown as they are.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..core.backed import Encoded
 from .folder import ModelError
 
 WORDPIECE_PREFIX = "##"
@@ -54,12 +54,6 @@ def display(text: str) -> str:
     """A label as drawn on an axis: whitespace made visible where it is all there is."""
     shown = text.replace("\n", "↵").replace("\t", "⇥")
     return shown.strip() or shown.replace(" ", "␣")
-
-
-@dataclass(frozen=True)
-class Encoded:
-    ids: tuple[int, ...]
-    tokens: tuple[str, ...]  # the display labels, one per id
 
 
 class TextTokenizer:

@@ -16,20 +16,12 @@ changing the shared model.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..core.config import ConfigError
 from .tokens import Encoded
-
-
-@dataclass(frozen=True)
-class ViewEncoded:
-    ids: tuple[int, ...]  # the model's (an encoder-decoder's encoder's) input
-    tokens: tuple[str, ...]
-    layer_tokens: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None  # per layer: (rows, columns)
 
 
 class ModelView:
@@ -45,13 +37,13 @@ class ModelView:
         self.decoder_length = len(decoder.ids) if decoder is not None else 0
         self.residuals: list[Tensor] | None = None  # after a forward: the residual stream after each layer
 
-    def encode(self, text: str) -> ViewEncoded:
+    def encode(self, text: str) -> Encoded:
         encoded = self._chat_encode(text) if self.chat else self.model.encode(text)
         if self.decoder is None:
-            return ViewEncoded(encoded.ids, encoded.tokens)
+            return Encoded(encoded.ids, encoded.tokens)
         rows = encoded.tokens if self.stack == "encoder" else self.decoder.tokens
         cols = self.decoder.tokens if self.stack == "decoder" else encoded.tokens
-        return ViewEncoded(encoded.ids, encoded.tokens, ((rows, cols),) * self.info.layers)
+        return Encoded(encoded.ids, encoded.tokens, ((rows, cols),) * self.info.layers)
 
     def _chat_encode(self, text: str) -> Encoded:
         """The text wrapped in the chat template, tokenized without specials again; a text too long offers

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from ..core.backed import Encoded
 from ..core.config import ConfigError
 from ..core.kernel import Trace
+from ..core.lru import LRU
 from ..core.masks import is_causal
 from ..core.stages import ALL_STAGES, STAGE_NAMES
 from .folder import ModelError, ModelFolder, model_name, weight_files, weights_within_budget
@@ -44,8 +44,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 VISION_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "clip", "siglip", "clip_vision_model",
                           "siglip_vision_model", "beit", "vit_msn", "ijepa"})
 NO_TEXT = "reads an image, not a text"
-_cache: OrderedDict[tuple, VisionModel] = OrderedDict()
-_lock = threading.Lock()
+_cache: LRU[VisionModel] = LRU(2)
 
 
 @dataclass
@@ -172,16 +171,7 @@ def load_vision_model(folder: str | os.PathLike, *, memory_budget: int | None = 
     path = Path(folder).expanduser()
     checked = _read_vision_folder(path)
     key = (str(path.resolve()), checked.stamp(), (path / PREPROCESSOR).stat().st_mtime_ns)
-    with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    model = _build(checked, memory_budget)
-    with _lock:
-        _cache[key] = model
-        while len(_cache) > 2:
-            _cache.popitem(last=False)
-    return model
+    return _cache.get_or_make(key, lambda: _build(checked, memory_budget))
 
 
 class VisionModel:
@@ -262,7 +252,6 @@ class VisionView:
 
     def encode(self, text: str):
         """The shown stack's tokens; every tower with an input gets it (ConfigError for a missing or bad one)."""
-        from .view import ViewEncoded
 
         self._inputs = {}
         name = self.model.info.name
@@ -280,9 +269,9 @@ class VisionView:
             tokens = self.picture.tokens
             others = [len(i["input_ids"][0]) for s, i in self._inputs.items() if s == "text"]
             self.decoder_length = max(others, default=0)
-            return ViewEncoded(tuple(range(len(tokens))), tokens)
+            return Encoded(tuple(range(len(tokens))), tokens)
         self.decoder_length = len(self.picture.tokens) if self.picture is not None else 0
-        return ViewEncoded(tuple(int(i) for i in self._inputs["text"]["input_ids"][0]), self.text_tokens)
+        return Encoded(tuple(int(i) for i in self._inputs["text"]["input_ids"][0]), self.text_tokens)
 
     def _encode_text(self, text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
         tokenizer, info = self.model.tokenizer, self.model.towers["text"].info

@@ -16,12 +16,15 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from .specs import TOYS, ToySpec
+
+if TYPE_CHECKING:
+    from attnviz.core.backed import Encoded
 
 # attnviz.core's variant registry reads TOYS from here, so nothing at this module's top level may
 # import attnviz.core (the networks, built from the seed modules, are imported where they are built).
@@ -138,13 +141,6 @@ class ToyInfo:
     causal: bool = False  # the induction toy predicts the next token; the others are encoder-decoders
 
 
-@dataclass(frozen=True)
-class Encoded:
-    ids: list[int]
-    tokens: list[str]  # the input characters
-    layer_tokens: list[tuple[list[str], list[str]]]  # (rows, columns) of each layer's maps
-
-
 class ToyBacked:
     """A toy as attnviz.core.backed wants a model: info, encode(text), forward(ids, record).
     Toys run on the CPU whatever the device (they take milliseconds), so no `.module` is exposed."""
@@ -169,6 +165,8 @@ class ToyBacked:
         layers = [(chars, chars)] * spec.layers
         if spec.task != "induction":  # the decoder's cross-attention: output digits over input digits
             layers[-1] = (list(self.toy.predict(text)), chars)
+        from attnviz.core.backed import Encoded
+
         return Encoded(ids, chars, layers)
 
     def forward(self, ids: Tensor, record: frozenset[str]) -> tuple[Tensor, list]:

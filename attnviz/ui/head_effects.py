@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from .. import colormaps
+from ..core.lru import LRU
 from ..explain import forward_config, prompt_config
 from ..system import lower_priority, model_threads, set_torch_threads
 from .heat_table import HeatTable
@@ -87,7 +87,7 @@ class HeadEffectsView(QWidget):
         self.job.sigProgress.connect(self._progress)
         self.job.sigDone.connect(self._done)
         self.job.sigFailed.connect(self._failed)
-        self.cache: OrderedDict = OrderedDict()
+        self.cache: LRU[np.ndarray] = LRU(CACHED)
         self.effects: np.ndarray | None = None  # what the table shows
         self.shown_key = None
         self._config = None  # the forward config of the last result shown
@@ -147,9 +147,8 @@ class HeadEffectsView(QWidget):
         key = self._key()
         if key == self.shown_key:
             return
-        if key in self.cache:
-            self.cache.move_to_end(key)
-            self._show(key, self.cache[key])
+        if (cached := self.cache.get(key)) is not None:
+            self._show(key, cached)
         elif key != self.job.key:
             self._start(key)
 
@@ -209,9 +208,7 @@ class HeadEffectsView(QWidget):
             self.effects = None
 
     def _done(self, key, effects: np.ndarray) -> None:
-        self.cache[key] = effects
-        while len(self.cache) > CACHED:
-            self.cache.popitem(last=False)
+        self.cache.put(key, effects)
         if key == self.job.key:
             self.job.key = None
             self._show(key, effects)

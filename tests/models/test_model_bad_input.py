@@ -108,7 +108,8 @@ def test_pickle_that_weights_only_refuses(tiny_models, tmp_path):
     f = _copy(tiny_models, tmp_path)
     (f / "model.safetensors").unlink()
     torch.save({"w": torch.zeros(2), "evil": Payload()}, f / "pytorch_model.bin")
-    _fails(f, match="weights_only=True", tmp_path=tmp_path)
+    err = _fails(f, match="weights_only=True", tmp_path=tmp_path)
+    assert "Payload" in str(err)  # the object it would have unpickled, named as for your own weights
 
 
 def test_empty_text(tiny_models, tmp_path):
