@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 from .. import colormaps
 from ..core import RunResult
 from ..core.cells import cell_path
+from ..core.stages import BY_NAME
 from ..frames import Frames, head_title, tensor_data, view_stage
 from ..models.tokens import display
 from ..style import STALE_OPACITY, number
@@ -35,8 +36,6 @@ from .heatmap import (
 from .mosaic import FADE, GENERATED_INK, ROW_MARK, TITLE_ROW_PX, MapTile, Mosaic, image_rects
 from .panel import named
 
-STEP_NAMES = {"qk": "Q·Kᵀ", "scaled": "scaled", "biased": "+bias", "capped": "capped", "scores": "score",
-              "weights": "softmax"}  # one cell's path, as hover spells it
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 
 
@@ -364,7 +363,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         maps = [head] if r.weights.shape[1] == heads or view != "weights" else [2 * head, 2 * head + 1]
         for m in maps:
             path = cell_path(r, b, m, i, j)
-            steps = " → ".join(f"{STEP_NAMES[k]} {number(v)}" for k, v in path.items() if k in STEP_NAMES)
+            steps = " → ".join(f"{BY_NAME[k].title} {number(v)}" for k, v in path.items())  # the stages' titles
             text += f" · {'map ' + str(m % 2 + 1) + ': ' if len(maps) > 1 else ''}{steps}"
         return text
 

@@ -32,7 +32,7 @@ def test_hover_shows_the_stage_values_that_made_a_cell(window, qtbot):
     wait_shown(qtbot, window)
     r = window.result
     text = window.headGrid.cell_text(2, 5, 3)
-    for label in ("Q·Kᵀ", "scaled", "capped", "score", "softmax"):
+    for label in ("Q·Kᵀ", "scaled", "capped", "masked", "softmax"):  # the stages' titles, as the pipeline spells them
         assert label in text, label
     raw = float(np.dot(r.q[0, 2, 5], r.k[0, 2, 3]))
     assert f"Q·Kᵀ {raw:.4g}"[:9] in text
