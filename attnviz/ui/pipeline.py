@@ -53,13 +53,9 @@ def path_text(result, b: int, m: int, i: int, j: int) -> str:
         scale = result.config.qk_scale or 1 / math.sqrt(dh)
         parts.append(f"q_i·k_j = {number(path['qk'])}")
         parts.append(f"× {number(scale)} = {number(path['scaled'])}")
-    for name in ("biased", "capped"):
+    for name in ("biased", "capped", "scores", "weights"):  # each spelled by its stage's title
         if name in path:
             parts.append(f"{STAGE_TITLES[name]} → {number(path[name])}")
-    if "scores" in path:
-        parts.append(f"masked → {number(path['scores'])}")
-    if "weights" in path:
-        parts.append(f"softmax → {number(path['weights'])}")
     return " · ".join(parts)
 
 
