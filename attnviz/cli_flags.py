@@ -217,3 +217,26 @@ def _add_extra_flags(p: argparse.ArgumentParser) -> None:
                        help="NPZ: also every layer's weights as layer_weights (layers, H, L, L)")
     model.add_argument("--truncate", action="store_true",
                        help="cut a text longer than the model's positions to what fits (else exit 2)")
+
+
+def options_markdown() -> str:
+    """The render parser's options as Markdown, group by group: the README's option list is this text
+    (`python -m attnviz.cli_flags` prints it; a test keeps the README equal to it)."""
+    parser = render_parser()
+    formatter = parser._get_formatter()  # noqa: SLF001 - argparse's own spelling of each flag
+    lines: list[str] = []
+    for group in parser._action_groups:  # noqa: SLF001
+        actions = [a for a in group._group_actions if a.option_strings and a.help != argparse.SUPPRESS]  # noqa: SLF001
+        if not actions:
+            continue
+        title = "options" if group.title in ("options", "optional arguments") else group.title
+        lines += ["", f"**{title}**" + (f": {group.description}" if group.description else ""), ""]
+        for action in actions:
+            flag = formatter._format_action_invocation(action)  # noqa: SLF001
+            text = (action.help or "").replace("%%", "%").replace("*", "\\*").replace("<", "&lt;")
+            lines.append(f"- `{flag}`: {text}")
+    return "\n".join(lines).strip() + "\n"
+
+
+if __name__ == "__main__":
+    print(options_markdown(), end="")
