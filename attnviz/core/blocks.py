@@ -19,6 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from . import buffers
+
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
 FILL = {"scores": -math.inf}  # what a left-out (masked) cell holds; every other map stage holds 0 there
@@ -31,42 +33,57 @@ def block_rows(q: Tensor, lkv: int) -> int:
     return max(1, BLOCK_BYTES // max(1, b * h * lkv * q.element_size()))
 
 
-def key_span(mask: Tensor | None, lkv: int) -> tuple[int, int]:
-    """The keys [k0, k1) that some row of this block may attend; every key where a row has none (its
-    softmax over all -inf gives NaN in every cell, which trimmed keys would not show)."""
-    if mask is None:
-        return 0, lkv
-    flat = mask.reshape(-1, mask.shape[-2], mask.shape[-1])
-    if not bool(flat.any(-1).all()):
-        return 0, lkv
-    keys = flat.any(-2).any(0).nonzero()
-    return int(keys[0]), int(keys[-1]) + 1
+class KeySpans:
+    """For each query row, the first and last key some batch item and head may attend, found once for the
+    whole mask; span(r0, r1) is then a block's keys [k0, k1)."""
+
+    def __init__(self, mask: Tensor | None, lkv: int):
+        self.lkv = lkv
+        if mask is None:
+            self.first = None
+            return
+        rows = mask.reshape(-1, *mask.shape[-2:]).cpu().numpy()  # NumPy: torch's bool reductions are slower
+        union = rows[0] if rows.shape[0] == 1 else rows.any(0)  # (Lq or 1, Lkv): some item and head may attend
+        self.every_row_has_a_key = rows.any(-1).all(0).tolist()
+        self.first = union.argmax(-1).tolist()
+        self.last = (lkv - 1 - union[:, ::-1].argmax(-1)).tolist()
+
+    def span(self, r0: int, r1: int) -> tuple[int, int]:
+        """The keys [k0, k1) that some row of r0..r1 may attend; every key where a row has none (its
+        softmax over all -inf gives NaN in every cell, which trimmed keys would not show)."""
+        if self.first is None:
+            return 0, self.lkv
+        rows = slice(0, 1) if len(self.first) == 1 else slice(r0, r1)
+        if not all(self.every_row_has_a_key[rows]):
+            return 0, self.lkv
+        return min(self.first[rows]), max(self.last[rows]) + 1
 
 
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trace: dict, map_rows: Callable,
-                      repeat: Callable[[Tensor, int], Tensor]) -> Tensor | None:
+                      repeat: Callable[[Tensor, int], Tensor], bias_of: Callable) -> Tensor | None:
     """The context (B, H', Lq, dv) of `attention`, in blocks of query rows; the kept map stages are written
     whole into `trace`. None when one block would hold every row (the whole path is then the same work).
 
-    map_rows(q_rows, mask=, trace=, row0=, col0=, keys_t=) -> (map, mask): kernel._map on a block.
-    repeat(x, heads): kernel.repeat_kv."""
+    map_rows(q_rows, mask=, trace=, row0=, col0=, keys_t=, bias=) -> (map, mask): kernel._map on a block.
+    repeat(x, heads): kernel.repeat_kv; bias_of(mask, dtype): kernel.mask_bias."""
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
     rows = block_rows(q, lkv)
     if rows >= lq:
         return None
     record = frozenset(getattr(trace, "record", ())) - INPUT_STAGES
-    trim = not record & PRE_MASK
+    spans = KeySpans(mask if not record & PRE_MASK else None, lkv)
+    bias = None if mask is None else bias_of(mask, q.dtype)
     keys_t = repeat(k, h).transpose(-2, -1)
     values = context = None
     whole: dict[str, Tensor] = {}
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
-        m = None if mask is None else (mask if mask.shape[-2] == 1 else mask[..., r0:r1, :])
-        k0, k1 = key_span(m, lkv) if trim else (0, lkv)
+        k0, k1 = spans.span(r0, r1)
+        cells = (..., slice(r0, r1) if mask is not None and mask.shape[-2] > 1 else slice(None), slice(k0, k1))
         block_trace = type(trace)(record)
-        dropped, _ = map_rows(q[:, :, r0:r1], mask=None if m is None else m[..., k0:k1], trace=block_trace,
-                              row0=r0, col0=k0, keys_t=keys_t[..., k0:k1])
+        dropped, _ = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], trace=block_trace,
+                              row0=r0, col0=k0, keys_t=keys_t[..., k0:k1], bias=None if bias is None else bias[cells])
         if context is None:  # the map's head count is known now (differential attention halves it)
             values = repeat(v, dropped.shape[1])
             context = q.new_empty((b, dropped.shape[1], lq, v.shape[-1]))
@@ -88,7 +105,7 @@ def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, 
             whole.setdefault(name, whole[twin])
             continue
         if name not in whole:
-            whole[name] = t.new_empty((*t.shape[:2], *shape))
+            whole[name] = buffers.empty((*t.shape[:2], *shape), t.dtype, t.device)  # every cell is written
         out = whole[name][:, :, r0:r1]
         out[..., k0:k1] = t
         fill = FILL.get(name, 0.0)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ..system import memory_bytes
+from . import buffers
 from .config import ConfigError
 
 MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
@@ -34,7 +35,8 @@ def available_memory(device: torch.device) -> int:
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return torch.cuda.mem_get_info(device)[0] + cached
     free = memory_bytes("MemAvailable")
-    return 8 << 30 if free is None else free  # not Linux: assume 8 GiB free
+    # free map buffers (buffers.py) are memory a run gets back: first reused, else dropped before it allocates
+    return (8 << 30 if free is None else free) + buffers.idle_bytes()  # not Linux: assume 8 GiB free
 
 
 def format_bytes(n: float) -> str:

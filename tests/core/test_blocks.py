@@ -10,7 +10,7 @@ from seeds import Seed002CausalSelfAttention, seed002_generate_mask
 
 from attnviz.core import CausalSelfAttention, RunConfig, run
 from attnviz.core import blocks as blocks_module
-from attnviz.core.blocks import key_span
+from attnviz.core.blocks import KeySpans
 from attnviz.core.kernel import attention
 from attnviz.core.stages import ALL_STAGES
 
@@ -100,12 +100,14 @@ def test_blocked_seed_module_matches_the_tutorial(block_bytes):
     assert blocks_module.block_rows(torch.empty(2, 6, 70, 8), 70) < 70  # the run did use blocks
 
 
-def test_key_span_is_the_keys_some_row_may_see():
+def test_key_spans_are_the_keys_some_row_may_see():
     causal = torch.ones(10, 10, dtype=torch.bool).tril()[None, None]
-    assert key_span(causal[..., 2:5, :], 10) == (0, 5)
+    assert KeySpans(causal, 10).span(2, 5) == (0, 5)
     band = causal & ~torch.ones(10, 10, dtype=torch.bool).tril(-3)[None, None]
-    assert key_span(band[..., 6:8, :], 10) == (4, 8)
-    assert key_span(None, 10) == (0, 10)
+    assert KeySpans(band, 10).span(6, 8) == (4, 8)
+    assert KeySpans(None, 10).span(0, 3) == (0, 10)
     no_key = causal.clone()
     no_key[..., 3, :] = False
-    assert key_span(no_key[..., 2:5, :], 10) == (0, 10)  # a no-key row is NaN in every key: all computed
+    assert KeySpans(no_key, 10).span(2, 5) == (0, 10)  # a no-key row is NaN in every key: all computed
+    padded = torch.tensor([[True] * 6 + [False] * 4, [True] * 3 + [False] * 7]).view(2, 1, 1, 10)
+    assert KeySpans(padded, 10).span(0, 4) == (0, 6)  # one row for every query: the union of the items

@@ -1,0 +1,69 @@
+"""Large CPU map buffers handed out again once nothing uses them.
+
+A fresh tensor's memory is mapped page by page as it is first written: a 48 MB map (12 heads, 1,024 tokens)
+costs about 12,000 page faults, tens of milliseconds (more in a virtual machine), on every run, since the
+allocator returns blocks this large to the system when they are freed. A run that replaces the one before
+can write into that run's buffer instead once the result it belonged to is gone. A buffer is free when its
+storage has no user but this pool (torch's storage use count), so a result still on screen, in a cache or
+being exported is never written over.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch import Tensor
+
+MIN_BYTES = 8 << 20  # smaller buffers come from the allocator's own free lists, already mapped
+HELD_BYTES = 2 << 30  # buffers tracked at most, in use or free (past this a buffer is the allocator's alone)
+
+_lock = threading.Lock()
+_buffers: list[Tensor] = []  # every buffer handed out and not yet dropped, oldest first
+_use_count = getattr(torch._C, "_storage_Use_Count", None)  # None: a torch without it recycles nothing
+
+
+def _free(t: Tensor) -> bool:
+    """No user of the storage but the pool (its tensor, and the storage object made to ask)."""
+    return _use_count(t.untyped_storage()._cdata) <= 2
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu") -> Tensor:
+    """torch.empty(shape), from a free buffer of the same size and dtype where there is one."""
+    device = torch.device(device)
+    numel = 1
+    for n in shape:
+        numel *= n
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if _use_count is None or device.type != "cpu" or nbytes < MIN_BYTES:
+        return torch.empty(shape, dtype=dtype, device=device)
+    with _lock:
+        for i, t in enumerate(_buffers):
+            if t.dtype == dtype and t.numel() == numel and _free(t):
+                _buffers.append(_buffers.pop(i))  # the newest now
+                return t.view(shape)
+        _drop_free()  # they fit no map of this run: their memory goes back before a new buffer takes more
+        t = torch.empty(numel, dtype=dtype)
+        _buffers.append(t)
+        if sum(b.numel() * b.element_size() for b in _buffers) > HELD_BYTES:
+            _buffers.pop()  # not kept for later: the pool holds enough already
+        return t.view(shape)
+
+
+def _drop_free() -> int:
+    """Let go of every free buffer (the lock held); returns their bytes."""
+    idle = [t for t in _buffers if _free(t)]
+    _buffers[:] = [t for t in _buffers if all(t is not i for i in idle)]  # by identity: == compares values
+    return sum(t.numel() * t.element_size() for t in idle)
+
+
+def release() -> int:
+    """Give every free buffer back to the system (before a run that needs the memory); returns the bytes."""
+    with _lock:
+        return _drop_free()
+
+
+def idle_bytes() -> int:
+    """Bytes held in free buffers (memory a run may count as available)."""
+    with _lock:
+        return sum(t.numel() * t.element_size() for t in _buffers if _free(t))
