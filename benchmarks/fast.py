@@ -1,0 +1,234 @@
+"""The window against the tutorial's own forward, every figure measured in one process.
+
+    python -m benchmarks.fast                      # S, M, L and the pretrained rows
+    python -m benchmarks.fast --sizes S,M,L,XL     # XL too (minutes)
+    python -m benchmarks.fast --quick              # fewer rounds
+
+Per size (benchmarks.common.SIZES: seed 002's causal self-attention, batch 1), round by round in rotating
+order in one offscreen MainWindow (1280 x 820):
+
+- `anchor`: seed 002's CausalSelfAttention forward, copied verbatim (seeds_reference.py), on the same
+  weights and input, in inference mode: what the tutorial's reader runs.
+- `run`: core.run() with the window's record (ui.worker.window_record), a new seed each round.
+- `render_<mode>`: frames.render of a fresh result (an empty pool cache) at the window's own tile size, for
+  each scale mode.
+- `window_log`, `window_linear`: the seed spin toggled -> every head of the grid painted (gui.Harness.change:
+  sigShown, then a forced repaint unless the loop painted already), with the weights' default scale (log)
+  and with linear.
+- at L also `view_only`: colormap, per-head scale and batch item changes (gui._view_only).
+
+Pretrained: a SmolLM2-135M-shaped llama (random weights written with transformers) at 128 and 512 tokens:
+the window's text edit -> the layer's heads on screen against transformers' eager forward of the same ids
+(models.bench_edit_vs_eager; both at the worker's torch thread count).
+
+Targets: window <= 0.8 x anchor at M, L and XL (log and linear); at S <= max(30 ms, 3 x anchor + 20 ms);
+render <= 0.1 x anchor at M and L for every mode; view-only <= 50 ms at L; pretrained edit <= 1.0 x eager
++ 60 ms. Writes benchmarks/results-fast.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .common import interleaved, machine_info, median, paired_ratios, parse_sizes, summary
+
+WINDOW_RATIO = 0.8  # window latency / anchor at M, L, XL
+RENDER_RATIO = 0.1  # frames.render / anchor at M, L
+SMALL_S = (0.030, 3.0, 0.020)  # at S: <= max(30 ms, 3 x anchor + 20 ms)
+VIEW_S = 0.050  # view-only change at L
+PRETRAINED = (1.0, 0.060)  # edit <= 1.0 x eager + 60 ms
+ROUNDS = {"S": 15, "M": 9, "L": 7, "XL": 4, "tiny": 3}
+SCALE_MODES = ("linear", "log", "rank", "row")
+
+
+def _engine(size, tile_px: tuple[int, int]) -> dict:
+    """The anchor, core.run and frames.render per scale mode, as callables (each one timed sample)."""
+    import torch
+
+    from attnviz import frames
+    from attnviz.core import run
+    from attnviz.ui.worker import window_record
+
+    from .seeds_reference import CausalSelfAttention as SeedCausalSelfAttention
+    from .seeds_reference import generate_mask as seed_generate_mask
+
+    torch.manual_seed(0)
+    seed = SeedCausalSelfAttention(size.width, size.heads).eval()
+    x = torch.randn(size.batch, size.seq, size.width)
+    mask = seed_generate_mask(x, causal=True)
+    config = size.config()
+    record = window_record(config, frozenset({"weights"}))
+    seeds = itertools.count(100)
+
+    def anchor():
+        with torch.inference_mode():
+            return seed(x, mask)
+
+    def one_run():
+        return run(config.replace(seed=next(seeds)), record=record)
+
+    def render(mode: str):
+        result = one_run()  # fresh: nothing of it pooled yet (not timed)
+        options = dataclasses.replace(frames.ViewOptions(), scale_mode=mode, grid_pixels=True, max_px=tile_px)
+        t0 = time.perf_counter()
+        frames.render(result, options)
+        return time.perf_counter() - t0
+
+    return {"anchor": anchor, "run": one_run, **{f"render_{m}": (lambda m=m: render(m)) for m in SCALE_MODES}}
+
+
+def _timed(fn):
+    """A sample: the callable's own figure when it returns one (render times itself), else its wall time."""
+    def sample():
+        t0 = time.perf_counter()
+        out = fn()
+        return out if isinstance(out, float) else time.perf_counter() - t0
+    return sample
+
+
+def _rounds(contenders: dict, rounds: int) -> dict[str, list[float]]:
+    """interleaved() on figures that may time themselves (render excludes the run that feeds it)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    timed = {name: _timed(fn) for name, fn in contenders.items()}
+
+    def recorder(name):
+        def call():
+            samples[name].append(timed[name]())
+        return call
+
+    interleaved({name: recorder(name) for name in contenders}, rounds, warmup=1)
+    return {name: xs[1:] for name, xs in samples.items()}  # the warm-up round left out
+
+
+def bench_size(size, rounds: int) -> dict:
+    from .gui import Harness, _view_only
+
+    h = Harness(size)
+    try:
+        grid = h.window.headGrid
+        tile_px = grid.tile_pixels(size.seq, size.seq, size.heads)
+        engine = _engine(size, tile_px)
+        seed_spin = h.panel.widgets["seed"]
+
+        def window_change():
+            return h.change(lambda: seed_spin.setValue(1 - seed_spin.value()))["latency_s"]
+
+        times: dict[str, list[float]] = {}
+        for mode in ("log", "linear"):
+            _set_scale(h, mode)
+            times |= {k if k != "window" else f"window_{mode}": v
+                      for k, v in _rounds({"window": window_change, **(engine if mode == "log" else
+                                                                        {"anchor2": engine["anchor"]})},
+                                          rounds).items()}
+        times["anchor"] = times.pop("anchor") + times.pop("anchor2")
+        out = _summarise(size, times, tile_px)
+        if size.name == "L":
+            _set_scale(h, "log")
+            out["view_only"] = _view_only(h, max(3, rounds // 2))
+    finally:
+        h.close()
+    return out
+
+
+def _set_scale(h, mode: str) -> None:
+    combo = h.window.scaleCombo
+    if combo.currentData() != mode:
+        h.change(lambda: (combo.setCurrentIndex(combo.findData(mode)), combo.activated.emit(combo.currentIndex())))
+
+
+def _summarise(size, times: dict[str, list[float]], tile_px) -> dict:
+    anchor = median(times["anchor"])
+    out = {"size": size.describe(), "tile_px": list(tile_px), "samples_s": times,
+           "p50_s": {name: median(xs) for name, xs in times.items()},
+           "ratio_vs_anchor": {name: median(xs) / anchor for name, xs in times.items() if name != "anchor"},
+           "summary_s": {name: summary(xs) for name, xs in times.items()}}
+    n = len(times["window_log"])
+    out["paired_ratio_run_vs_anchor"] = median(paired_ratios(times["run"], times["anchor"][:n]))
+    checks = {}
+    for mode in ("log", "linear"):
+        window = out["p50_s"][f"window_{mode}"]
+        if size.name == "S":
+            limit = max(SMALL_S[0], SMALL_S[1] * anchor + SMALL_S[2])
+        elif size.name in ("M", "L", "XL"):
+            limit = WINDOW_RATIO * anchor
+        else:
+            continue
+        checks[f"window_{mode}"] = {"p50_s": window, "limit_s": limit, "pass": window <= limit}
+    if size.name in ("M", "L"):
+        for mode in SCALE_MODES:
+            value = out["p50_s"][f"render_{mode}"]
+            checks[f"render_{mode}"] = {"p50_s": value, "limit_s": RENDER_RATIO * anchor,
+                                        "pass": value <= RENDER_RATIO * anchor}
+    out["checks"] = checks
+    return out
+
+
+def bench_pretrained(tokens: int, rounds: int, root: Path) -> dict:
+    from .models import SMOLLM2, bench_edit_vs_eager, write_hf_model
+
+    shape = dataclasses.replace(SMOLLM2, tokens=tokens, name=f"smollm2-135m-{tokens}")
+    folder = write_hf_model(shape, root / shape.name)
+    r = bench_edit_vs_eager(folder, shape, rounds)
+    eager, edit = r["eager_s"]["p50"], r["edit_s"]["p50"]
+    limit = PRETRAINED[0] * eager + PRETRAINED[1]
+    return {**r, "check": {"edit_p50_s": edit, "eager_p50_s": eager, "limit_s": limit, "pass": edit <= limit}}
+
+
+def table(results: dict) -> str:
+    sizes = [s for s in results["sizes"] if s in results]
+    rows = [("anchor (seed forward) ms", lambda r: f"{r['p50_s']['anchor'] * 1e3:.0f}"),
+            ("core.run ms (x anchor)", lambda r: _cell(r, "run")),
+            *[(f"render {m} ms (x)", lambda r, m=m: _cell(r, f"render_{m}")) for m in SCALE_MODES],
+            ("window log ms (x)", lambda r: _cell(r, "window_log")),
+            ("window linear ms (x)", lambda r: _cell(r, "window_linear"))]
+    lines = [f"{'':30}" + "".join(f"{s:>18}" for s in sizes)]
+    for label, cell in rows:
+        lines.append(f"{label:30}" + "".join(f"{cell(results[s]):>18}" for s in sizes))
+    for tokens, r in results.get("pretrained", {}).items():
+        c = r["check"]
+        lines.append(f"SmolLM2-shaped {tokens} tokens: edit {c['edit_p50_s'] * 1e3:.0f} ms, eager "
+                     f"{c['eager_p50_s'] * 1e3:.0f} ms, limit {c['limit_s'] * 1e3:.0f} ms "
+                     f"{'ok' if c['pass'] else 'MISS'}")
+    if "L" in results and "view_only" in results["L"]:
+        v = results["L"]["view_only"]
+        lines.append(f"view-only change at L: worst p50 {v['worst_p50_to_sigshown_s'] * 1e3:.0f} ms "
+                     f"({'ok' if v.get('pass') else 'MISS'}, target {VIEW_S * 1e3:.0f} ms)")
+    return "\n".join(lines)
+
+
+def _cell(r: dict, name: str) -> str:
+    check = r["checks"].get(name)
+    mark = "" if check is None else (" ok" if check["pass"] else " MISS")
+    return f"{r['p50_s'][name] * 1e3:.0f} ({r['ratio_vs_anchor'][name]:.2f}){mark}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fast", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="S,M,L", help="comma-separated, of tiny, S, M, L, XL")
+    parser.add_argument("--quick", action="store_true", help="3 rounds a size")
+    parser.add_argument("--no-pretrained", action="store_true", help="leave the SmolLM2-shaped rows out")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("results-fast.json")))
+    args = parser.parse_args(argv)
+    sizes = parse_sizes(args.sizes)
+    results: dict = {"machine": machine_info(), "sizes": [s.name for s in sizes]}
+    for size in sizes:
+        print(f"[{size.name}] ...", file=sys.stderr, flush=True)
+        results[size.name] = bench_size(size, 3 if args.quick else ROUNDS.get(size.name, 5))
+    if not args.no_pretrained:
+        with tempfile.TemporaryDirectory(prefix="attnviz-fast-") as root:
+            results["pretrained"] = {t: bench_pretrained(t, 3 if args.quick else 9, Path(root)) for t in (128, 512)}
+    Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    print(table(results))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
