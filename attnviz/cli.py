@@ -274,6 +274,8 @@ def _write_stats(result, path: str, b: int) -> None:
     from .explain import stats_csv_for
 
     write_bytes(path, stats_csv_for(result, b).encode("utf-8"))
+
+
 def _write_head_tables(result, args: argparse.Namespace) -> None:
     """--predictions and --head-scores: ConfigError where the model has no output head."""
     from .atomic import write_bytes

@@ -51,10 +51,10 @@ def test_stats_csv_equals_the_formula(tmp_path):
     assert main(["render", *SMALL, "--stats", str(out)]) == 0  # -o may be left out
     lines = out.read_text().splitlines()
     assert lines[0] == "head,entropy (nats),max weight,mean distance,first key,previous token,diagonal"
-    w = run(RunConfig(d_model=8, heads=4, seq_q=6)).weights[0]
+    w = run(RunConfig(d_model=8, heads=4, seq_q=6)).weights[0]  # causal: row 0 has one key, left out
     got = np.array([[float(v) for v in line.split(",")[1:]] for line in lines[1:]])
-    np.testing.assert_allclose(got[:, 0], head_stats(w)["entropy"], rtol=1e-5)
-    np.testing.assert_allclose(got[:, 3], w[:, :, 0].mean(-1), rtol=1e-5)
+    np.testing.assert_allclose(got[:, 0], head_stats(w, keys=np.arange(1, 7))["entropy"], rtol=1e-5)
+    np.testing.assert_allclose(got[:, 3], w[:, 1:, 0].mean(-1), rtol=1e-5)
     assert main(["render", *SMALL, "--stats", str(tmp_path / "stats.txt")]) == 2
 
 

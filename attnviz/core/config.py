@@ -21,6 +21,7 @@ from .pooling import POOL_MODES
 from .variants import VARIANTS
 
 MASK_KINDS = {kind.name: kind.description for kind in MASKS.values()}
+MASK_PARAMS = frozenset(p for kind in MASKS.values() for p in kind.params)  # the fields only some kinds read
 POSITION_KINDS = {p.name: f"{p.description} ({p.families})" for p in POSITIONS.values()}
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_SIZE = 1 << 16
@@ -283,7 +284,7 @@ class RunConfig:
         if self.mask not in MASK_KINDS:
             raise ConfigError("mask", self.mask, "unknown mask", f"use one of {', '.join(MASK_KINDS)}")
         self._validate_attention()
-        if self.mask == "padding":
+        if self.applies("kv_lengths"):
             self._validate_kv_lengths()
         if self.pool not in POOL_MODES:
             raise ConfigError("pool", self.pool, "unknown pooling", f"use one of {', '.join(POOL_MODES)}",
@@ -429,7 +430,7 @@ def field_applies(name: str, variant: str, mask: str, position: str = "none") ->
     """Whether config field `name` means anything for this variant, mask kind and position."""
     if name not in VARIANTS[variant].fields:
         return False
-    if name in ("window", "sinks", "kv_lengths"):  # a mask kind's own parameters
+    if name in MASK_PARAMS:  # a mask kind's own parameters
         return name in getattr(MASKS.get(mask), "params", ())
     if name == "rope_base":
         return name in getattr(POSITIONS.get(position), "params", ())

@@ -110,7 +110,7 @@ def shortened(config: RunConfig, length: int) -> RunConfig:
     """`config` with both lengths at most `length`, still valid for its mask: padding lengths are
     clipped to the new key length (what the quick fix in the app and the CLI's advice do)."""
     lq, lkv = min(config.seq_q, length), min(config.seq_kv, length)
-    if config.mask != "padding":
+    if not config.applies("kv_lengths"):
         return replace(config, seq_q=lq, seq_kv=lkv)
     keys = lkv if config.spec.cross else lq
     return replace(config, seq_q=lq, seq_kv=lkv, kv_lengths=tuple(min(n, keys) for n in config.kv_lengths))
@@ -154,7 +154,7 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(at(mid)) else (lo, mid - 1)
     longer = "seq_kv" if config.lkv > config.seq_q else "seq_q"  # the length to blame: the one that is over
-    clip = f", with kv_lengths at most {lo}" if config.mask == "padding" else ""
+    clip = f", with kv_lengths at most {lo}" if config.applies("kv_lengths") else ""
     raise MemoryBudgetError(longer, getattr(config, longer), over,
                             f"use lengths of {lo} or less{clip}, or fewer heads or batch items", suggestions=(lo,))
 
