@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxL
 from ..explain import CompareFrames, RolloutFrames
 from ..style import number
 from .panel import named
+from .square import SquareCells
 from .views import Tile
 
 
@@ -102,15 +103,19 @@ class RolloutView(QWidget):
         self.tile = Tile()
         self.tile.set_axes(True)
         self.scene.addItem(self.tile.plot)
+        self.cells = SquareCells(self.scene, self.tile.plot)  # square cells; the axes span the tokens alone
+        self.titleLabel = named(QLabel(), "rolloutTitle")  # above the map: a wide title widened the plot
         top = QHBoxLayout()
         top.addWidget(self.infoLabel, 1)
         top.addWidget(self.exportButton)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
+        layout.addWidget(self.titleLabel)
         layout.addWidget(self.scene, 1)
 
-    def show_frames(self, frames: RolloutFrames | None) -> None:
+    def show_frames(self, frames: RolloutFrames | None, tokens: tuple[str, ...] = ()) -> None:
+        """`tokens`: the run's tokens, labelling both axes where there is one per position."""
         self.frames = frames
         if frames is None:
             return
@@ -119,6 +124,14 @@ class RolloutView(QWidget):
             self.infoLabel.setText(frames.message)
             return
         lo, hi = frames.image.levels
-        self.tile.show(frames.image, f"{frames.image.title} ({number(lo)} … {number(hi)})")
+        rows, cols = frames.data.shape
+        self.tile.show(frames.image, "", lock_aspect=False)
+        self.titleLabel.setText(f"{frames.image.title} ({number(lo)} … {number(hi)})")
+        self.cells.show(rows, cols)
+        if len(tokens) == rows == cols:  # every k-th token where the cells are too small for all
+            side = int(self.cells.cell * rows)
+            self.tile.set_token_axes((tuple(tokens), tuple(tokens)), (side, side))
+        else:
+            self.tile.set_axes(True)
         self.infoLabel.setText("Rollout: row i = how much of token i's last-layer representation comes from "
                                "each input token (residual-adjusted, head-averaged maps multiplied over layers)")

@@ -10,9 +10,9 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QMainWindow
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QFrame, QMainWindow, QScrollArea, QWidget
 
 from ..atomic import write_bytes
 from ..explain import token_labels
@@ -42,6 +42,33 @@ FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "Num
            "csv": "CSV table (*.csv)"}
 
 
+class PanelScroll(QScrollArea):
+    """A panel filling its dock, scrolling only where the dock is shorter or narrower than the panel's least
+    size: a panel never takes the height the head grid keeps. (QScrollArea's own resizing gives a panel with
+    a word-wrapped label its preferred height, not the room there is.)"""
+
+    def __init__(self, panel: QWidget):
+        super().__init__()
+        self.setWidget(panel)
+        self.setFrameShape(QFrame.NoFrame)
+        panel.installEventFilter(self)  # its least size changes with its contents
+
+    def _fit(self) -> None:
+        panel, room = self.widget(), self.viewport().size()
+        least = panel.minimumSizeHint().expandedTo(panel.minimumSize())
+        panel.resize(max(room.width(), least.width()), max(room.height(), least.height()))
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize:
+            self._fit()
+        return super().viewportEvent(event)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.LayoutRequest:
+            self._fit()
+        return False
+
+
 class ExplainViews(QObject):
     """Builds the docks into `window` (a MainWindow) and keeps their state."""
 
@@ -58,18 +85,12 @@ class ExplainViews(QObject):
         self.patch = PatchView()
         self.docks: dict[str, QDockWidget] = {}
         self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
-        self._sized = False
         widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout, self.effects, self.lens,
                    self.patch)
-        first = None
         for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
             dock = named(QDockWidget(title, window), name)
-            dock.setWidget(widget)
-            window.addDockWidget(Qt.BottomDockWidgetArea, dock)
-            if first is None:
-                first = dock
-            else:
-                window.tabifyDockWidget(first, dock)
+            dock.setWidget(PanelScroll(widget))
+            window.tab_panel(dock)  # one tabbed area with the model view: a panel never takes more height
             dock.hide()
             dock.visibilityChanged.connect(partial(self._visibility_changed, name))
             self.docks[name] = dock
@@ -94,10 +115,15 @@ class ExplainViews(QObject):
         menu.addSeparator()
         for name, (_, shortcut, tip) in DOCKS.items():
             action = self.docks[name].toggleViewAction()
+            action.toggled.connect(partial(self._opened, name))
             action.setShortcut(QKeySequence(shortcut))
             action.setToolTip(f"{tip} ({shortcut})")
             action.setStatusTip(tip)
             menu.addAction(action)
+
+    def _opened(self, name: str, on: bool) -> None:
+        if on:  # its tab in front, once the area has made it a tab: opened is seen
+            QTimer.singleShot(0, self.docks[name].raise_)
 
     def shown(self, name: str) -> bool:
         """Whether a panel is on screen (open, and its tab the current one)."""
@@ -107,9 +133,6 @@ class ExplainViews(QObject):
         self._visible[name] = visible
         if name == "focusDock" and visible and self.window.result is not None:  # also while stale
             self.focus.set_tokens(token_labels(self.window.result))
-        if visible and not self._sized:  # the first panel opened takes ~40% of the height, not half
-            self._sized = True
-            self.window.resizeDocks([self.docks[name]], [int(self.window.height() * 0.4)], Qt.Vertical)
         if name == "headEffectsDock" and not visible:
             self.effects.stop()  # a hidden panel costs nothing
         self.window.headGrid.row_picking = self.shown("focusDock")
@@ -178,7 +201,7 @@ class ExplainViews(QObject):
             self.compare.infoLabel.setText("Nothing is ablated: Alt+click a head in the model view (or type heads "
                                            "into Ablation) to compare with the intact model")
         if "rollout" in extras:
-            self.rollout.show_frames(extras["rollout"])
+            self.rollout.show_frames(extras["rollout"], result.tokens)
         if "lens" in extras:
             self.lens.show_frames(extras["lens"])
         if "patch" in extras:

@@ -5,6 +5,8 @@ The rows are read on the worker (explain.focus_frames); this widget only draws t
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, Signal
@@ -14,6 +16,7 @@ from ..explain import FocusFrames
 from .panel import named
 
 MAX_KEY_TICKS = 48  # more keys than this: numeric ticks instead of token labels
+LEGEND_ROWS = 4  # the legend's entries per column
 
 
 def head_colour(m: int, n: int):
@@ -46,7 +49,7 @@ class FocusView(QWidget):
         self.plot.setBackground("w")
         self.plot.setMenuEnabled(False)
         self.plot.setLabel("bottom", "key")
-        self.plot.setLabel("left", "attention weight")
+        self.plot.setLabel("left", "weight")
         self.plot.showGrid(x=False, y=True, alpha=0.2)
         self.plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
         self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt")
@@ -100,6 +103,7 @@ class FocusView(QWidget):
         if len(self.curves) != n:
             self.plot.clear()
             self.legend.clear()
+            self.legend.setColumnCount(max(1, math.ceil(n / LEGEND_ROWS)))  # 12 heads' entries fit a short plot
             self.curves = [self.plot.plot(pen=pg.mkPen(head_colour(m, n), width=2), name=frames.titles[m],
                                           symbol="o", symbolSize=4, symbolBrush=head_colour(m, n))
                            for m in range(n)]
@@ -109,6 +113,9 @@ class FocusView(QWidget):
             curve.setVisible(True)
         axis = self.plot.getPlotItem().getAxis("bottom")
         axis.setTicks([list(enumerate(frames.key_labels))] if keys <= MAX_KEY_TICKS else None)
+        top = float(np.nanmax(frames.values)) if np.isfinite(frames.values).any() else 1.0
+        self.plot.setXRange(-0.5, keys - 0.5, padding=0)  # the keys, not autoRange's margins around them
+        self.plot.setYRange(0.0, max(top, 1e-6) * 1.05, padding=0)
         self.infoLabel.setText(f"query {frames.label}: each head's attention over the {keys} keys "
                                f"({n} lines, one colour per head)")
 

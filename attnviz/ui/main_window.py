@@ -45,6 +45,7 @@ from .predictions_view import PredictionStrip
 from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView
 from .window_actions import WindowActions
 from .window_files import WindowFiles
+from .window_layout import WindowLayout
 from .window_model import WindowModel
 from .window_settings import WindowSettings
 from .worker import Failure, Outcome, Request, Worker, generating
@@ -59,7 +60,7 @@ def _delivered(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.delivery, name), doc=doc)
 
 
-class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, QMainWindow):
+class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowLayout, QMainWindow):
     """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
     pass a QSettings to restore and save parameters, view choices and geometry."""
 
@@ -102,6 +103,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, QMainW
         self._make_status_bar()
         maps_layout.insertWidget(1, self.hoverLabel)
         self._make_model_dock()
+        self._make_tensor_dock(self.tensorPanel)
         self.explain = ExplainViews(self)  # the explaining panels (docks): pipeline, statistics, focus ...
         self._make_actions()
 
@@ -127,8 +129,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, QMainW
         self.headGrid.after_paint = self.outputView.after_paint = d.on_painted
 
     def _make_central(self) -> QVBoxLayout:
-        """The parameter panel (scrolling) left; the maps over the tensor view right. Returns the maps'
-        layout (the hover line goes under its controls)."""
+        """The parameter panel (scrolling) left, the maps right; the tensor view for its dock. Returns the
+        maps' layout (the hover line goes under its controls)."""
         self.panel = ParameterPanel()
         scroll = QScrollArea()
         scroll.setWidget(self.panel)
@@ -139,20 +141,15 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, QMainW
         self.outputView = TensorView()
         self.outputView.setMinimumHeight(TENSOR_MIN_PX)
         maps, maps_layout = self._maps_column()
-        tensor = QWidget()
-        tensor_layout = QVBoxLayout(tensor)
+        self.tensorPanel = QWidget()
+        tensor_layout = QVBoxLayout(self.tensorPanel)
         tensor_layout.setContentsMargins(0, 0, 0, 0)
         tensor_layout.addLayout(self._tensor_controls())
         tensor_layout.addWidget(self.outputView, 1)
 
-        self.rightSplit = QSplitter(Qt.Vertical)
-        self.rightSplit.addWidget(maps)
-        self.rightSplit.addWidget(tensor)
-        self.rightSplit.setStretchFactor(0, 3)
-        self.rightSplit.setStretchFactor(1, 1)
         self.mainSplit = QSplitter(Qt.Horizontal)
         self.mainSplit.addWidget(scroll)
-        self.mainSplit.addWidget(self.rightSplit)
+        self.mainSplit.addWidget(maps)
         self.mainSplit.setStretchFactor(1, 1)
         self.setCentralWidget(self.mainSplit)
         return maps_layout
@@ -499,8 +496,9 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, QMainW
 
     def _painted(self) -> bool:
         """Whether both views painted the result shown last (the tensor view is often painted one
-        event-loop pass after the grid), or neither is on screen to paint it."""
-        return not self.isVisible() or (self.headGrid.painted_shown() and self.outputView.painted_shown())
+        event-loop pass after the grid); a view not on screen has nothing to paint."""
+        return not self.isVisible() or (self.headGrid.painted_shown()
+                                        and (self.outputView.painted_shown() or not self.outputView.isVisible()))
 
     # --- failures ------------------------------------------------------------------------------
 

@@ -12,13 +12,15 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QPen
 from PySide6.QtWidgets import (
+    QFrame,
     QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -30,10 +32,13 @@ from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
 from ..style import number
 from .panel import named
+from .square import SquareCells
 from .views import image_item, lean_axes, set_heat_image
 
-TILE_W = 170  # the least width of a stage tile in the flow, arrow included
 ARROW_W = 22
+CAPTION_PX = 34  # a stage tile's two caption lines (title; shape and range)
+CAPTION_W = 150  # the least width of a stage tile's column: its caption's
+MIN_SIDE = 72  # tiles whose square box would be smaller go in one row, scrolled sideways
 ROWS_OF = {"x": "i", "q_proj": "i", "q": "i", "k_proj": "j", "k": "j", "v": "j", "head_context": "i",
            "context": "i", "output": "i"}  # which position a vector stage's rows are
 
@@ -42,6 +47,21 @@ def stage_caption(stage: PipelineStage) -> str:
     rows, cols = stage.data.shape
     lo, hi = stage.value_range
     return f"<b>{stage.title}</b><br><span style='font-size:8pt'>{rows}×{cols} · {number(lo)} … {number(hi)}</span>"
+
+
+def flow_shape(n: int, width: float, height: float) -> tuple[int, float]:
+    """(stage tiles per row, tile column width) for n stages in a flow viewport of width x height px: the
+    rows that make each tile's square box largest within the width, or, where that box would be smaller than
+    MIN_SIDE, one row of boxes as tall as the viewport, scrolled sideways. Columns are never narrower than
+    a caption (CAPTION_W)."""
+    def side(per_row: int) -> float:
+        rows = math.ceil(n / per_row)
+        column = (width - 8) / per_row - ARROW_W - 4
+        return min(column, height / rows - CAPTION_PX) if column >= CAPTION_W else -1.0
+    per_row = max(range(1, max(n, 1) + 1), key=side)
+    if side(per_row) >= MIN_SIDE:
+        return per_row, (width - 8) / per_row - ARROW_W - 4
+    return max(n, 1), max(height - CAPTION_PX, CAPTION_W)
 
 
 def path_text(result, b: int, m: int, i: int, j: int) -> str:
@@ -69,6 +89,7 @@ class StageTile:
         self.plot.hideAxis("bottom")
         self.plot.invertY(True)
         self.plot.getViewBox().setDefaultPadding(0)
+        self.plot.setAspectLocked(True)  # square cells: an L x L stage square, an (L, d) one its true shape
         self.image = image_item()
         self.plot.addItem(self.image)
         self.marker = QGraphicsRectItem()
@@ -124,6 +145,11 @@ class PipelineView(QWidget):
 
         self.flow = pg.GraphicsLayoutWidget()
         self.flow.setBackground("w")
+        self.flowScroll = QScrollArea()  # the flow is as wide as its stages need; a narrow panel scrolls it
+        self.flowScroll.setWidget(self.flow)
+        self.flowScroll.setFrameShape(QFrame.NoFrame)
+        self.flowScroll.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.flowScroll.viewport().installEventFilter(self)
         self.flow.scene().sigMouseMoved.connect(self._hovered)
         self.flow.scene().sigMouseClicked.connect(self._clicked)
         self.large = pg.PlotWidget()
@@ -134,13 +160,24 @@ class PipelineView(QWidget):
         self.largePlot.hideButtons()
         self.largePlot.invertY(True)
         self.largePlot.getViewBox().setDefaultPadding(0)
+        self.largeCells = SquareCells(self.large, self.largePlot)  # square cells, the axes on the data alone
         lean_axes(self.largePlot)
         self.largeImage = image_item()
         self.largePlot.addItem(self.largeImage)
         self.large.scene().sigMouseMoved.connect(self._hovered_large)
         split = QSplitter(Qt.Horizontal)
-        split.addWidget(self.flow)
-        split.addWidget(self.large)
+        split.addWidget(self.flowScroll)
+        large = QWidget()  # the title above the plot, not in it: a title wider than the map widened the plot
+        large_layout = QVBoxLayout(large)
+        large_layout.setContentsMargins(0, 0, 0, 0)
+        large_layout.setSpacing(0)
+        self.largeTitle = named(QLabel(), "pipelineLargeTitle")
+        self.largeTitle.setAlignment(Qt.AlignCenter)
+        self.largeTitle.setStyleSheet("color: #404040; background: white; font-size: 9pt;")
+        self.largeTitle.setMinimumWidth(16)
+        large_layout.addWidget(self.largeTitle)
+        large_layout.addWidget(self.large, 1)
+        split.addWidget(large)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         self.pathLabel = named(QLabel("Hover a map cell to follow it through the pipeline"), "pipelinePathLabel")
@@ -158,9 +195,11 @@ class PipelineView(QWidget):
     # --- content -----------------------------------------------------------------------------
 
     def _relayout(self, names: tuple[str, ...]) -> None:
-        avail = max(self.flow.width() - 12, 2 * TILE_W)
-        per_row = max(2, avail // TILE_W)
-        key = (names, per_row, avail)
+        room = self.flowScroll.viewport().size()
+        per_row, column = flow_shape(len(names), room.width(), room.height() - 4)
+        width = max(room.width(), int(per_row * (column + ARROW_W + 4) + 8))
+        self.flow.resize(width, room.height())
+        key = (names, per_row, column)
         if key == self._layout_key:
             return
         self._layout_key = key
@@ -176,7 +215,6 @@ class PipelineView(QWidget):
         grid = self.flow.ci.layout  # equal tile columns that fit the width (titles must not widen them)
         grid.setHorizontalSpacing(2)
         self.flow.ci.setContentsMargins(2, 2, 2, 2)
-        column = (avail - per_row * (ARROW_W + 4) - 8) / per_row
         for col in range(per_row):
             grid.setColumnFixedWidth(2 * col, ARROW_W)
             grid.setColumnPreferredWidth(2 * col + 1, column)
@@ -199,17 +237,17 @@ class PipelineView(QWidget):
             set_heat_image(self.largeImage, heat)
             rows, cols = heat.shape
             lo, hi = heat.levels
-            self.largePlot.setTitle(f"{STAGE_TITLES[name]} · head {frames.head} · {rows}×{cols} · "
-                                    f"colours {number(lo)} … {number(hi)}", size="9pt")
-            self.largePlot.setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+            self.largeTitle.setText(f"{STAGE_TITLES[name]} · head {frames.head} · {rows}×{cols} · "
+                                    f"colours {number(lo)} … {number(hi)}")
+            self.largeCells.show(rows, cols)
 
     def stage(self, name: str) -> PipelineStage | None:
         return next((s for s in self.frames.stages if s.name == name), None) if self.frames else None
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().resizeEvent(event)
-        if self.frames is not None:
-            self.show_frames(self.result, self.frames)
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize and self.frames is not None:  # the flow's viewport
+            self._relayout(tuple(s.name for s in self.frames.stages))
+        return False
 
     # --- interaction -------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ from PySide6.QtWidgets import QDockWidget
 
 from ..core.config import field_meta
 from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
-from .window_settings import MODEL_DOCK_PX
 
 
 class WindowModel:
@@ -23,7 +22,6 @@ class WindowModel:
         # Open from the start (a note says when no model is behind the maps): a dock that opened with
         # the first model's result re-laid out the whole window inside that result's swap (a 65 ms stall).
         self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
-        self.resizeDocks([self.modelDock], [MODEL_DOCK_PX], Qt.Vertical)
         self.modelView.sigOpen.connect(self._open_tile)
         self.modelDock.visibilityChanged.connect(self._model_dock_visible)
         self.modelView.sigHover.connect(self._show_hover)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import contextlib
 import json
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtCore import QByteArray, QSettings
 
 from ..core import ConfigError, RunConfig, load_preset
 from ..frames import MAP_VIEWS, SCALE_MODES
 
 SETTINGS_VERSION = 1
 START_PRESET = "toy-reverse"  # what a first launch shows
-MODEL_DOCK_PX = 200  # the model view's height at a first launch
 
 
 class WindowSettings:
@@ -27,10 +26,9 @@ class WindowSettings:
         geometry = s.value("geometry")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
-        for key, split in (("mainSplit", self.mainSplit), ("rightSplit", self.rightSplit)):
-            state = s.value(key)
-            if isinstance(state, QByteArray):
-                split.restoreState(state)
+        state = s.value("mainSplit")
+        if isinstance(state, QByteArray):
+            self.mainSplit.restoreState(state)
         text = s.value("config")
         if text:
             with contextlib.suppress(ConfigError):  # from another version or machine: keep the defaults
@@ -40,7 +38,9 @@ class WindowSettings:
         self.modelDock.setVisible(s.value("modelDock", True, bool))
         self.stripAction.setChecked(s.value("predictionStrip", True, bool))
         self.predictionStrip.setVisible(self.stripAction.isChecked())
-        self.resizeDocks([self.modelDock], [s.value("modelDockHeight", MODEL_DOCK_PX, int)], Qt.Vertical)
+        docks = s.value("docks")  # where the docks are, floated, split, tabbed, and their sizes
+        if isinstance(docks, QByteArray) and self.restoreState(docks, SETTINGS_VERSION):
+            self._fitted = True  # the user's arrangement, not the first launch's
 
     def _restore_views(self, s: QSettings) -> None:
         for key, combo in (("view", self.viewCombo), ("colormap", self.colormapCombo), ("tensor", self.tensorCombo)):
@@ -61,14 +61,13 @@ class WindowSettings:
         s.setValue("version", SETTINGS_VERSION)
         s.setValue("geometry", self.saveGeometry())
         s.setValue("mainSplit", self.mainSplit.saveState())
-        s.setValue("rightSplit", self.rightSplit.saveState())
+        s.setValue("docks", self.saveState(SETTINGS_VERSION))
         with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
             s.setValue("config", self.panel.config().to_json())
         s.setValue("view", self.viewCombo.currentData())
         s.setValue("colormap", self.colormapCombo.currentData())
         s.setValue("tensor", self.tensorCombo.currentData())
         s.setValue("modelDock", not self.modelDock.isHidden())  # the window may be hidden already
-        s.setValue("modelDockHeight", self.modelDock.height())
         s.setValue("predictionStrip", not self.predictionStrip.isHidden())
         s.setValue("scales", json.dumps(self._scales))
         s.setValue("perHead", self.perHeadCheck.isChecked())

@@ -1,0 +1,155 @@
+"""The window's layout at 1600 x 1000 with every panel: the head grid keeps its share of the height and
+its maps a readable size, the panels share one tabbed area, and the panels' own maps keep their shape."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from uihelpers import wait_shown
+
+from attnviz.core import RunConfig
+from attnviz.explain import token_labels
+from attnviz.ui import MainWindow
+from attnviz.ui.explain_views import DOCKS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the tiny checkpoints' writers
+from tiny import SENTENCE, make_family  # noqa: E402
+
+W, H = 1600, 1000
+PANELS = ["modelDock", *DOCKS]  # every dock of the tabbed area
+
+
+@pytest.fixture(scope="module")
+def bert12(tmp_path_factory):
+    """A tiny BERT with 12 heads, as all-MiniLM-L6-v2 has."""
+    pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("layout") / "bert12"
+    folder.mkdir()
+    make_family(folder, "bert", hidden_size=48, num_attention_heads=12)
+    return folder
+
+
+def big_window(qtbot, config: RunConfig | None = None) -> MainWindow:
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(W, H)
+    w.show()
+    wait_shown(qtbot, w)
+    if config is not None:
+        w.panel.set_config(config)
+        wait_shown(qtbot, w, timeout=30000)
+    return w
+
+
+def dock(w, name):
+    return w.modelDock if name == "modelDock" else w.explain.docks[name]
+
+
+def open_panel(qtbot, w, name):
+    """As a user does: the View menu's entry (the model view is open from the start)."""
+    d = dock(w, name)
+    if name == "modelDock":
+        d.raise_()
+    else:
+        d.toggleViewAction().trigger()  # its tab comes to the front
+    qtbot.waitUntil(lambda: w.rect().contains(d.geometry()), timeout=5000)  # its tab in front
+    wait_shown(qtbot, w, timeout=30000)
+
+
+def check_grid(w, heads):
+    grid = w.headGrid
+    assert grid.height() >= 0.45 * w.height(), (grid.height(), w.height())
+    rects = grid.mosaic.rects
+    assert len(rects) == heads
+    assert min(min(r.width(), r.height()) for r in rects) >= 96
+
+
+def check_one_tab_area(w, shown):
+    """Every open panel is a tab of the model view's area (none beside or above it)."""
+    for name in shown:
+        d = dock(w, name)
+        assert not d.isFloating() and w.dockWidgetArea(d) == w.dockWidgetArea(w.modelDock)
+        others = {dock(w, n) for n in shown if n != name}
+        if others:
+            assert others <= set(w.tabifiedDockWidgets(d)), name
+
+
+@pytest.mark.parametrize("model", ["toy", "bert12"])
+def test_each_panel_alone_and_all_together_leave_the_grid_its_room(qtbot, request, model):
+    config = None
+    if model == "bert12":
+        config = RunConfig(variant="pretrained", model=str(request.getfixturevalue("bert12")), text=SENTENCE)
+    else:
+        config = RunConfig.for_variant("toy-induction")
+    w = big_window(qtbot, config)
+    heads = w.result.config.heads
+    check_grid(w, heads)  # the model view alone
+    for name in DOCKS:
+        open_panel(qtbot, w, name)
+        check_grid(w, heads)
+        check_one_tab_area(w, ["modelDock", name])
+        dock(w, name).toggleViewAction().trigger()  # closed again
+        qtbot.waitUntil(lambda d=dock(w, name): not d.isVisible(), timeout=5000)  # noqa: B008 (bound now)
+    for name in DOCKS:
+        open_panel(qtbot, w, name)
+    check_grid(w, heads)
+    check_one_tab_area(w, PANELS)
+    assert w.tensorDock.isVisible() and w.outputView.height() >= 120
+    w.close()
+
+
+def test_opening_a_panel_brings_its_tab_to_the_front(qtbot):
+    w = big_window(qtbot)
+    open_panel(qtbot, w, "statsDock")
+    stats = w.explain.docks["statsDock"]
+    # a tab behind another is moved out of the window; the one in front is in it
+    qtbot.waitUntil(lambda: not w.rect().intersects(w.modelDock.geometry()), timeout=5000)
+    assert w.rect().contains(stats.geometry()) and w.explain.shown("statsDock")
+    w.close()
+
+
+def test_the_pipeline_draws_square_maps_and_vectors_in_their_shape(qtbot):
+    w = big_window(qtbot, RunConfig(seq_q=13, d_model=64, heads=4))
+    open_panel(qtbot, w, "pipelineDock")
+    view = w.explain.pipeline
+    qtbot.waitUntil(lambda: view.frames is not None, timeout=10000)
+    qtbot.wait(50)
+    for tile in view.tiles:
+        rows, cols = tile.stage.data.shape
+        box = tile.image.sceneBoundingRect()  # the map as drawn
+        assert box.width() / box.height() == pytest.approx(cols / rows, rel=0.05), tile.stage.name
+    weights = next(t for t in view.tiles if t.stage.name == "weights").image.sceneBoundingRect()
+    assert weights.height() >= 60  # a 13 x 13 stage is a square you can read, not a strip
+    large = view.largeImage.mapRectToScene(view.largeImage.boundingRect())
+    assert large.width() == pytest.approx(large.height(), rel=0.05)
+    (x0, x1), (y0, y1) = view.largePlot.getViewBox().viewRange()
+    assert (x0, x1, y0, y1) == pytest.approx((-0.5, 12.5, -0.5, 12.5), abs=1e-6)  # the axes span the data
+    w.close()
+
+
+def test_rollout_and_focus_label_keys_with_tokens_and_fit_the_data(qtbot, bert12):
+    w = big_window(qtbot, RunConfig(variant="pretrained", model=str(bert12), text=SENTENCE))
+    n = len(w.result.tokens)
+    open_panel(qtbot, w, "rolloutDock")
+    rollout = w.explain.rollout
+    qtbot.waitUntil(lambda: rollout.frames is not None and rollout.frames.data is not None, timeout=10000)
+    qtbot.wait(50)
+    plot = rollout.tile.plot
+    (x0, x1), (y0, y1) = plot.getViewBox().viewRange()
+    assert (x0, x1, y0, y1) == pytest.approx((-0.5, n - 0.5, -0.5, n - 0.5), abs=1e-6)
+    ticks = plot.getAxis("bottom")._tickLevels[0]
+    assert ticks and all(label == w.result.tokens[k] for k, label in ticks)
+    box = rollout.tile.image.mapRectToScene(rollout.tile.image.boundingRect())
+    assert box.width() == pytest.approx(box.height(), rel=0.05)
+    open_panel(qtbot, w, "focusDock")
+    focus = w.explain.focus
+    focus.toggle(3)
+    qtbot.waitUntil(lambda: focus.frames is not None, timeout=10000)
+    plot = focus.plot.getPlotItem()
+    (x0, x1), (y0, y1) = plot.getViewBox().viewRange()
+    assert (x0, x1) == pytest.approx((-0.5, n - 0.5)) and y0 == 0 and y1 <= 1.05 * focus.frames.values.max() + 1e-6
+    labels = [label for _, label in plot.getAxis("bottom")._tickLevels[0]]
+    assert labels == token_labels(w.result, keys=True)
+    w.close()
