@@ -150,16 +150,27 @@ def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
                        torch.full((), -math.inf, dtype=dtype, device=mask.device))
 
 
-def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
-         trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0, col0: int = 0,
-         keys_t: Tensor | None = None, bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-    """The attention map of q's rows against k's keys (the rows row0.. and keys col0.. of the whole map: ALiBi
-    and the like need the true positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
-    dropout. keys_t: k already repeated to q's heads and transposed; bias: mask_bias(mask), made once for
-    many blocks. Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the
-    trace does not keep."""
-    trace = trace if trace is not None else Trace()
-    keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
+def exact_scale(scale: float | None, d_head: int) -> float | None:
+    """The score scale as a factor when multiplying by it is exact: a power of two (1/sqrt(d_head) for
+    d_head = 4, 16, 64, 256 ...). Then Q·Kᵀ · factor equals the seeds' Q·Kᵀ / sqrt(d_head) bit for bit."""
+    factor = 1 / math.sqrt(d_head) if scale is None else scale
+    return factor if factor > 0 and math.frexp(factor)[0] == 0.5 else None
+
+
+def _fused_scores(q: Tensor, keys_t: Tensor, bias: Tensor | None, alpha: float) -> Tensor:
+    """bias + alpha · Q·Kᵀ in one BLAS call (baddbmm), instead of a matmul, a divide and an add over the map."""
+    b, h, n, dh = q.shape
+    q3, k3 = q.reshape(b * h, n, dh), keys_t.expand(b, h, dh, keys_t.shape[-1]).reshape(b * h, dh, -1)
+    if bias is None:
+        out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha)
+    else:
+        out = torch.baddbmm(bias.expand(b, h, n, k3.shape[-1]).reshape(b * h, n, -1), q3, k3, alpha=alpha)
+    return out.view(b, h, n, -1)
+
+
+def _staged_scores(q: Tensor, keys_t: Tensor, bias: Tensor | None, scale, score_mods, trace: Trace, row0: int,
+                   col0: int) -> Tensor:
+    """Q·Kᵀ -> scale -> bias -> cap -> mask, each stage kept where the trace asks for it."""
     s = trace.keep("qk", torch.matmul(q, keys_t))  # (B, H, Lq, Lkv)
     if scale is None:  # the seeds divide by sqrt(d_head)
         s = s.div(math.sqrt(q.shape[-1])) if trace.holds(s) else s.div_(math.sqrt(q.shape[-1]))
@@ -172,10 +183,29 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
             s = mod.fn(s, *_index_grids(s, row0, col0))
         if mods:
             trace.keep(stage, s)
-    mask = as_allowed(mask)
-    if mask is not None:
-        bias = mask_bias(mask, s.dtype) if bias is None else bias
+    if bias is not None:
         s = s + bias if trace.holds(s) else s.add_(bias)
+    return s
+
+
+def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
+         trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0, col0: int = 0,
+         keys_t: Tensor | None = None, bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """The attention map of q's rows against k's keys (the rows row0.. and keys col0.. of the whole map: ALiBi
+    and the like need the true positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
+    dropout. keys_t: k already repeated to q's heads and transposed; bias: mask_bias(mask), made once for
+    many blocks. Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the
+    trace does not keep."""
+    trace = trace if trace is not None else Trace()
+    keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
+    mask = as_allowed(mask)
+    if mask is not None and bias is None:
+        bias = mask_bias(mask, q.dtype)
+    alpha = exact_scale(scale, q.shape[-1])
+    if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
+        s = _fused_scores(q, keys_t, bias, alpha)
+    else:
+        s = _staged_scores(q, keys_t, bias, scale, score_mods, trace, row0, col0)
     weights = _softmax(trace.keep("scores", s), sink)
     if safe_softmax and mask is not None:
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

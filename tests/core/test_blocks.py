@@ -111,3 +111,20 @@ def test_key_spans_are_the_keys_some_row_may_see():
     assert KeySpans(no_key, 10).span(2, 5) == (0, 10)  # a no-key row is NaN in every key: all computed
     padded = torch.tensor([[True] * 6 + [False] * 4, [True] * 3 + [False] * 7]).view(2, 1, 1, 10)
     assert KeySpans(padded, 10).span(0, 4) == (0, 6)  # one row for every query: the union of the items
+
+
+@pytest.mark.parametrize("d_head", [16, 64, 48])
+def test_scores_equal_the_seeds_divide_bit_for_bit(d_head, block_bytes):
+    """A power-of-two scale is fused into one baddbmm (exact); others keep the seeds' own divide. (In one
+    block: a matmul split by rows may round its sums differently, which the tests above allow.)"""
+    import math
+
+    block_bytes(WHOLE)
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 50, d_head) for _ in range(3))
+    allowed = torch.arange(50).view(1, 1, 1, -1) < torch.tensor([50, 31]).view(2, 1, 1, 1)
+    _, trace = attention(q, k, v, mask=allowed, record={"scores", "weights"})
+    seed_scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_head)
+    seed_scores = seed_scores.masked_fill(~allowed, float("-inf"))
+    assert torch.equal(trace.scores, seed_scores)
+    torch.testing.assert_close(trace.weights, torch.softmax(seed_scores, -1), atol=1e-7, rtol=1e-6)
