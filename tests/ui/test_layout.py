@@ -153,3 +153,29 @@ def test_rollout_and_focus_label_keys_with_tokens_and_fit_the_data(qtbot, bert12
     labels = [label for _, label in plot.getAxis("bottom")._tickLevels[0]]
     assert labels == token_labels(w.result, keys=True)
     w.close()
+
+
+def test_a_floated_or_split_panel_is_remembered(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings, Qt
+
+    def launch():
+        w = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat))
+        qtbot.addWidget(w)
+        w.resize(W, H)
+        w.show()
+        wait_shown(qtbot, w)
+        return w
+
+    w = launch()
+    stats, focus = w.explain.docks["statsDock"], w.explain.docks["focusDock"]
+    open_panel(qtbot, w, "statsDock")
+    open_panel(qtbot, w, "focusDock")
+    stats.setFloating(True)  # the user pulls one out ...
+    w.splitDockWidget(w.tensorDock, focus, Qt.Horizontal)  # ... and puts another beside the tensor view
+    qtbot.waitUntil(lambda: stats.isFloating() and focus not in w.tabifiedDockWidgets(w.modelDock), timeout=5000)
+    w.close()
+    again = launch()
+    stats, focus = again.explain.docks["statsDock"], again.explain.docks["focusDock"]
+    assert stats.isVisible() and stats.isFloating()
+    assert focus.isVisible() and not focus.isFloating() and focus not in again.tabifiedDockWidgets(again.modelDock)
+    again.close()
