@@ -50,20 +50,30 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str
         return t.view(shape)
 
 
-def _drop_free() -> int:
-    """Let go of every free buffer (the lock held); returns their bytes."""
+def _drop_free(keep_bytes: int = 0) -> int:
+    """Let go of the oldest free buffers until at most keep_bytes of free ones remain (the lock held);
+    returns the bytes let go."""
     idle = [t for t in _buffers if _free(t)]
-    _buffers[:] = [t for t in _buffers if all(t is not i for i in idle)]  # by identity: == compares values
-    return sum(t.numel() * t.element_size() for t in idle)
+    extra = sum(t.numel() * t.element_size() for t in idle) - keep_bytes
+    gone = []
+    for t in idle:  # oldest first
+        if extra <= 0:
+            break
+        gone.append(t)
+        extra -= t.numel() * t.element_size()
+    _buffers[:] = [t for t in _buffers if all(t is not g for g in gone)]  # by identity: == compares values
+    return sum(t.numel() * t.element_size() for t in gone)
 
 
-def release() -> int:
-    """Give every free buffer back to the system (before a run that needs the memory); returns the bytes."""
+def release(keep_bytes: int = 0) -> int:
+    """Give free buffers back to the system, the oldest first, keeping at most keep_bytes of them (a
+    pause in the edits keeps the next run's maps; a flush keeps none); returns the bytes given back."""
     with _lock:
-        return _drop_free()
+        return _drop_free(keep_bytes)
 
 
 def idle_bytes() -> int:
     """Bytes held in free buffers (memory a run may count as available)."""
     with _lock:
         return sum(t.numel() * t.element_size() for t in _buffers if _free(t))
+

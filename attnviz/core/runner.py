@@ -207,9 +207,9 @@ def run(
         if pool is not None:
             stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
         else:
-            rows = ~trace.mask.any(dim=-1)
             stages, allowed, pooled = _stage_arrays(trace), to_numpy(trace.mask), {}
-            rows = to_numpy(rows.expand(config.batch, config.heads, config.seq_q)).copy()
+            rows = np.broadcast_to(~allowed.any(-1), (config.batch, config.heads, config.seq_q)).copy()  # NumPy:
+            # torch's bool reductions are far slower
         notes = list(files.notes)
         if device.type == "cpu" and config.dtype in SLOW_CPU_DTYPES:
             notes.append(f"{config.dtype} on the CPU runs far slower than float32")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-from ..core import ConfigError, RunConfig, RunResult, run
+from ..core import ConfigError, RunConfig, RunResult, buffers, run
 from ..core.backed import backed_stages
 from ..core.runner import (
     SLOW_CPU_DTYPES,
@@ -247,6 +247,9 @@ class _Flush:
         self.freed = False
 
 
+PAUSE_KEEP_BYTES = 256 << 20  # free map buffers kept through a pause in the edits (core/buffers.py)
+
+
 class Reaper:
     """Lets go of replaced results on a background thread, a moment after the GUI is done with them.
 
@@ -286,8 +289,10 @@ class Reaper:
             held = item if isinstance(item, tuple) else None  # the previous `held` is freed here
             # Trim only when results stop coming (timed out) or flush() asks: malloc_trim walks the
             # whole heap under the allocator's locks; during a drag it slowed the next forward.
-            if freeing and held is None and trim is not None:
-                trim(0)
+            if freeing and held is None:
+                buffers.release(PAUSE_KEEP_BYTES if item is None else 0)  # a flush wants all the memory back
+                if trim is not None:
+                    trim(0)
             if isinstance(item, _Flush):
                 item.freed = freeing
                 item.done.set()

@@ -389,3 +389,17 @@ def test_the_window_leaves_scores_out_and_an_npz_export_gets_them_back():
     assert set(full.stages) == {"x", "q", "k", "v", "scores", "weights", "dropped", "context", "output"}
     np.testing.assert_array_equal(full.scores, run(config).scores)
     np.testing.assert_array_equal(full.weights, shown.weights)
+
+
+def test_the_reaper_gives_free_map_buffers_back_on_a_flush(monkeypatch):
+    from attnviz.core import buffers
+    from attnviz.ui.worker import Reaper
+
+    monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 10)
+    buffers.release()
+    free = buffers.empty((1000, 10), torch.float32)
+    del free
+    assert buffers.idle_bytes() == 40_000  # kept for the next run of this shape
+    reaper = Reaper()
+    reaper.drop(object())
+    assert reaper.flush() and buffers.idle_bytes() == 0
