@@ -7,10 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import MISSING, fields
-from pathlib import Path
 
 RENDER_PROG = "attnviz render"
-TEXT_FILE_BYTES = 16 << 20  # --text-file: far more than any model reads
 
 
 def view_text() -> dict[str, str]:
@@ -59,16 +57,12 @@ def _region(text: str) -> tuple[int, int, int, int]:
 
 def text_file(path: str) -> str:
     """A text file's contents: UTF-8, a regular file of at most 16 MiB, else one line."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--text-file {path}: no such file (give a UTF-8 text file)")
-    if p.stat().st_size > TEXT_FILE_BYTES:
-        raise UsageError(f"--text-file {path}: {p.stat().st_size / 2**20:.0f} MiB, over the {TEXT_FILE_BYTES >> 20} "
-                         "MiB a text may have; cut it first")
+    from .core.configfile import TextFileError, read_text_file
+
     try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--text-file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        return read_text_file(path)
+    except TextFileError as exc:
+        raise UsageError(f"--text-file {path}: {exc}") from None
 
 
 def stage_names() -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: thousands of times a real configuration
+TEXT_FILE_BYTES = 16 << 20  # a text file to run: far more than any model reads
 SAVE_AS_JSON = "give a configuration saved by attnviz (UTF-8 JSON, e.g. File > Save configuration)"
 
 
@@ -54,3 +55,22 @@ def read_config_text(path: str | os.PathLike) -> str:
     if "\0" in text:
         raise ConfigFileError("is a binary file (it contains NUL bytes)", SAVE_AS_JSON)
     return text
+
+
+class TextFileError(ValueError):
+    """A text file that cannot be a run's text, in one line (the file's path not included)."""
+
+
+def read_text_file(path: str | os.PathLike) -> str:
+    """A text file's contents for a run's text (the CLI's --text-file, the window's Open text file…): UTF-8,
+    a regular file of at most TEXT_FILE_BYTES; TextFileError otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise TextFileError("no such file (give a UTF-8 text file)")
+    if p.stat().st_size > TEXT_FILE_BYTES:
+        raise TextFileError(f"{p.stat().st_size / 2**20:.0f} MiB, over the {TEXT_FILE_BYTES >> 20} MiB a text may "
+                            "have; cut it first")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TextFileError(f"not UTF-8 text (byte {exc.start}); save it as UTF-8") from None

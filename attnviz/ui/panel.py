@@ -44,6 +44,7 @@ from .patch_view import ImageChooser
 
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
+TEXT_MAX_CHARS = 200_000  # the text box: a long input opened from a file (at least 50,000 characters)
 ERROR_STYLE = f"border: 2px solid {RED}; border-radius: 3px;"
 
 
@@ -211,6 +212,7 @@ class ParameterPanel(QWidget):
             w.setClearButtonEnabled(True)
             if name == "text":
                 w.setPlaceholderText("Type a sentence: the maps follow as you type")
+                w.setMaxLength(TEXT_MAX_CHARS)  # a long input (File > Open text file…), not Qt's 32,767
             w.textChanged.connect(self._edited)
         else:  # a tuple (lengths, ablated heads), typed as text
             w = QLineEdit()

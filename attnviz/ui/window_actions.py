@@ -48,6 +48,10 @@ class WindowActions:
                               "Open a saved configuration (JSON)", menu, "openButton")
         self.saveAction = act("Save configuration…", "Ctrl+S", self.save_dialog,
                               "Save the configuration as JSON (the preset format)", menu, "saveButton")
+        self.openTextAction = act("Open text file…", "Ctrl+Shift+O", self.open_text_dialog,
+                                  "Put a text file (UTF-8) into the Text box: a long input for a trained toy or a "
+                                  "pretrained model", menu)
+        self.openTextAction.setObjectName("openTextAction")
         menu.addSeparator()
         self.loadWeightsAction = act("Load weights…", "Ctrl+Shift+W", lambda: self.load_file_dialog("weights"),
                                      "Load your own weights (a state_dict: .safetensors, .pt, .pth) into the "

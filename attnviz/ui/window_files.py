@@ -91,6 +91,38 @@ class WindowFiles:
             except Exception as exc:
                 QMessageBox.warning(self, "Cannot open", str(exc))
 
+    def open_text(self, path: str) -> bool:
+        """Put a text file's contents (UTF-8) into the text box; the run follows as for typing. False, with the
+        reason on the status line, when it cannot (another encoding, too long, a variant without text)."""
+        from ..core.configfile import TextFileError, read_text_file
+        from .panel import TEXT_MAX_CHARS
+
+        if not self.panel.config_applies("text"):
+            self.statusBar().showMessage("Text files load into the variants that read text (a trained toy, a "
+                                         "pretrained model): choose one first", 8000)
+            return False
+        try:
+            text = read_text_file(path)
+        except TextFileError as exc:
+            self.statusBar().showMessage(f"Not opened: {path}: {exc}", 10000)
+            return False
+        if len(text) > TEXT_MAX_CHARS:
+            self.statusBar().showMessage(f"Not opened: {path}: {len(text):,} characters, over the "
+                                         f"{TEXT_MAX_CHARS:,} the text box takes; cut it first", 10000)
+            return False
+        field = self.panel.widgets["text"]
+        field.setText(text)  # as the CLI reads it: newlines are tokens too
+        field.setCursorPosition(0)  # from its start, as a preset's text shows
+        self.statusBar().showMessage(f"Opened {Path(path).name}: {len(text):,} characters", 6000)
+        return True
+
+    def open_text_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open text file", self._start_dir(),
+                                              "Text (*.txt);;All files (*)")
+        if path:
+            self._remember_dir(path)
+            self.open_text(path)
+
     def export_dialog(self) -> None:
         from .export_dialog import ExportDialog
 
