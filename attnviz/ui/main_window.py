@@ -348,7 +348,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             scale_mode=self.scaleCombo.currentData(),
             grid_pixels=self.headGrid.focus is None,  # a focused head is drawn by its own PlotItem
             predictions=not self.predictionStrip.isHidden(),
-            head_scores=not self.modelDock.isHidden() or self.explain.shown("statsDock"),
+            head_scores=self.model_view_wanted() or self.explain.shown("statsDock"),
             **self.explain.options(config, request),
         )
 

@@ -179,3 +179,15 @@ def test_a_floated_or_split_panel_is_remembered(qtbot, tmp_path):
     assert stats.isVisible() and stats.isFloating()
     assert focus.isVisible() and not focus.isFloating() and focus not in again.tabifiedDockWidgets(again.modelDock)
     again.close()
+
+
+def test_the_model_view_behind_a_tab_waits_and_catches_up_in_front(qtbot, bert12):
+    w = big_window(qtbot, RunConfig(variant="pretrained", model=str(bert12), text=SENTENCE))
+    assert w.modelView.source is w.result.source and w.modelView.layer == 0
+    open_panel(qtbot, w, "statsDock")  # the model view's tab goes behind
+    w.panel.widgets["text"].setText(SENTENCE + " Then it slept.")  # a new forward
+    wait_shown(qtbot, w, timeout=30000)
+    assert w.modelView.source is not w.result.source  # not composed while nobody sees it
+    open_panel(qtbot, w, "modelDock")
+    qtbot.waitUntil(lambda: w.modelView.source is w.result.source, timeout=10000)
+    w.close()
