@@ -17,6 +17,7 @@ from .panel import named
 
 MAX_KEY_TICKS = 48  # more keys than this: numeric ticks instead of token labels
 LEGEND_ROWS = 4  # the legend's entries per column
+TOKEN_ROWS = 3  # the token strip's rows at most (more scroll)
 
 
 def head_colour(m: int, n: int):
@@ -42,7 +43,6 @@ class FocusView(QWidget):
         self.tokenList.setWrapping(True)
         self.tokenList.setResizeMode(QListView.Adjust)
         self.tokenList.setSpacing(2)
-        self.tokenList.setMaximumHeight(64)
         self.tokenList.itemClicked.connect(self._item_clicked)
         self.plot = pg.PlotWidget()
         named(self.plot, "focusPlot")
@@ -52,7 +52,7 @@ class FocusView(QWidget):
         self.plot.setLabel("left", "weight")
         self.plot.showGrid(x=False, y=True, alpha=0.2)
         self.plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
-        self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt")
+        self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt", brush=(255, 255, 255, 210))
         self.curves: list[pg.PlotDataItem] = []
         self.exportButton = named(QPushButton("Export…"), "focusExportButton")
         self.exportButton.setToolTip("Save the focused rows as CSV, or the plot as a PNG image")
@@ -78,6 +78,24 @@ class FocusView(QWidget):
             self.tokenList.item(i).setTextAlignment(Qt.AlignCenter)
         if self.row is not None and self.row >= len(labels):
             self.toggle(self.row)
+        self._fit_token_rows()
+
+    def _fit_token_rows(self) -> None:
+        """The token strip as tall as its rows of tokens (at most TOKEN_ROWS; more scroll): the plot keeps
+        the rest of a short panel."""
+        widths = [self.tokenList.item(i).sizeHint().width() + 2 * self.tokenList.spacing()
+                  for i in range(self.tokenList.count())]
+        room, rows, used = max(self.tokenList.viewport().width(), 1), 1, 0
+        for w in widths:
+            if used and used + w > room:
+                rows, used = rows + 1, 0
+            used += w
+        row_px = 20 + 2 * self.tokenList.spacing()
+        self.tokenList.setFixedHeight(min(rows, TOKEN_ROWS) * row_px + 2 * self.tokenList.frameWidth() + 2)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit_token_rows()
 
     def _item_clicked(self, item) -> None:
         self.toggle(self.tokenList.row(item))
