@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
-from ..style import number
+from ..style import TICK_INK, number
 from .panel import named
 from .square import SquareCells
 from .views import image_item, lean_axes, set_heat_image
@@ -152,6 +152,22 @@ class PipelineView(QWidget):
         self.flowScroll.viewport().installEventFilter(self)
         self.flow.scene().sigMouseMoved.connect(self._hovered)
         self.flow.scene().sigMouseClicked.connect(self._clicked)
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.flowScroll)
+        split.addWidget(self._make_large())
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        self.pathLabel = named(QLabel("Hover a map cell to follow it through the pipeline"), "pipelinePathLabel")
+        self.pathLabel.setWordWrap(True)
+        self.pathLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(split, 1)
+        layout.addWidget(self.pathLabel)
+
+    def _make_large(self) -> QWidget:
+        """The stage chosen, large, under its title."""
         self.large = pg.PlotWidget()
         named(self.large, "pipelineLarge")
         self.large.setBackground("w")
@@ -165,29 +181,17 @@ class PipelineView(QWidget):
         self.largeImage = image_item()
         self.largePlot.addItem(self.largeImage)
         self.large.scene().sigMouseMoved.connect(self._hovered_large)
-        split = QSplitter(Qt.Horizontal)
-        split.addWidget(self.flowScroll)
         large = QWidget()  # the title above the plot, not in it: a title wider than the map widened the plot
         large_layout = QVBoxLayout(large)
         large_layout.setContentsMargins(0, 0, 0, 0)
         large_layout.setSpacing(0)
         self.largeTitle = named(QLabel(), "pipelineLargeTitle")
         self.largeTitle.setAlignment(Qt.AlignCenter)
-        self.largeTitle.setStyleSheet("color: #404040; background: white; font-size: 9pt;")
+        self.largeTitle.setStyleSheet(f"color: {TICK_INK}; background: white; font-size: 9pt;")
         self.largeTitle.setMinimumWidth(16)
         large_layout.addWidget(self.largeTitle)
         large_layout.addWidget(self.large, 1)
-        split.addWidget(large)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        self.pathLabel = named(QLabel("Hover a map cell to follow it through the pipeline"), "pipelinePathLabel")
-        self.pathLabel.setWordWrap(True)
-        self.pathLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(top)
-        layout.addWidget(split, 1)
-        layout.addWidget(self.pathLabel)
+        return large
 
     def set_heads(self, heads: int) -> None:
         self.headSpin.setMaximum(max(heads - 1, 0))
@@ -210,7 +214,7 @@ class PipelineView(QWidget):
         for n, tile in enumerate(self.tiles):
             row, col = divmod(n, per_row)
             if col or row:  # an arrow before every stage but the first; at a row start it points on
-                self.flow.addLabel("→", row=row, col=2 * col, size="14pt", color="#404040")
+                self.flow.addLabel("→", row=row, col=2 * col, size="14pt", color=TICK_INK)
             self.flow.addItem(tile.plot, row=row, col=2 * col + 1)
         grid = self.flow.ci.layout  # equal tile columns that fit the width (titles must not widen them)
         grid.setHorizontalSpacing(2)
