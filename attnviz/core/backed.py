@@ -38,6 +38,7 @@ from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
 from .masks import identify
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pooling
 from .predictions import Outputs
+from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult
 from .stages import ALWAYS_KEPT, BY_NAME, DEFAULT_RECORD, DIFFERENTIAL, ROTATION, STAGE_NAMES, stages_made_by
 
@@ -202,7 +203,8 @@ def _layer_tokens(encoded) -> tuple | None:
 
 def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
                 record: Iterable[str] | None = None, on_step: Callable | None = None,
-                region: tuple[int, int, int, int] | None = None) -> ModelForward:
+                region: tuple[int, int, int, int] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> ModelForward:
     """Load (cached), encode the text, one traced forward over every layer (or, with config.generate, the
     generation's steps) -> ModelForward. on_step(tokens so far, build) streams a generation: build() is the
     ModelForward of what ran so far."""
@@ -231,7 +233,9 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
             return _model_forward(config, model, ran, keep, device, time.perf_counter() - t0, started, plan)
         ran = generated_run(config, model, encoded, count, keep, plan, device, cancel, on_step, build)
     else:
-        with pooling(pool):
+        calls = len(getattr(model, "attention_modules", ())) or model.info.layers
+        report = None if progress is None else (lambda n: progress(min(n, calls), calls))
+        with pooling(pool), watching(Watch(cancel, report)):  # per layer, and Cancel within one (progress.py)
             ran = _forward_once(model, encoded, keep, plan, device)
         if pool is not None:
             ran = pooled_ran(ran, pool)

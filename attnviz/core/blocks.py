@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from . import buffers
+from . import buffers, progress
 
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
@@ -78,6 +78,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     values = context = None
     whole: dict[str, Tensor] = {}
     for r0 in range(0, lq, rows):
+        progress.checkpoint()  # Cancel stops within one attention call
         r1 = min(lq, r0 + rows)
         k0, k1 = spans.span(r0, r1)
         cells = (..., slice(r0, r1) if mask is not None and mask.shape[-2] > 1 else slice(None), slice(k0, k1))

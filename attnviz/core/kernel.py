@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import progress
 from .ablation import knock_out
 from .blocks import blocked_attention
 from .pooling import current_pooling
@@ -126,6 +127,7 @@ def attention(
                        safe_softmax=safe_softmax, dropout_p=dropout_p if training else 0.0)
         context = pool.attend(q, as_allowed(mask), rows, lambda m: torch.matmul(m, repeat_kv(v, m.shape[1])),
                               signed=combine is not None)
+        progress.call_done()
         return knock_out(context), trace
     dropout_p = dropout_p if training else 0.0
     options = dict(scale=scale, score_mods=score_mods, sink=sink, combine=combine, safe_softmax=safe_softmax)
@@ -139,6 +141,7 @@ def attention(
     if trace.record:
         trace["mask"] = mask if mask is not None else torch.ones(1, 1, q.shape[2], k.shape[2], dtype=torch.bool,
                                                                  device=q.device)
+    progress.call_done()
     # an ablated head's context is knocked out here, before any output projection (ablation.py)
     return knock_out(context), trace
 

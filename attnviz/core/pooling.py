@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import progress
 from .stats import StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
@@ -71,6 +72,7 @@ class Pooling:
         b, _, lq, _ = q.shape
         call, contexts, r0 = None, [], 0
         while r0 < lq:
+            progress.checkpoint()  # Cancel stops within one attention call
             lkv = call.shape[1] if call else None
             r1 = lq if lkv is None and lq <= 1 else min(lq, r0 + self._rows(q, lkv, call))
             block, used = rows(q[:, :, r0:r1], mask=_rows_of(mask, r0, r1), row0=r0)

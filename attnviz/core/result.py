@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 
 from .config import RunConfig
+from .progress import Cancelled
 
-
-class Cancelled(Exception):
-    """Raised by run() when its `cancel` callback says the result is no longer wanted."""
+__all__ = ["Cancelled", "NonFiniteResult", "RunResult"]  # Cancelled is defined with the kernel's checkpoints
 
 
 class NonFiniteResult(RuntimeError):

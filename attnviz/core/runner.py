@@ -17,6 +17,7 @@ from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .masks import build_kind
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pool_note, pooled_parts, pooling
+from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .stages import (
     ALWAYS_KEPT,
@@ -172,7 +173,7 @@ def _seed(seed: int, device: torch.device) -> None:
 def run(
     config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
     record: Iterable[str] | None = None, on_step: Callable[[int, Callable[[], RunResult]], None] | None = None,
-    region: tuple[int, int, int, int] | None = None,
+    region: tuple[int, int, int, int] | None = None, progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
@@ -188,13 +189,14 @@ def run(
     run so far (assembling it costs: call it only as often as it is shown).
     Long runs pool their maps (config.pool, pooling.py): result.pool_factor says by how much, result.exact_stats
     holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that block of the
-    exact map as result.region.
+    exact map as result.region. progress(attention calls done, of how many) is called after each (a model:
+    one per layer), and `cancel` is also polled between the blocks of a call (progress.py).
     """
 
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
-                           on_step=stream, region=region).result(config.layer)
+                           on_step=stream, region=region, progress=progress).result(config.layer)
 
     started = time.perf_counter()
     files = prepare(config)  # your own weights and inputs (cached reads); the config takes their shapes
@@ -203,7 +205,8 @@ def run(
     keep, pool = _planned(config, device, memory_budget, record, region)
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
-        trace, compute = _seed_forward(config, files, device, keep, pool, cancel)
+        with watching(Watch(cancel, None if progress is None else (lambda n: progress(n, 1)))):
+            trace, compute = _seed_forward(config, files, device, keep, pool, cancel)
         if pool is not None:
             stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
         else:

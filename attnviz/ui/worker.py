@@ -305,6 +305,7 @@ class Worker(QObject):
     sigFailed = Signal(object)  # Failure
     sigBusy = Signal(bool)
     sigCancelled = Signal(int)  # a request id that ended with nothing to show (stopped before its first token)
+    sigProgress = Signal(int, int, int)  # request id, attention calls (layers) done, of how many
 
     def __init__(self, compute=run, parent: QObject | None = None):
         super().__init__(parent)
@@ -460,6 +461,10 @@ class Worker(QObject):
             # a replaced result the reaper was holding made the budget look smaller than it is
             return self._compute(config, cancel=cancel, **extra)
 
+    def _progress_of(self, request: Request):
+        """progress(done, total) for run(): each layer finished, as sigProgress of this request."""
+        return lambda done, total: self.sigProgress.emit(request.id, done, total)
+
     # --- generation: streamed partial results, Stop, cancel within one token ---------------------
 
     def _superseded(self, request: Request) -> bool:
@@ -548,7 +553,7 @@ class Worker(QObject):
             self._pools.clear()
             if reused is None and generating(request.config):
                 reused, stopped = self._generate(request, needed)
-            self._last = reused or self._run(request.config, needed)
+            self._last = reused or self._run(request.config, needed, progress=self._progress_of(request))
             self._last_request = request.config
         require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
         if self._checkpoint():

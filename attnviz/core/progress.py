@@ -1,0 +1,54 @@
+"""Progress and Cancel inside one forward.
+
+A long forward (a model at thousands of tokens) spends seconds in each layer, out of reach of the checks a
+run makes between its stages. So the kernel reports each attention call it finishes and asks whether to
+stop between its blocks of query rows: the window shows "layer 12 of 30" and Cancel stops within one layer.
+`watching(Watch(...))` makes a watch current for this thread (as ablation.ablating and pooling.pooling do).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+_local = threading.local()
+
+
+class Cancelled(Exception):
+    """Raised by run() when its `cancel` callback says the result is no longer wanted."""
+
+
+@dataclass
+class Watch:
+    cancel: Callable[[], bool] | None = None  # True: stop (Cancelled is raised in the kernel)
+    on_call: Callable[[int], None] | None = None  # the number of attention calls finished so far
+    calls: int = 0
+
+
+@contextmanager
+def watching(watch: Watch | None) -> Iterator[Watch | None]:
+    previous = getattr(_local, "watch", None)
+    _local.watch = watch
+    try:
+        yield watch
+    finally:
+        _local.watch = previous
+
+
+def checkpoint() -> None:
+    """Raise Cancelled if the current watch's cancel says so (between blocks, between calls)."""
+    watch = getattr(_local, "watch", None)
+    if watch is not None and watch.cancel is not None and watch.cancel():
+        raise Cancelled
+
+
+def call_done() -> None:
+    """One attention call finished: count it and tell the watch."""
+    watch = getattr(_local, "watch", None)
+    if watch is None:
+        return
+    watch.calls += 1
+    if watch.on_call is not None:
+        watch.on_call(watch.calls)
