@@ -16,6 +16,7 @@ import torch
 
 from . import colormaps
 from .core.config import RunConfig
+from .core.pooling import max_pool
 from .core.runner import RunResult
 from .core.stages import STAGE_NAMES, STAGES
 from .style import COMPACT_DIGITS, number
@@ -170,39 +171,11 @@ def head_title(index: int, maps: int, heads: int) -> str:
     return f"head {index}" if per == 1 else f"head {index // per}.{index % per + 1}"
 
 
-def _reduce_blocks(t: torch.Tensor, dim: int, factor: int, op) -> torch.Tensor:
-    """Reduce runs of `factor` along `dim` with op (torch.amax / torch.amin); a short last run too."""
-    n = t.shape[dim]
-    main = (n // factor) * factor
-    parts = []
-    if main:  # a reshape of the leading rows is a view: no copy of the full maps
-        shape = [*t.shape[:dim], n // factor, factor, *t.shape[dim + 1 :]]
-        parts.append(op(t.narrow(dim, 0, main).reshape(shape), dim=dim + 1))
-    if main < n:
-        parts.append(op(t.narrow(dim, main, n - main), dim=dim, keepdim=True))
-    return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
-
-
 def _pool(x: torch.Tensor, max_px: tuple[int, int] | None, signed: bool = False) -> torch.Tensor:
-    """Max-pool (N, h, w) to at most max_px; `signed` keeps the larger magnitude instead of the max.
-
-    Two block reductions (rows, then columns) give max_pool2d's numbers about twice as fast.
-    """
+    """Max-pool (N, h, w) to at most max_px; `signed` keeps the larger magnitude instead of the max."""
     if max_px is None:
         return x
-    fh, fw = -(-x.shape[-2] // max_px[0]), -(-x.shape[-1] // max_px[1])
-    if fh == 1 and fw == 1:
-        return x
-
-    def pooled(op):
-        rows = _reduce_blocks(x, x.dim() - 2, fh, op) if fh > 1 else x
-        return _reduce_blocks(rows, x.dim() - 1, fw, op) if fw > 1 else rows
-
-    hi = pooled(torch.amax)
-    if not signed:
-        return hi
-    lo = pooled(torch.amin)
-    return torch.where(hi.abs() >= lo.abs(), hi, lo)
+    return max_pool(x, -(-x.shape[-2] // max_px[0]), -(-x.shape[-1] // max_px[1]), signed)
 
 
 def _pool_any(flags: torch.Tensor, max_px: tuple[int, int] | None) -> torch.Tensor:

@@ -59,6 +59,11 @@ class KeySpans:
         return min(self.first[rows]), max(self.last[rows]) + 1
 
 
+def block_cells(mask: Tensor | None, r0: int, r1: int, k0: int, k1: int) -> tuple:
+    """The index of a block's cells in a mask (or its bias) that may have one row for every query."""
+    return (..., slice(r0, r1) if mask is not None and mask.shape[-2] > 1 else slice(None), slice(k0, k1))
+
+
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trace: dict, map_rows: Callable,
                       repeat: Callable[[Tensor, int], Tensor], bias_of: Callable) -> Tensor | None:
     """The context (B, H', Lq, dv) of `attention`, in blocks of query rows; the kept map stages are written
@@ -81,7 +86,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
         progress.checkpoint()  # Cancel stops within one attention call
         r1 = min(lq, r0 + rows)
         k0, k1 = spans.span(r0, r1)
-        cells = (..., slice(r0, r1) if mask is not None and mask.shape[-2] > 1 else slice(None), slice(k0, k1))
+        cells = block_cells(mask, r0, r1, k0, k1)
         block_trace = type(trace)(record)
         dropped, _ = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], trace=block_trace,
                               row0=r0, col0=k0, keys_t=keys_t[..., k0:k1], bias=None if bias is None else bias[cells])

@@ -121,17 +121,15 @@ def attention(
         trace.keep("q_proj", q), trace.keep("k_proj", k)
         q, k = rotate(q), rotate(k)
     trace.keep("q", q), trace.keep("k", k), trace.keep("v", v)
-    pool = current_pooling()
-    if pool is not None:  # a long run: the maps in blocks of query rows, reduced at once (pooling.py)
-        rows = partial(_map, k=k, scale=scale, score_mods=score_mods, sink=sink, combine=combine,
-                       safe_softmax=safe_softmax, dropout_p=dropout_p if training else 0.0)
-        context = pool.attend(q, as_allowed(mask), rows, lambda m: torch.matmul(m, repeat_kv(v, m.shape[1])),
-                              signed=combine is not None)
-        progress.call_done()
-        return knock_out(context), trace
     dropout_p = dropout_p if training else 0.0
     options = dict(scale=scale, score_mods=score_mods, sink=sink, combine=combine, safe_softmax=safe_softmax)
     mask = as_allowed(mask)
+    pool = current_pooling()
+    if pool is not None:  # a long run: the maps in blocks of query rows, reduced at once (pooling.py)
+        context = pool.attend(q, k, v, mask, partial(_map, k=k, dropout_p=dropout_p, **options), repeat_kv,
+                              mask_bias, signed=combine is not None)
+        progress.call_done()
+        return knock_out(context), trace
     context = None
     if dropout_p == 0.0:  # dropout draws its random numbers in the whole map's order: that path only
         context = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv, mask_bias)

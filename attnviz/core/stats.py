@@ -38,27 +38,32 @@ class StatSums:
         self.counts = {name: np.zeros(n) for name in self.sums}
         self.top = np.full(n, -np.inf)
 
-    def add(self, weights, row0: int = 0, empty_rows=None, keys=None) -> None:
-        """weights (N, R, Lkv) (NumPy or torch): query rows row0 .. row0 + R - 1; empty_rows (N or 1, R) bool,
-        rows with no key; keys (N or 1, R) int, the keys each row may attend to (rows with fewer than two are
-        left out). On torch (many threads), in self.dtype (float64: the logs of tiny weights)."""
+    def add(self, weights, row0: int = 0, empty_rows=None, keys=None, col0: int = 0) -> None:
+        """weights (N, R, K) (NumPy or torch): query rows row0 .. row0 + R - 1 and keys col0 .. col0 + K - 1 (the
+        keys left out hold weight 0); empty_rows (N or 1, R) bool, rows with no key; keys (N or 1, R) int, the
+        keys each row may attend to (rows with fewer than two are left out). On torch (many threads), in
+        self.dtype (float64: the logs of tiny weights)."""
         w = torch.as_tensor(weights).to(self.dtype)
-        valid = torch.isfinite(w).all(-1)
+        valid = torch.isfinite(w.sum(-1))  # a NaN or inf anywhere in a row makes its sum one: one pass
         if empty_rows is not None:
-            valid &= ~torch.as_tensor(empty_rows).broadcast_to(valid.shape)
+            valid &= ~torch.as_tensor(np.ascontiguousarray(empty_rows)).broadcast_to(valid.shape)
         if keys is not None:
             valid &= (torch.as_tensor(np.ascontiguousarray(keys)) >= 2).broadcast_to(valid.shape)
-        w = torch.where(valid[..., None], w, torch.zeros((), dtype=w.dtype))
+        if not bool(valid.all()):  # a copy only where some row is left out
+            w = torch.where(valid[..., None], w, torch.zeros((), dtype=w.dtype))
         i = row0 + torch.arange(w.shape[-2])
-        distance = (i[:, None] - torch.arange(self.lkv)[None, :]).abs().to(self.dtype)
-        per_row = {"entropy": (-torch.xlogy(w, w).sum(-1, dtype=torch.float64), None),
-                   "distance": ((w * distance).sum(-1, dtype=torch.float64), None),
-                   "sink": (w[..., 0], None)}
+        distance = (i[:, None] - (col0 + torch.arange(w.shape[-1]))[None, :]).abs().to(self.dtype)
+        # per-row sums in the blocks' own dtype (torch sums pairwise: float32 keeps ~1e-7 over 10^4 keys);
+        # the running sums across rows are float64
+        per_row = {"entropy": (-torch.xlogy(w, w).sum(-1), None),
+                   "distance": ((w * distance).sum(-1), None),
+                   "sink": (w[..., 0] if col0 == 0 else torch.zeros(valid.shape, dtype=self.dtype), None)}
         for name, offset in (("previous", -1), ("diagonal", 0)):
             j = i + offset
-            ok = (j >= 0) & (j < self.lkv)
+            ok = (j >= 0) & (j < self.lkv)  # the rows this statistic counts
+            held = ok & (j >= col0) & (j < col0 + w.shape[-1])  # ... whose key is in the block (else weight 0)
             values = torch.zeros(valid.shape, dtype=self.dtype)
-            values[:, ok] = w[:, ok, j[ok]]
+            values[:, held] = w[:, held, j[held] - col0]
             per_row[name] = (values, ok)
         for name, (values, ok) in per_row.items():
             counted = valid if ok is None else valid & ok

@@ -29,9 +29,13 @@ def small_target(monkeypatch):
     monkeypatch.setattr(pooling_module, "TARGET", 256)  # 1,024 tokens pool by 4
 
 
+@pytest.mark.parametrize("block_bytes", [None, 1 << 17], ids=["one-block", "blocks-trimmed-to-their-keys"])
 @pytest.mark.parametrize("changes", [{}, {"position": "alibi"}, {"mask": "window", "window": 100},
                                      {"variant": "differential"}])
-def test_the_seed_variant_pooled_equals_its_exact_maps(small_target, changes):
+def test_the_seed_variant_pooled_equals_its_exact_maps(small_target, changes, block_bytes, monkeypatch):
+    if block_bytes:  # 8 rows a block: a causal block computes its keys up to its last row, a window its band
+        monkeypatch.setattr(pooling_module, "BLOCK_BYTES", block_bytes)
+    changes = dict(changes)
     config = RunConfig.for_variant(changes.pop("variant", "causal"), seq_q=1024, heads=4, d_model=64, **changes)
     exact = run(config, record={"dropped", "output"})
     pooled = run(config.replace(pool="always"), region=(100, 180, 30, 90))
