@@ -81,6 +81,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self._model_shown_at = -math.inf  # when a partial result last went into the model view
         self._model_run = None  # (request id, forward config) of the result the model view last got
         self._swap_s = 0.0  # the GUI-thread time the grid's pass took
+        self._forward_id = 0  # the request whose forward reports its layers (Stop cancels it), 0: none
         self.result = None
         self.frames = None
         self.last_error: str | None = None
@@ -113,6 +114,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.worker.sigFailed.connect(self._on_failed)
         self.worker.sigBusy.connect(self._on_busy)
         self.worker.sigCancelled.connect(self._on_cancelled)
+        self.worker.sigProgress.connect(self._on_progress)
         d.sigShown.connect(self.sigShown)
         d.sigPartialShown.connect(self.sigPartialShown)
         d.sigGenerating.connect(self._show_generating)
@@ -405,11 +407,24 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
 
     def stop_generation(self) -> None:
         """Stop (Esc while writing): the worker ends the generation after its current token and sends what it
-        wrote; no partial result of that run is shown after this."""
-        self.delivery.stop()
+        wrote; no partial result of that run is shown after this. During a long forward: cancel it within its
+        current layer (the last view stays)."""
+        if not self.delivery.stop() and self._forward_id:
+            self.worker.cancel(self._forward_id)
+
+    def _on_progress(self, rid: int, done: int, total: int) -> None:
+        """A model's forward, layer by layer: "layer 12 / 30" on the busy bar, and Stop (Esc) cancels it."""
+        if rid != self.delivery.latest_id or total <= 1 or self.delivery.generating_id:
+            return
+        self._forward_id = rid
+        self.busyIndicator.setRange(0, total)
+        self.busyIndicator.setValue(done)
+        self.busyIndicator.setFormat(f"layer {done} / {total}")
+        self.panel.stopButton.setEnabled(True)
+        self.stopAction.setEnabled(True)
 
     def _escape(self) -> None:
-        if self.delivery.generating_id:
+        if self.delivery.generating_id or self._forward_id:
             self.stop_generation()
         else:
             self.headGrid.set_focus(None)
@@ -509,8 +524,12 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
 
     def _on_cancelled(self, rid: int) -> None:
         """A request stopped before it had anything to show: it is over (the last view stays)."""
+        forward = rid == self._forward_id
+        if forward:
+            self._end_forward()
         if self.delivery.cancelled(rid):
-            self.statusBar().showMessage("Stopped before the first token: the maps show the last run", 6000)
+            what = "Cancelled" if forward else "Stopped before the first token"
+            self.statusBar().showMessage(f"{what}: the maps show the last run", 6000)
 
     def _show_failure(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
         self.last_error = message
@@ -537,6 +556,15 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
 
     def _on_busy(self, busy: bool) -> None:
         self.busyIndicator.setVisible(busy)
+        if not busy:
+            self._end_forward()
+
+    def _end_forward(self) -> None:
+        """A forward's layer count is over: the bar spins again when next busy, Stop is for generations."""
+        if self._forward_id:
+            self._forward_id = 0
+            self.busyIndicator.setRange(0, 0)
+            self._show_generating(bool(self.delivery.generating_id))
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.save_settings()

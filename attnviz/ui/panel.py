@@ -148,7 +148,8 @@ class ParameterPanel(QWidget):
                                        "count off, writes 20. Each new token's attention streams in as it is made; "
                                        "while the count is on, editing the text writes again")
         self.stopButton = named(QPushButton("Stop"), "stopButton")
-        self.stopButton.setToolTip("Stop the model writing (Esc): what it wrote so far stays on screen")
+        self.stopButton.setToolTip("Stop the model writing (Esc): what it wrote so far stays on screen; during a "
+                                   "long forward, cancel it within its current layer")
         self.stopButton.setEnabled(False)
         for button in (self.generateButton, self.stopButton):  # the style's 80 px minimum widened the panel
             button.setMinimumWidth(button.fontMetrics().horizontalAdvance(button.text()) + 14)

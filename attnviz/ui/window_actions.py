@@ -35,7 +35,8 @@ class WindowActions:
                                            "(the Generate count, or 20 while it is off), streaming each token",
                                            run_menu)
         self.stopAction = self._action("Stop", "", self.stop_generation, "Stop the model writing (Esc); what it "
-                                       "wrote so far stays on screen", run_menu)
+                                       "wrote so far stays on screen. During a long forward: cancel it within "
+                                       "its current layer", run_menu)
 
     def _file_actions(self, menu: QMenu) -> None:
         act = self._action

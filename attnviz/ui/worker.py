@@ -364,7 +364,8 @@ class Worker(QObject):
 
     def cancel(self, request_id: int) -> None:
         """Stop the generation of `request_id` (and older ones) after its current token; what it wrote so far
-        comes as its result (Outcome.stopped). A request that has written nothing yet ends with sigCancelled."""
+        comes as its result (Outcome.stopped). A request that has written nothing yet, or a forward (stopped
+        within its current layer), ends with sigCancelled."""
         self._cancel_id = max(self._cancel_id, request_id)
 
     def is_alive(self) -> bool:
@@ -461,6 +462,12 @@ class Worker(QObject):
             # a replaced result the reaper was holding made the budget look smaller than it is
             return self._compute(config, cancel=cancel, **extra)
 
+    def _forward_cancel(self, request: Request):
+        """Polled between stages and between a long forward's blocks: stop for closing or for Cancel (cancel())."""
+        def cancel() -> bool:
+            return self._checkpoint() or self._cancel_id >= request.id
+        return cancel
+
     def _progress_of(self, request: Request):
         """progress(done, total) for run(): each layer finished, as sigProgress of this request."""
         return lambda done, total: self.sigProgress.emit(request.id, done, total)
@@ -553,7 +560,8 @@ class Worker(QObject):
             self._pools.clear()
             if reused is None and generating(request.config):
                 reused, stopped = self._generate(request, needed)
-            self._last = reused or self._run(request.config, needed, progress=self._progress_of(request))
+            self._last = reused or self._run(request.config, needed, cancel=self._forward_cancel(request),
+                                             progress=self._progress_of(request))
             self._last_request = request.config
         require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
         if self._checkpoint():

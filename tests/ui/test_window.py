@@ -784,3 +784,34 @@ def test_a_text_set_by_a_preset_or_file_shows_from_its_start(window):
     window.panel.set_config(RunConfig.for_variant("toy-induction", text=text))
     field = window.panel.widgets["text"]
     assert field.text() == text and field.cursorPosition() == 0
+
+
+def test_a_long_forward_shows_its_layers_and_stop_cancels_it_keeping_the_last_view(qtbot):
+    """The busy bar counts a model's layers as they finish; Stop (Esc) cancels the forward within one."""
+    from attnviz.core.runner import Cancelled
+
+    polls = []
+
+    def layered(config, cancel=None, progress=None, **kwargs):  # run() of 3 layers, the middle one long
+        if config.seed != 7:
+            return run(config, cancel=cancel, **kwargs)
+        progress(1, 3)
+        for _ in range(400):  # within layer 2: the kernel polls cancel between its blocks
+            polls.append(1)
+            if cancel():
+                raise Cancelled
+            time.sleep(0.01)
+        raise AssertionError("never cancelled")
+
+    w = MainWindow(compute=layered)
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    shown = w.result
+    w.panel.widgets["seed"].setValue(7)
+    qtbot.waitUntil(lambda: w.busyIndicator.format() == "layer 1 / 3" and w.panel.stopButton.isEnabled())
+    assert w.busyIndicator.maximum() == 3 and w.busyIndicator.value() == 1
+    qtbot.keyClick(w, Qt.Key_Escape)
+    qtbot.waitUntil(lambda: "Cancelled" in w.statusBar().currentMessage(), timeout=5000)
+    assert w.result is shown and not w.panel.stopButton.isEnabled() and w.busyIndicator.maximum() == 0
+    w.close()
