@@ -59,9 +59,31 @@ class KeySpans:
         return min(self.first[rows]), max(self.last[rows]) + 1
 
 
+def masked_columns(mask: Tensor | None) -> tuple[int, int]:
+    """The columns [m0, m1) of a block's mask that hold a masked cell (m0 == m1: none): only they need the
+    -inf bias (a causal block's diagonal square, a window's two edges), not the whole block."""
+    if mask is None:
+        return 0, 0
+    flat = mask.reshape(-1, mask.shape[-1]).cpu().numpy()  # NumPy: torch's bool reductions are slower
+    partial = ~flat.all(0)
+    if not partial.any():
+        return 0, 0
+    where = partial.nonzero()[0]
+    return int(where[0]), int(where[-1]) + 1
+
+
 def block_cells(mask: Tensor | None, r0: int, r1: int, k0: int, k1: int) -> tuple:
     """The index of a block's cells in a mask (or its bias) that may have one row for every query."""
     return (..., slice(r0, r1) if mask is not None and mask.shape[-2] > 1 else slice(None), slice(k0, k1))
+
+
+def narrow_bias(mask: Tensor | None, bias: Tensor | None, cells: tuple) -> dict:
+    """map_rows' bias keywords for a block: the bias of its masked columns alone, and where they start."""
+    if bias is None:
+        return {}
+    m0, m1 = masked_columns(mask[cells])
+    rows, keys = cells[-2], cells[-1]
+    return {"bias": bias[..., rows, keys.start + m0:keys.start + m1], "bias_col": m0}
 
 
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trace: dict, map_rows: Callable,
@@ -89,7 +111,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
         cells = block_cells(mask, r0, r1, k0, k1)
         block_trace = type(trace)(record)
         dropped, _ = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], trace=block_trace,
-                              row0=r0, col0=k0, keys_t=keys_t[..., k0:k1], bias=None if bias is None else bias[cells])
+                              row0=r0, col0=k0, keys_t=keys_t[..., k0:k1], **narrow_bias(mask, bias, cells))
         if context is None:  # the map's head count is known now (differential attention halves it)
             values = repeat(v, dropped.shape[1])
             context = q.new_empty((b, dropped.shape[1], lq, v.shape[-1]))

@@ -158,20 +158,16 @@ def exact_scale(scale: float | None, d_head: int) -> float | None:
     return factor if factor > 0 and math.frexp(factor)[0] == 0.5 else None
 
 
-def _fused_scores(q: Tensor, keys_t: Tensor, bias: Tensor | None, alpha: float) -> Tensor:
-    """bias + alpha · Q·Kᵀ in one BLAS call (baddbmm), instead of a matmul, a divide and an add over the map."""
+def _fused_scores(q: Tensor, keys_t: Tensor, alpha: float) -> Tensor:
+    """alpha · Q·Kᵀ in one BLAS call (baddbmm's alpha), instead of a matmul and a divide over the map."""
     b, h, n, dh = q.shape
     q3, k3 = q.reshape(b * h, n, dh), keys_t.expand(b, h, dh, keys_t.shape[-1]).reshape(b * h, dh, -1)
-    if bias is None:
-        out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha)
-    else:
-        out = torch.baddbmm(bias.expand(b, h, n, k3.shape[-1]).reshape(b * h, n, -1), q3, k3, alpha=alpha)
+    out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha)
     return out.view(b, h, n, -1)
 
 
-def _staged_scores(q: Tensor, keys_t: Tensor, bias: Tensor | None, scale, score_mods, trace: Trace, row0: int,
-                   col0: int) -> Tensor:
-    """Q·Kᵀ -> scale -> bias -> cap -> mask, each stage kept where the trace asks for it."""
+def _staged_scores(q: Tensor, keys_t: Tensor, scale, score_mods, trace: Trace, row0: int, col0: int) -> Tensor:
+    """Q·Kᵀ -> scale -> bias -> cap, each stage kept where the trace asks for it."""
     s = trace.keep("qk", torch.matmul(q, keys_t))  # (B, H, Lq, Lkv)
     if scale is None:  # the seeds divide by sqrt(d_head)
         s = s.div(math.sqrt(q.shape[-1])) if trace.holds(s) else s.div_(math.sqrt(q.shape[-1]))
@@ -184,19 +180,31 @@ def _staged_scores(q: Tensor, keys_t: Tensor, bias: Tensor | None, scale, score_
             s = mod.fn(s, *_index_grids(s, row0, col0))
         if mods:
             trace.keep(stage, s)
-    if bias is not None:
-        s = s + bias if trace.holds(s) else s.add_(bias)
+    return s
+
+
+def _masked(s: Tensor, bias: Tensor | None, bias_col: int, trace: Trace) -> Tensor:
+    """The scores plus the mask's 0 / -inf bias on the columns bias_col.. it covers. With a mask the kept
+    scores are always their own tensor (a copy if s is kept), as in the whole computation, even where this
+    block has no masked cell: a stage is another stage's very tensor in every block alike, or in none."""
+    if bias is None:
+        return s
+    s = s.clone() if trace.holds(s) else s
+    if bias.shape[-1]:
+        s[..., bias_col:bias_col + bias.shape[-1]].add_(bias)
     return s
 
 
 def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
          trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0, col0: int = 0,
-         keys_t: Tensor | None = None, bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+         keys_t: Tensor | None = None, bias: Tensor | None = None, bias_col: int = 0
+         ) -> tuple[Tensor, Tensor | None]:
     """The attention map of q's rows against k's keys (the rows row0.. and keys col0.. of the whole map: ALiBi
     and the like need the true positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
     dropout. keys_t: k already repeated to q's heads and transposed; bias: mask_bias(mask), made once for
-    many blocks. Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the
-    trace does not keep."""
+    many blocks, of the columns bias_col.. (those that hold a masked cell; None with a mask: all of them).
+    Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the trace does
+    not keep."""
     trace = trace if trace is not None else Trace()
     keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
     mask = as_allowed(mask)
@@ -204,9 +212,9 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
         bias = mask_bias(mask, q.dtype)
     alpha = exact_scale(scale, q.shape[-1])
     if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
-        s = _fused_scores(q, keys_t, bias, alpha)
+        s = _masked(_fused_scores(q, keys_t, alpha), bias, bias_col, trace)
     else:
-        s = _staged_scores(q, keys_t, bias, scale, score_mods, trace, row0, col0)
+        s = _masked(_staged_scores(q, keys_t, scale, score_mods, trace, row0, col0), bias, bias_col, trace)
     weights = _softmax(trace.keep("scores", s), sink)
     if safe_softmax and mask is not None:
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import progress
-from .blocks import KeySpans, block_cells
+from .blocks import KeySpans, block_cells, narrow_bias
 from .stats import StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
@@ -82,7 +83,7 @@ class Pooling:
             k0, k1 = k0 // fk * fk, min(lkv, -(-k1 // fk) * fk)  # whole pooled cells
             cells = block_cells(mask, r0, r1, k0, k1)
             block, used = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], row0=r0, col0=k0,
-                                   keys_t=keys_t[..., k0:k1], bias=None if bias is None else bias[cells])
+                                   keys_t=keys_t[..., k0:k1], **narrow_bias(mask, bias, cells))
             if call is None:
                 call, values = self._start(block, lq, lkv), repeat(v, block.shape[1])
             self._add(call, block, used, r0, k0, signed)
@@ -139,6 +140,13 @@ class Pooling:
 def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
     """Reduce runs of `factor` along `dim` with op (torch.amax / torch.amin); a short last run too."""
     n = t.shape[dim]
+    if dim in (-1, t.dim() - 1) and t.dtype.is_floating_point and op in (torch.amax, torch.amin):
+        # along the last dim torch's reductions run elementwise: max_pool1d is 2-3x faster, with the same
+        # numbers (a NaN wins either way; ceil mode keeps the short last run)
+        flat = t.reshape(-1, 1, n)
+        pooled = (F.max_pool1d(flat, factor, ceil_mode=True) if op is torch.amax
+                  else -F.max_pool1d(-flat, factor, ceil_mode=True))
+        return pooled.reshape(*t.shape[:-1], pooled.shape[-1])
     main = (n // factor) * factor
     parts = []
     if main:  # a reshape of the leading rows is a view: no copy of the full maps
