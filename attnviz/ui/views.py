@@ -323,7 +323,10 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         return self.mosaic.mapToScene(self.mosaic.cell_pos(k, x, y))
 
     def cell_text(self, head: int, i: int, j: int) -> str:
-        """Exact values of one cell; token-labelled runs lead with "L3 H5  'cat' → 'the'  0.41"."""
+        """Exact values of one cell; token-labelled runs lead with "L3 H5  'cat' → 'the'  0.41". A pooled run
+        (a long input) says which block of cells the pooled cell under the mouse holds, and its maximum."""
+        if self.result.pool_factor is not None:
+            return self._pooled_text(head, i, j)
         detail = self._cell_detail(head, i, j)
         r = self.result
         axes = r.axis_tokens()
@@ -335,6 +338,26 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         who = "mean" if head == -1 else f"H{head}"
         return (f"L{r.config.layer} {who}  '{display(axes[0][i])}' → '{display(axes[1][j])}'  "
                 f"{'NaN' if np.isnan(value) else f'{value:.2f}'}  ·  {detail}")
+
+    def _pooled_text(self, head: int, i: int, j: int) -> str:
+        """One pooled cell: the queries and keys it covers (tokens where the run has them) and its value,
+        the maximum of those cells (of largest magnitude for a signed map), or that they are all masked."""
+        r, c = self.result, self.result.config
+        (fq, fk), b = r.pool_factor, min(self.frames.options.batch_index, c.batch - 1)
+        pi, pj = i // fq, j // fk
+        q0, q1, k0, k1 = pi * fq, min(c.seq_q, (pi + 1) * fq) - 1, pj * fk, min(c.lkv, (pj + 1) * fk) - 1
+        axes = r.axis_tokens()
+        span = f"queries {q0}–{q1} × keys {k0}–{k1}"
+        if axes is not None:
+            (qa, qb), (ka, kb) = ((display(t[a]), display(t[z])) for t, a, z in ((axes[0], q0, q1), (axes[1], k0, k1)))
+            span += f" ('{qa}'…'{qb}' → '{ka}'…'{kb}')"
+        values = getattr(r, view_stage(self.frames.options.view))[b, :, pi, pj]
+        who = "mean over heads" if head == -1 else head_title(head, len(values), c.heads)
+        allowed = bool(r.mask[min(b, r.mask.shape[0] - 1), 0, pi, pj])
+        value = float(np.nan_to_num(values).mean()) if head == -1 else float(values[head])
+        found = f"max {number(value)}" if allowed else "every cell masked"
+        return (f"{who} · {span}: one cell of the map max-pooled {fq} × {fk} · {found} · the exact cells: "
+                f"render --region {q0}:{q1 + 1},{k0}:{k1 + 1}")
 
     def _cell_detail(self, head: int, i: int, j: int) -> str:
         """Exact values of one cell, read from the full-resolution result."""

@@ -815,3 +815,25 @@ def test_a_long_forward_shows_its_layers_and_stop_cancels_it_keeping_the_last_vi
     qtbot.waitUntil(lambda: "Cancelled" in w.statusBar().currentMessage(), timeout=5000)
     assert w.result is shown and not w.panel.stopButton.isEnabled() and w.busyIndicator.maximum() == 0
     w.close()
+
+
+def test_hover_on_a_pooled_map_names_the_block_of_cells_and_its_maximum(qtbot, monkeypatch):
+    from attnviz.core import pooling as pooling_module
+
+    monkeypatch.setattr(pooling_module, "TARGET", 16)  # 64 tokens pool by 4
+    config = RunConfig.for_variant("causal", d_model=32, heads=4, seq_q=64, pool="always", seed=2)
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    w.panel.set_config(config)
+    qtbot.waitUntil(lambda: w.is_settled() and w.result is not None and w.result.pool_factor == (4, 4),
+                    timeout=15000)
+    texts = []
+    w.headGrid.sigHover.connect(texts.append)
+    w.headGrid._hovered(w.headGrid.cell_scene_pos(1, 2.0, 41.0))  # query 41, key 2 of head 1
+    expected = run(config.replace(pool="never")).weights[0, 1, 40:44, 0:4].max()
+    assert "queries 40–43 × keys 0–3" in texts[-1] and "max-pooled 4 × 4" in texts[-1]
+    assert f"max {expected:.4g}" in texts[-1] and "--region 40:44,0:4" in texts[-1]
+    w.headGrid._hovered(w.headGrid.cell_scene_pos(1, 60.0, 2.0))  # above the diagonal: all masked
+    assert "every cell masked" in texts[-1]
+    w.close()
