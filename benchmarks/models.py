@@ -285,8 +285,8 @@ class Window:
         self.parts: dict[str, list] = {"worker_s": [], "forward_s": [], "threads": [], "blocking": []}
         self._worker_s = 0.0
         w.sigShown.connect(lambda _: None)
-        self._shown = w._on_done
-        w.worker.sigDone.disconnect(w._on_done)
+        self._shown = w.delivery.arrived
+        w.worker.sigDone.disconnect(w.delivery.arrived)
         w.worker.sigDone.connect(self._on_done)
         variant = w.panel.widgets["variant"]
         self.shown_after(lambda: variant.setCurrentIndex(variant.findData("pretrained")))

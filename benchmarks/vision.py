@@ -78,8 +78,8 @@ class VisionWindow(Window):
         w.show()
         self.parts = {"worker_s": [], "forward_s": [], "threads": [], "blocking": []}
         self._worker_s = 0.0
-        self._shown = w._on_done
-        w.worker.sigDone.disconnect(w._on_done)
+        self._shown = w.delivery.arrived
+        w.worker.sigDone.disconnect(w.delivery.arrived)
         w.worker.sigDone.connect(self._on_done)
         dock = w.explain.docks["patchDock"]
         dock.show()

@@ -124,3 +124,14 @@ def test_what_heads_do_and_generation_benchmarks_run_on_a_tiny_model(tmp_path, n
     entry = json.loads(out.read_text())[key]
     assert positive(entry["ratio"]) and isinstance(entry["pass"], bool)
     assert entry["target"] in (1.2, 0.6)
+
+
+def test_the_window_benchmarks_on_a_model_run_on_a_tiny_one(tmp_path):
+    """benchmarks.vision drives the window through its delivery (as benchmarks.models' Window does)."""
+    pytest.importorskip("transformers")
+    from benchmarks import vision
+
+    out = tmp_path / "vision.json"
+    vision.main(["--tiny", "--out", str(out)])  # its exit code says whether the target was met
+    entry = json.loads(out.read_text())
+    assert positive(entry["edit_s"]["p50"]) and positive(entry["eager_s"]["p50"]) and isinstance(entry["pass"], bool)
