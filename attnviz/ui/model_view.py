@@ -78,6 +78,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.head_types = None  # explain.HeadScoreFrames of the shown model
         self.menu: QMenu | None = None
         self.source = None
+        self.drawn = None  # the source whose tiles are on screen (show_source sets source before they arrive)
         self.layer = 0
         self.tile = 0
         self.colormap = "viridis"
@@ -135,7 +136,7 @@ class ModelView(pg.GraphicsLayoutWidget):
             self.plot.showAxis(axis)
         blocks = source.blocks()
         heads = source.layer_weights.shape[2]
-        self.tile = tile
+        self.tile, self.drawn = tile, source
         self.rows = [(name, r) for name, lw, _ in blocks for r in range(lw.shape[0])]  # (stack, layer) per row
         self.tops = mosaic_rows([lw.shape[0] for _, lw, _ in blocks], tile, GAP)
         self.image.setImage(mosaic, autoLevels=False, levels=(0, 255))
@@ -226,8 +227,9 @@ class ModelView(pg.GraphicsLayoutWidget):
             self._draw_overlays()
 
     def _tile_origin(self, layer: int, head: int) -> tuple[float, float] | None:
-        if self.source is None or not self.tile or (self.source.stack, layer) not in self.rows:
-            return None
+        if self.source is None or self.drawn is not self.source or not self.tile \
+                or (self.source.stack, layer) not in self.rows or head >= len(self.columns) - 1:
+            return None  # another model's tiles, still on screen while this one's are composed
         return self.columns[head], self.tops[self.rows.index((self.source.stack, layer))]
 
     def _draw_overlays(self) -> None:

@@ -14,6 +14,7 @@ from attnviz import colormaps
 from attnviz.core import RunConfig, head_effects, head_scores, load_preset, run
 from attnviz.core import predictions as predictions_module
 from attnviz.core.heads import THRESHOLDS
+from attnviz.explain import HeadScoreFrames
 from attnviz.ui.model_view import ablated_heads, toggle_head
 
 
@@ -113,6 +114,22 @@ def test_badges_mark_the_toys_known_heads(toy, qtbot):
     assert len(view.badges.data) == sum(len(view.types_of(n, h)) for n in range(2) for h in range(4))
     legend = toy.modelPanel.legend.text()
     assert "ind" in legend and "prev" in legend and "ablated" in legend
+
+
+def test_a_larger_models_head_types_wait_for_its_own_tiles(toy, qtbot):
+    """A 12-head model's head types arriving while the toy's 4-head tiles are still on screen (its own are
+    being composed) draw no badge on the toy's tiles and raise nothing."""
+    view = toy.modelView
+    qtbot.waitUntil(lambda: view.drawn is toy.result.source)
+    passed = np.ones((2, 12), dtype=bool)
+    view.set_head_types(HeadScoreFrames(passed={"previous_token": passed}))
+    assert len(view.badges.data) == 8  # on the toy's 2 x 4 tiles only, none past its columns
+    other = run(toy.panel.config()).source  # another forward: its tiles are composed on a thread
+    view.show_source(other, 1, "viridis")  # (delivered to this thread only when events run)
+    view.set_head_types(HeadScoreFrames(passed={"induction": passed}))
+    assert view.drawn is not other and len(view.badges.data) == 0
+    qtbot.waitUntil(lambda: view.drawn is other)
+    assert len(view.badges.data) == 8
 
 
 def test_statistics_gain_the_probe_head_types_without_repeating_the_others(toy, qtbot):
@@ -231,6 +248,8 @@ def test_compare_against_unablated_diffs_the_downstream_maps(toy, qtbot):
     expected = np.nan_to_num(toy.result.weights[0] - intact.weights[0])
     assert frames.max_abs == pytest.approx(float(np.abs(expected).max()), rel=1e-5) and frames.max_abs > 0.05
     assert "unablated" in compare.infoLabel.text()
+    titles = [tile.plot.titleLabel.text for tile in compare.tiles]  # the run compared with is named
+    assert titles[0].startswith("unablated") and titles[2].startswith("current − unablated"), titles
 
 
 def test_predictions_and_head_types_are_read_on_the_worker_only(toy, qtbot, monkeypatch):
