@@ -73,12 +73,12 @@ class CompareView(QWidget):
         if frames.message:
             self.infoLabel.setText("Not compared: " + frames.message)
             return
+        against = "unablated" if self.unablatedButton.isChecked() else "pinned"
         for tile, heat in zip(self.tiles, (frames.pinned, frames.current, frames.difference)):
-            if self.unablatedButton.isChecked() and heat is frames.pinned:
-                heat.title = "unablated"
+            if against == "unablated":  # the frames name the run compared with "pinned"
+                heat.title = heat.title.replace("pinned", "unablated")
             lo, hi = heat.levels
             tile.show(heat, f"{heat.title} ({number(lo)} … {number(hi)})")
-        against = "unablated" if self.unablatedButton.isChecked() else "pinned"
         self.infoLabel.setText(f"max |current − {against}| over every head: {number(frames.max_abs)}"
                                + (" (identical)" if frames.max_abs == 0 else ""))
 
