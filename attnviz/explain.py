@@ -443,7 +443,7 @@ def head_score_frames(result: RunResult) -> HeadScoreFrames:
             from .core import head_scores
             from .core.heads import HEAD_TYPES, THRESHOLDS
 
-            scores = {name: np.asarray(v, np.float64) for name, v in head_scores(key).items()}
+            scores = {name: np.asarray(v, np.float64) for name, v in head_scores(key, result.source).items()}
             frames = HeadScoreFrames("", scores, {n: np.nan_to_num(v) >= THRESHOLDS[n] for n, v in scores.items()
                                                   if n in THRESHOLDS}, dict(HEAD_TYPES), dict(THRESHOLDS))
         except Exception as exc:  # a family the probe cannot run: said, the rest of the view stays

@@ -50,16 +50,29 @@ def _model(config: RunConfig):
     return config.spec.load(config, None)
 
 
-def head_scores(config: RunConfig) -> dict[str, np.ndarray]:
+def head_scores(config: RunConfig, forward=None) -> dict[str, np.ndarray]:
     """Every head type's score per layer and head (see the module docstring); NaN where a type cannot be
-    measured (a seed variant has no vocabulary to probe)."""
-    result = run(config)
-    weights = result.layer_weights if result.layer_weights is not None else result.weights[None]
-    stats = layer_stats(weights)
+    measured (a seed variant has no vocabulary to probe). `forward`: this config's model forward when the
+    caller has it (backed.ModelForward, e.g. result.source), so its maps are not computed a second time."""
+    if forward is None or not forward.serves(config):
+        forward = None
+        result = run(config)
+        weights = result.layer_weights if result.layer_weights is not None else result.weights[None]
+    else:
+        weights = forward.layer_weights
+    stats = _layer_statistics(weights, forward)
     scores = {name: stats[column] for name, column in FROM_STATS.items()}
     layers, heads = weights.shape[0], weights.shape[2]
     probe = _probe_scores(_model(config), layers, heads)
     return {**scores, **probe}
+
+
+def _layer_statistics(weights: np.ndarray, forward) -> dict[str, np.ndarray]:
+    """Column -> (layers, heads): a pooled forward's exact statistics (its maps are pooled), else the maps'."""
+    if forward is not None and getattr(forward, "pooled", ()):
+        per_layer = [call.stat_arrays() for call in forward.pooled]
+        return {name: np.stack([s[name][0] for s in per_layer]) for name in per_layer[0]}
+    return layer_stats(weights)
 
 
 def _probe_scores(model, layers: int, heads: int) -> dict[str, np.ndarray]:

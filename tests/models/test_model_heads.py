@@ -201,3 +201,17 @@ def test_bad_ablations_on_the_command_line_are_one_line_and_exit_2(tiny_models, 
     assert main(args + flags) == 2
     err = capsys.readouterr().err.strip()
     assert problem in err and len(err.splitlines()) == 1 and not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize("pool", ["never", "always"])
+def test_head_scores_from_the_shown_forward_equal_a_fresh_run_and_run_nothing_again(tiny_models, monkeypatch, pool):
+    from attnviz.core import heads as heads_module
+
+    config = RunConfig.for_variant("pretrained", model=str(tiny_models("llama")), text=SENTENCE, pool=pool)
+    shown = run(config)
+    expected = head_scores(config.replace(pool="never"))
+    monkeypatch.setattr(heads_module, "run", lambda *a, **k: pytest.fail("ran the forward again"))
+    scores = head_scores(config, shown.source)
+    assert set(scores) == set(expected)
+    for name, values in expected.items():  # a pooled forward's statistics are its exact ones
+        np.testing.assert_allclose(scores[name], values, rtol=1e-5, atol=1e-6, err_msg=name)

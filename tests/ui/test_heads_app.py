@@ -61,6 +61,8 @@ def test_alt_click_on_a_tile_ablates_that_head_and_again_restores_it(toy, qtbot)
     assert edit.objectName() == "ablateEdit" and edit.text() == "1.2"
     wait_shown(qtbot, toy)
     assert toy.result.config.ablate == ("1.2",)
+    qtbot.waitUntil(lambda: view.crosses.xData is not None and len(view.crosses.xData) == 4)  # composed off
+    # the GUI thread: the model view draws its crosses when its mosaic is ready
     assert view.ablated == {(1, 2)} and len(view.crosses.xData) == 4  # one cross: two strokes
     strip = toy.predictionStrip.frames
     assert strip.kl is not None and strip.before_probs is not None and "KL" in toy.predictionStrip.header()
