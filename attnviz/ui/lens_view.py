@@ -8,6 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..explain import LensFrames
+from ..models.tokens import display
 from .heat_table import HeatTable
 from .panel import named
 
@@ -46,7 +47,8 @@ class LensView(QWidget):
             return
         layers = len(frames.tokens)
         rows = [f"L{n}" for n in range(layers)]
-        self.table.heat.set_cells(frames.tokens, frames.index, frames.lut, rows, frames.positions, self._tip)
+        texts = [[display(t) for t in row] for row in frames.tokens]  # a space or newline as on the axes
+        self.table.heat.set_cells(texts, frames.index, frames.lut, rows, frames.positions, self._tip)
         self.infoLabel.setText(f"Logit lens: the top-1 token after each of {layers} layers at "
                                f"{len(frames.positions)} positions; colour = its probability (0 … 1)")
 

@@ -227,9 +227,9 @@ class ModelView(pg.GraphicsLayoutWidget):
             self._draw_overlays()
 
     def _tile_origin(self, layer: int, head: int) -> tuple[float, float] | None:
-        if self.source is None or self.drawn is not self.source or not self.tile \
-                or (self.source.stack, layer) not in self.rows or head >= len(self.columns) - 1:
-            return None  # another model's tiles, still on screen while this one's are composed
+        if self.source is None or not self.tile or (self.source.stack, layer) not in self.rows \
+                or head >= len(self.columns) - 1:
+            return None  # not a tile of those on screen (another model's, while this one's are composed)
         return self.columns[head], self.tops[self.rows.index((self.source.stack, layer))]
 
     def _draw_overlays(self) -> None:

@@ -14,7 +14,8 @@ from attnviz import colormaps
 from attnviz.core import RunConfig, head_effects, head_scores, load_preset, run
 from attnviz.core import predictions as predictions_module
 from attnviz.core.heads import THRESHOLDS
-from attnviz.explain import HeadScoreFrames
+from attnviz.explain import HeadScoreFrames, LensFrames, probability_index
+from attnviz.ui.lens_view import LensView
 from attnviz.ui.model_view import ablated_heads, toggle_head
 
 
@@ -118,9 +119,9 @@ def test_badges_mark_the_toys_known_heads(toy, qtbot):
     assert "ind" in legend and "prev" in legend and "ablated" in legend
 
 
-def test_a_larger_models_head_types_wait_for_its_own_tiles(toy, qtbot):
+def test_a_larger_models_head_types_on_the_tiles_still_shown_raise_nothing(toy, qtbot):
     """A 12-head model's head types arriving while the toy's 4-head tiles are still on screen (its own are
-    being composed) draw no badge on the toy's tiles and raise nothing."""
+    being composed) mark only heads those tiles have, then its own tiles once they are in."""
     view = toy.modelView
     qtbot.waitUntil(lambda: view.drawn is toy.result.source)
     passed = np.ones((2, 12), dtype=bool)
@@ -129,7 +130,7 @@ def test_a_larger_models_head_types_wait_for_its_own_tiles(toy, qtbot):
     other = run(toy.panel.config()).source  # another forward: its tiles are composed on a thread
     view.show_source(other, 1, "viridis")  # (delivered to this thread only when events run)
     view.set_head_types(HeadScoreFrames(passed={"induction": passed}))
-    assert view.drawn is not other and len(view.badges.data) == 0
+    assert view.drawn is not other and len(view.badges.data) == 8
     qtbot.waitUntil(lambda: view.drawn is other)
     assert len(view.badges.data) == 8
 
@@ -226,6 +227,16 @@ def test_the_lens_table_holds_the_runs_lens_tokens(toy, qtbot):
     header = table.model().headerData(3, Qt.Horizontal)
     assert header == f"3 {toy.result.tokens[3]}"
     assert f"{expected.probs[1, 3]:.3g}" in table.model().data(table.model().index(1, 3), Qt.ToolTipRole)
+
+
+def test_the_lens_shows_a_space_or_newline_token_as_the_axes_do(qtbot):
+    view = LensView()
+    qtbot.addWidget(view)
+    probs = np.array([[0.5, 0.2, 0.9]])
+    view.show_frames(LensFrames("", ((" ", "\n", "cat"),), probs, probability_index(probs),
+                                colormaps.lut("viridis"), ["0 a", "1 b", "2 c"]))
+    assert [view.table.cell_text(0, i) for i in range(3)] == ["␣", "↵", "cat"]  # not blank cells
+    assert "' '" in view.table.model().data(view.table.model().index(0, 0), Qt.ToolTipRole)  # the tip: the token
 
 
 def test_seed_variants_say_why_there_are_no_predictions_or_lens(window, qtbot):
