@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTo
 
 from .. import colormaps
 from ..explain import PredictionFrames
+from ..models.tokens import display
 from .mosaic import GENERATED_INK, ROW_MARK
 from .panel import named
 
@@ -239,10 +240,11 @@ class PredictionStrip(QWidget):
     def cell_lines(self, i: int) -> tuple[str, str]:
         """(the position and its input token, the top-1 and its probability; before → after with an ablation)."""
         f = self.frames
-        token = f"{i} {f.tokens[i]}"
+        token = f"{i} {display(f.tokens[i])}"  # a space or newline token as on the axes, not blank
+        top = display(f.top_tokens[i][0])
         if f.before_probs is None:
-            return token, f"{f.top_tokens[i][0]} {_p(float(f.top_probs[i, 0]))}"
-        return (token, f"{f.before_tokens[i][0]}→{f.top_tokens[i][0]} "
+            return token, f"{top} {_p(float(f.top_probs[i, 0]))}"
+        return (token, f"{display(f.before_tokens[i][0])}→{top} "
                        f"{_p(float(f.before_probs[i, 0]))}→{_p(float(f.top_probs[i, 0]))}")
 
     def tooltip(self, i: int) -> str:

@@ -14,9 +14,10 @@ from attnviz import colormaps
 from attnviz.core import RunConfig, head_effects, head_scores, load_preset, run
 from attnviz.core import predictions as predictions_module
 from attnviz.core.heads import THRESHOLDS
-from attnviz.explain import HeadScoreFrames, LensFrames, probability_index
+from attnviz.explain import HeadScoreFrames, LensFrames, PredictionFrames, probability_index
 from attnviz.ui.lens_view import LensView
 from attnviz.ui.model_view import ablated_heads, toggle_head
+from attnviz.ui.predictions_view import PredictionStrip
 
 
 def open_dock(window, qtbot, name):
@@ -237,6 +238,15 @@ def test_the_lens_shows_a_space_or_newline_token_as_the_axes_do(qtbot):
                                 colormaps.lut("viridis"), ["0 a", "1 b", "2 c"]))
     assert [view.table.cell_text(0, i) for i in range(3)] == ["␣", "↵", "cat"]  # not blank cells
     assert "' '" in view.table.model().data(view.table.model().index(0, 0), Qt.ToolTipRole)  # the tip: the token
+
+
+def test_the_strip_shows_a_space_or_newline_token_as_the_axes_do(qtbot):
+    view = PredictionStrip()
+    qtbot.addWidget(view)
+    probs = np.array([[0.6], [0.3]])
+    view.show_frames(PredictionFrames(tokens=["a", " "], top_tokens=((" ",), ("\n",)), top_probs=probs,
+                                      target_tokens=["", ""], target_probs=np.full(2, np.nan)), "viridis")
+    assert view.cell_lines(0) == ("0 a", "␣ .60") and view.cell_lines(1) == ("1 ␣", "↵ .30")
 
 
 def test_seed_variants_say_why_there_are_no_predictions_or_lens(window, qtbot):
