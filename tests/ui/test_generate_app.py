@@ -240,7 +240,8 @@ def test_head_types_of_a_generation_are_measured_on_its_text_not_by_generating_a
 
     asked = []
     original = core.head_scores
-    monkeypatch.setattr(core, "head_scores", lambda config: (asked.append(config.generate), original(config))[1])
+    monkeypatch.setattr(core, "head_scores",
+                        lambda config, *forward: (asked.append(config.generate), original(config, *forward))[1])
     explain._SCORES.clear()
     toy.panel.widgets["generate"].setValue(4)
     wait_shown(qtbot, toy)
