@@ -13,6 +13,7 @@ time, one per batch row, so a model of 270 heads takes a few batched forwards in
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -75,10 +76,22 @@ def _layer_statistics(weights: np.ndarray, forward) -> dict[str, np.ndarray]:
     return layer_stats(weights)
 
 
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its probe scores
+
+
 def _probe_scores(model, layers: int, heads: int) -> dict[str, np.ndarray]:
+    """The probe's scores depend on the model alone (its seeded tokens, not the user's text): measured once
+    per loaded model, not on every edit."""
     nan = np.full((layers, heads), np.nan)
     if model is None or getattr(model, "probe", None) is None:
         return {"duplicate_token": nan, "induction": nan.copy()}
+    loaded = getattr(model, "model", model)  # a view of a loaded model is made per configuration
+    if loaded not in _PROBED:
+        _PROBED[loaded] = _probe(model, nan)
+    return {name: values.copy() for name, values in _PROBED[loaded].items()}
+
+
+def _probe(model, nan: np.ndarray) -> dict[str, np.ndarray]:
     ids = model.probe(PROBE_HALF, PROBE_SEED)
     with torch.inference_mode():
         _, traces = model.forward(torch.tensor([ids]), frozenset({"weights"}))

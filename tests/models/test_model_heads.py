@@ -215,3 +215,18 @@ def test_head_scores_from_the_shown_forward_equal_a_fresh_run_and_run_nothing_ag
     assert set(scores) == set(expected)
     for name, values in expected.items():  # a pooled forward's statistics are its exact ones
         np.testing.assert_allclose(scores[name], values, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_the_probe_runs_once_per_model_not_on_every_text(tiny_models, monkeypatch):
+    from attnviz.core import heads as heads_module
+
+    config = _config(tiny_models("llama"))
+    calls = []
+    original = heads_module._probe
+    monkeypatch.setattr(heads_module, "_probe", lambda *a: (calls.append(1), original(*a))[1])
+    heads_module._PROBED.clear()
+    first = head_scores(config)
+    again = head_scores(config.replace(text="a dog ran home"))
+    assert len(calls) == 1  # the probe's tokens are the model's, not the text's
+    np.testing.assert_array_equal(first["induction"], again["induction"])
+    assert np.isfinite(first["induction"]).all()
