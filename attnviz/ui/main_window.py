@@ -173,7 +173,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self._show_hover_hint()
         self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
-        self.busyIndicator.setMaximumWidth(110)
+        self.busyIndicator.setMaximumWidth(150)  # room for "layer 12 / 30" and "40 / 40 tokens"
         self.busyIndicator.setToolTip("Computing in the background; the window stays usable")
         self.busyIndicator.hide()
         self.statusBar().addWidget(self.statusLabel, 1)
