@@ -132,7 +132,8 @@ class Timings:
 def instrument(w, timings: Timings) -> None:
     grid = w.headGrid
     for obj, name, label in [
-        (w, "_swap_in", "window._swap_in"), (w, "_show_rest", "window._show_rest"), (w, "request", "window.request"),
+        (w.delivery, "swap", "delivery.swap"), (w.delivery, "finish", "delivery.finish"),
+        (w, "request", "window.request"),
         (w, "_show_failure", "window._show_failure"), (w, "_clear_failure", "window._clear_failure"),
         (grid, "show_frames", "headGrid.show_frames"), (grid.mosaic, "set_tiles", "mosaic.set_tiles"),
         (grid.bar, "show_levels", "colourBar.show_levels"), (w.outputView, "show_frames", "outputView.show_frames"),
