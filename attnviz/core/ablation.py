@@ -11,19 +11,19 @@ the kernel path) ablates the same way.
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from .current import ThreadCurrent
+
 ABLATIONS = {"zero": "the head's output set to 0", "mean": "the head's output set to its mean over the positions"}
 SPEC = re.compile(r"(\d+)\.(\d+|\*)")
 SPEC_FIX = 'write heads as "layer.head", e.g. 3.5, or 4.* for every head of layer 4, separated by commas'
 
-_local = threading.local()
+_current = ThreadCurrent()
 
 
 def spec_problem(spec: str) -> str | None:
@@ -81,18 +81,12 @@ class Plan:
         return context * keep.to(context.dtype)
 
 
-@contextmanager
-def ablating(plan: Plan | None) -> Iterator[Plan | None]:
+def ablating(plan: Plan | None):
     """Make `plan` current for this thread while the block runs one forward (None: no ablation)."""
-    previous = getattr(_local, "plan", None)
-    _local.plan = plan
-    try:
-        yield plan
-    finally:
-        _local.plan = previous
+    return _current.using(plan)
 
 
 def knock_out(context: Tensor) -> Tensor:
     """The kernel's hook: the current plan applied to this call's context (unchanged without a plan)."""
-    plan = getattr(_local, "plan", None)
+    plan = _current.value
     return context if plan is None else plan.knock_out(context)

@@ -13,9 +13,7 @@ is exact: each block's weights multiply V before they are dropped.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +23,7 @@ from torch import Tensor
 
 from . import progress
 from .blocks import KeySpans, block_cells, narrow_bias
+from .current import ThreadCurrent
 from .stats import StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
@@ -34,7 +33,7 @@ POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB o
               "never": "never pool: a run whose maps do not fit is refused, with the size"}
 AUTO_BYTES = 1 << 30  # auto pools past this much of every layer's maps
 
-_local = threading.local()
+_current = ThreadCurrent()
 
 
 def factor(length: int, target: int = 0) -> int:
@@ -195,16 +194,10 @@ def pooled_parts(stages: dict[str, np.ndarray], call: PooledCall, heads: int) ->
     return {**stages, "weights": weights, "dropped": weights}, allowed, rows, pooled
 
 
-@contextmanager
-def pooling(pool: Pooling | None) -> Iterator[Pooling | None]:
+def pooling(pool: Pooling | None):
     """Make `pool` current for this thread while the block runs one forward (None: whole maps)."""
-    previous = getattr(_local, "pool", None)
-    _local.pool = pool
-    try:
-        yield pool
-    finally:
-        _local.pool = previous
+    return _current.using(pool)
 
 
 def current_pooling() -> Pooling | None:
-    return getattr(_local, "pool", None)
+    return _current.value

@@ -8,12 +8,12 @@ stop between its blocks of query rows: the window shows "layer 12 of 30" and Can
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
-_local = threading.local()
+from .current import ThreadCurrent
+
+_current = ThreadCurrent()
 
 
 class Cancelled(Exception):
@@ -27,26 +27,21 @@ class Watch:
     calls: int = 0
 
 
-@contextmanager
-def watching(watch: Watch | None) -> Iterator[Watch | None]:
-    previous = getattr(_local, "watch", None)
-    _local.watch = watch
-    try:
-        yield watch
-    finally:
-        _local.watch = previous
+def watching(watch: Watch | None):
+    """Make `watch` current for this thread while the block runs one forward (None: no watch)."""
+    return _current.using(watch)
 
 
 def checkpoint() -> None:
     """Raise Cancelled if the current watch's cancel says so (between blocks, between calls)."""
-    watch = getattr(_local, "watch", None)
+    watch = _current.value
     if watch is not None and watch.cancel is not None and watch.cancel():
         raise Cancelled
 
 
 def call_done() -> None:
     """One attention call finished: count it and tell the watch."""
-    watch = getattr(_local, "watch", None)
+    watch = _current.value
     if watch is None:
         return
     watch.calls += 1
