@@ -48,19 +48,21 @@ from .window_files import WindowFiles
 from .window_layout import WindowLayout
 from .window_model import WindowModel
 from .window_settings import WindowSettings
+from .window_zoom import WindowZoom, pool_status
 from .worker import Failure, Outcome, Request, Worker, generating
 
 TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in a cramped window
 DEFAULT_GENERATE = 20  # tokens the Generate button writes while the count is off
 MODEL_VIEW_PARTIAL_S = 0.5  # while a generation streams, the model view follows at most this often
-HOVER_HINT = "Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back)."
+HOVER_HINT = ("Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back); "
+              "drag a rectangle on a map to see that block exactly.")
 
 
 def _delivered(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.delivery, name), doc=doc)
 
 
-class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowLayout, QMainWindow):
+class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowZoom, WindowLayout, QMainWindow):
     """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
     pass a QSettings to restore and save parameters, view choices and geometry."""
 
@@ -115,6 +117,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.worker.sigBusy.connect(self._on_busy)
         self.worker.sigCancelled.connect(self._on_cancelled)
         self.worker.sigProgress.connect(self._on_progress)
+        self.worker.sigLayers.connect(self._on_layers)
         d.sigShown.connect(self.sigShown)
         d.sigPartialShown.connect(self.sigPartialShown)
         d.sigGenerating.connect(self._show_generating)
@@ -125,6 +128,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.headGrid.sigHover.connect(self._show_hover)
         self.outputView.sigHover.connect(self._show_hover)
         self.headGrid.sigFocusChanged.connect(self.schedule)
+        self.headGrid.sigZoom.connect(self.zoom_to)
         self.headGrid.sigResized.connect(self.schedule)  # re-pool to the new tile size (no recompute)
         # Each view says when it painted (not a Python event() on the window: the whole window's
         # paint then ran inside a Python frame holding the GIL, and the worker's Python waited).
@@ -227,6 +231,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             row.addWidget(w)
         row.addWidget(self.perHeadCheck)
         row.addWidget(self.meanCheck)
+        row.addWidget(self._make_back_button())  # shown while a zoomed block is
         self.steps = StepControls()  # a generation's tokens, one at a time (view only: no request)
         self.stepSlider = self.steps.slider
         self.steps.add_to(row)
@@ -369,7 +374,9 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.delivery.sent(rid, config, force)
         if generating(config):
             self._generate_count = config.generate  # what Generate writes once the count is off again
-        self.worker.submit(Request(rid, config, self.view_options(config), force))
+        zoom = self._zoom_ask(config, rid)
+        self.worker.submit(Request(rid, config, self.view_options(config), force, zoom,
+                                   layers=zoom is None and self.model_view_wanted()))
         return rid
 
     def _offer_views(self, config: RunConfig) -> None:
@@ -426,6 +433,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     def _escape(self) -> None:
         if self.delivery.generating_id or self._forward_id:
             self.stop_generation()
+        elif self.zoomed():
+            self.leave_zoom()
         else:
             self.headGrid.set_focus(None)
 
@@ -468,7 +477,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         result = self.result
         prompt = result.prompt_length if result is not None and generated_count(result) else None
         row = self.steps.row()
-        self.headGrid.set_generation(prompt, row)
+        self.headGrid.set_generation(None if self.headGrid.zoom is not None else prompt, row)
         self.predictionStrip.set_generation(prompt, row)
 
     # --- a result on screen, in two passes (Delivery calls them) -------------------------------
@@ -489,7 +498,9 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         elif self.last_error is not None and d.failed_id == d.latest_id:
             self._mark_stale(self.last_error)  # the newest request failed before this older one came
         self._show_caption(outcome.result)  # before the grid: a caption that comes or goes resizes it
-        self.headGrid.show_frames(outcome.result, outcome.frames)
+        zoom = self._grid_zoom(outcome)
+        self.headGrid.show_frames(outcome.result, outcome.frames, zoom)
+        self._show_zoom_controls(zoom)
         self.steps.show(outcome.result)  # the generation's marks in the grid's own paint
         self._mark_step()
         self._swap_s = time.perf_counter() - t0
@@ -507,7 +518,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         latest = outcome.request.id == self.delivery.latest_id
         if latest and not outcome.partial and self.panel.adopt_files(outcome.result.config):
             self.schedule()  # what the files set (bias flags, batch, lengths) shown; a re-render sized for them
-        self.statusLabel.setText(status_text(outcome, self._swap_s + time.perf_counter() - t0))
+        self.statusLabel.setText(status_text(outcome, self._swap_s + time.perf_counter() - t0)
+                                 + pool_status(outcome.result))
 
     def _painted(self) -> bool:
         """Whether both views painted the result shown last (the tensor view is often painted one
@@ -518,6 +530,9 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     # --- failures ------------------------------------------------------------------------------
 
     def _on_failed(self, failure: Failure) -> None:
+        self.modelView.end_partial()
+        if self._zoom_failed(failure):
+            return
         if self.delivery.failed(failure.request.id):  # else a newer request is on its way
             self._show_failure(failure.message, failure.field, failure.suggestions)
             self.sigFailed.emit(failure.request.id, failure.message)
@@ -525,6 +540,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     def _on_cancelled(self, rid: int) -> None:
         """A request stopped before it had anything to show: it is over (the last view stays)."""
         forward = rid == self._forward_id
+        self.modelView.end_partial()
+        self._zoom_cancelled(rid)
         if forward:
             self._end_forward()
         if self.delivery.cancelled(rid):

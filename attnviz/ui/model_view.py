@@ -5,7 +5,9 @@ context menu) ablates the head or restores it. Ablated heads are drawn crossed; 
 score passes its threshold carry a coloured badge (the legend under the view says which colour is which).
 
 The mosaic is composed on a background thread (frames.model_mosaic) once per model forward; the GUI
-thread only swaps the finished picture in.
+thread only swaps the finished picture in. During a long (pooled) forward the view fills in layer by layer
+(show_partial): each finished layer's row of tiles is composed off the GUI thread as it comes, the layers
+still running stay grey, and the whole forward's picture replaces them when it is done.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ BADGE_COLOURS = {"previous_token": "#1f77b4", "first_token": "#7f7f7f", "self": 
                  "duplicate_token": "#9467bd", "induction": "#ff7f0e"}
 BADGE_PX = 0.18  # a badge's side, as a fraction of the tile
 BADGE_MAX = 10.0  # px: a badge marks, it does not cover the tile
+PENDING = 228  # the grey of a layer's tiles while it still runs
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
             "(Variant) to see all its layers and heads here.")
 
@@ -45,6 +48,7 @@ class ModelView(pg.GraphicsLayoutWidget):
     sigRestoreAll = Signal()
     sigHover = Signal(str)
     _sigMosaic = Signal(object, object, int)  # (source, RGBA mosaic, tile px), from the composing thread
+    _sigRows = Signal(int, int, object)  # (request id, first layer, RGBA rows of its tiles), a partial forward's
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -83,7 +87,10 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.tile = 0
         self.colormap = "viridis"
         self._note_shown = False  # show_none's note is up
+        self.partial: dict | None = None  # a forward filling in: rid, layers, heads, tile, picture, rows asked
+        self.partial_shows = 0  # partial pictures swapped in (tests count them)
         self._sigMosaic.connect(self._mosaic_ready)
+        self._sigRows.connect(self._rows_ready)
         self.scene().sigMouseClicked.connect(self._clicked)
         self.scene().sigMouseMoved.connect(self._hovered)
 
@@ -96,10 +103,11 @@ class ModelView(pg.GraphicsLayoutWidget):
         """Show a model forward's layers, every stack of an encoder-decoder (composed off this thread
         unless it is already shown)."""
         self.layer = layer
-        if source is self.source and colormap == self.colormap:
+        if source is self.source and colormap == self.colormap and self.partial is None:
             self._mark()
             return
         self.source, self.colormap = source, colormap
+        self.partial = None  # its rows still being composed are dropped: the whole forward's picture comes
         self._note_shown = False  # a random result before this one's tiles arrive puts the note back
         blocks = source.blocks()
         heads = source.layer_weights.shape[2]
@@ -112,8 +120,76 @@ class ModelView(pg.GraphicsLayoutWidget):
                 self._sigMosaic.emit(source, mosaic, tile)
         threading.Thread(target=compose, name="attnviz-model-view", daemon=True).start()
 
+    # --- a long forward filling in, layer by layer ------------------------------------------------
+
+    def show_partial(self, rid: int, layers, total: int, colormap: str) -> None:
+        """The finished layers of request `rid`'s forward (layer_feed.Layer each) of `total`: their tiles
+        composed off this thread and drawn as they come, the other layers grey."""
+        heads = layers[0][0].shape[1]
+        p = self.partial
+        if p is None or p["rid"] != rid:
+            tile = self.tile_px(total, heads)
+            tops, columns = mosaic_rows([total], tile, GAP), mosaic_columns(heads, tile, GAP)
+            picture = np.full((tops[-1] + tile, columns[-1] + tile, 4), 255, np.uint8)
+            for y in tops:
+                for x in columns:
+                    picture[y:y + tile, x:x + tile, :3] = PENDING
+            p = self.partial = dict(rid=rid, total=total, heads=heads, tile=tile, tops=tops, columns=columns,
+                                    picture=picture, asked=0, colormap=colormap)
+        new, start = layers[p["asked"]:], p["asked"]
+        if not new:
+            return
+        p["asked"] = len(layers)
+        tile = p["tile"]
+
+        def compose() -> None:
+            lower_priority()
+            rows = [model_mosaic([(w[None], None if a is None else a[None])], tile, colormap, GAP) for w, a in new]
+            with contextlib.suppress(RuntimeError):  # the window closed meanwhile
+                self._sigRows.emit(rid, start, rows)
+        threading.Thread(target=compose, name="attnviz-model-view-rows", daemon=True).start()
+
+    def _rows_ready(self, rid: int, start: int, rows: list) -> None:
+        p = self.partial
+        if p is None or p["rid"] != rid:
+            return  # the forward is done (its whole picture is on its way) or another began
+        tile = p["tile"]
+        for n, row in enumerate(rows):
+            y = p["tops"][start + n]
+            p["picture"][y:y + tile, :row.shape[1]] = row[:tile]
+        self.drawn, self.tile = None, 0  # no clicks, hover or overlays on tiles of a forward still running
+        self._note_shown = False
+        self.plot.setTitle(None)
+        for axis in ("left", "top"):
+            self.plot.showAxis(axis)
+        self.image.setImage(p["picture"], autoLevels=False, levels=(0, 255))
+        self.image.setRect(QRectF(0, 0, p["picture"].shape[1], p["picture"].shape[0]))
+        self.plot.getAxis("left").setTicks([[(y + tile / 2, f"L{r}") for r, y in enumerate(p["tops"])]])
+        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(p["columns"][:-1])]
+        self.plot.getAxis("top").setTicks([top + [(p["columns"][-1] + tile / 2, "mean")]])
+        self.marker.setRect(QRectF())
+        self.crosses.setData([], [])
+        self.crossShadow.setData([], [])
+        self.badges.setData([])
+        self._size = p["picture"].shape[:2]
+        self._fit()
+        self.partial_shows += 1
+
+    def end_partial(self) -> None:
+        """The forward filling in ended with no result (cancelled, failed): the last whole picture again."""
+        if self.partial is None:
+            return
+        self.partial = None
+        source, self.source = self.source, None
+        if source is None:
+            self._note_shown = False
+            self.show_none()
+        else:
+            self.show_source(source, self.layer, self.colormap)
+
     def show_none(self) -> None:
         """No model behind the maps shown (random weights): an earlier model's tiles go, a note says why."""
+        self.partial = None
         if self._note_shown:
             return
         self._note_shown = True

@@ -163,6 +163,11 @@ class Mosaic(QGraphicsWidget):
                         (pos.y() - rect.top()) / rect.height() * rows - 0.5)
         return None
 
+    def cell_xy(self, k: int, pos: QPointF) -> tuple[float, float]:
+        """(x, y) of `pos` in tile k's cells, also outside it (where a drag begun on it ends)."""
+        rect, (rows, cols) = self.rects[k], self.map_shape
+        return (pos.x() - rect.left()) / rect.width() * cols - 0.5, (pos.y() - rect.top()) / rect.height() * rows - 0.5
+
     def cell_pos(self, k: int, x: float, y: float) -> QPointF:
         """The inverse of cell_at: where (x, y) of tile k lies in this item's coordinates."""
         rect, (rows, cols) = self.rects[k], self.map_shape

@@ -14,7 +14,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QPainter, QPalette
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QApplication, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 
 from .. import colormaps
 from ..core import RunResult
@@ -35,6 +35,7 @@ from .heatmap import (
 )
 from .mosaic import FADE, GENERATED_INK, ROW_MARK, TITLE_ROW_PX, MapTile, Mosaic, image_rects
 from .panel import named
+from .zoom import ZoomFrames, drag_region
 
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 
@@ -127,12 +128,15 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     sigFocusChanged = Signal()
     sigResized = Signal()
     sigRowClicked = Signal(int)  # a query row clicked while row_picking (token focus)
+    sigZoom = Signal(object)  # a block dragged on a map: (q0, q1, k0, k1), token indices, ends exclusive
 
     def __init__(self, parent=None):
         super().__init__(parent)
         named(self, "headGrid")
         self.setToolTip("Attention maps: rows are query positions (top to bottom), columns key positions. "
-                        "Hover a cell for its values; click a head to show it large (click again or Esc for the grid).")
+                        "Hover a cell for its values; click a head to show it large (click again or Esc for the grid). "
+                        "Drag a rectangle on a map to see that block exactly, every head, with its tokens "
+                        "(Esc or Back: the full maps).")
         self.setBackground("w")
         self.tiles: list[MapTile] = []  # what is shown, in order
         self.mosaic = Mosaic()
@@ -155,6 +159,14 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         self.result: RunResult | None = None
         self.frames: Frames | None = None
         self.stale = False
+        self.zoom: ZoomFrames | None = None  # a zoomed block shown in place of the maps
+        self._press: QPointF | None = None  # where a left-button press began (scene), while it is down
+        self._dragging = False  # the press moved far enough to be a drag (a zoom), not a click
+        self.band = QGraphicsRectItem()  # the rectangle being dragged
+        self.band.setPen(pg.mkPen(ROW_MARK, width=1.5, style=Qt.DashLine))
+        self.band.setZValue(1e6)
+        self.band.hide()
+        self.scene().addItem(self.band)
         self.scene().sigMouseMoved.connect(self._hovered)
         self.scene().sigMouseClicked.connect(self._clicked)
 
@@ -231,8 +243,12 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
 
     # --- content -----------------------------------------------------------------------------
 
-    def show_frames(self, result: RunResult, frames: Frames) -> None:
-        self.result, self.frames = result, frames
+    def show_frames(self, result: RunResult, frames: Frames, zoom: ZoomFrames | None = None) -> None:
+        """Show a result's maps; with `zoom`, that block of them instead (every head, exact, its tokens)."""
+        self.result, self.frames, self.zoom = result, frames, zoom
+        if zoom is not None:
+            self._show_zoom(zoom, result.config)
+            return
         c = result.config
         maps = len(frames.heads)  # heads, or 2 maps per head before differential attention combines them
         if self.focus is not None and self.focus >= maps:
@@ -261,6 +277,24 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
             self.legend.setText(legend)
         settle_before_paint(self)
         self.mark_shown()
+
+    def _show_zoom(self, zoom: ZoomFrames, c) -> None:
+        self.tiles = [MapTile(h, heat, heat.title) for h, heat in enumerate(zoom.heads[:MAX_TILES])]
+        self.focus_tile.plot.hide()
+        self.mosaic.set_tiles(self.tiles, zoom.values.shape[1:], zoom.tokens)
+        self._show_bar(zoom, c)
+        self.mark_row(None)
+        legend = f"{zoom.title} · " + _swatch_html(zoom.lut)
+        if legend != self.legend.text:
+            self.legend.setText(legend)
+        settle_before_paint(self)
+        self.mark_shown()
+
+    def zoom_pixels(self, rows: int, cols: int, heads: int) -> tuple[int, int]:
+        """On-screen size (rows, cols) in device pixels of one map of a zoomed block (every head in the grid)."""
+        size = image_rects(min(heads, MAX_TILES), rows, cols, self.mosaic.tile_area(self._map_area()))[0].size()
+        ratio = self.devicePixelRatioF()
+        return max(int(size.height() * ratio), 16), max(int(size.width() * ratio), 16)
 
     def _show_focused(self, tile: MapTile, axes, c) -> None:
         focus = self.focus_tile
@@ -322,6 +356,16 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
             return self.focus_tile.plot.getViewBox().mapViewToScene(QPointF(x, y))
         return self.mosaic.mapToScene(self.mosaic.cell_pos(k, x, y))
 
+    def zoom_text(self, head: int, i: int, j: int) -> str:
+        """One cell of the zoomed block: its tokens and exact value."""
+        z, c = self.zoom, self.result.config
+        q, k = z.region[0] + i, z.region[2] + j
+        value = float(z.values[head, i, j])
+        name = head_title(head, len(z.values), c.heads)
+        what = "NaN (no key to attend to)" if np.isnan(value) else number(value)
+        return (f"L{c.layer} {name} · query {q} '{z.tokens[0][i]}' → key {k} '{z.tokens[1][j]}' · "
+                f"{z.options.view} {what} (exact) · {z.title}; Esc or Back: the full maps")
+
     def cell_text(self, head: int, i: int, j: int) -> str:
         """Exact values of one cell; token-labelled runs lead with "L3 H5  'cat' → 'the'  0.41". A pooled run
         (a long input) says which block of cells the pooled cell under the mouse holds, and its maximum."""
@@ -356,8 +400,8 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         allowed = bool(r.mask[min(b, r.mask.shape[0] - 1), 0, pi, pj])
         value = float(np.nan_to_num(values).mean()) if head == -1 else float(values[head])
         found = f"max {number(value)}" if allowed else "every cell masked"
-        return (f"{who} · {span}: one cell of the map max-pooled {fq} × {fk} · {found} · the exact cells: "
-                f"render --region {q0}:{q1 + 1},{k0}:{k1 + 1}")
+        return (f"{who} · {span}: one cell of the map max-pooled {fq} × {fk} · {found} · the exact cells: drag "
+                f"over them, or render --region {q0}:{q1 + 1},{k0}:{k1 + 1}")
 
     def _cell_detail(self, head: int, i: int, j: int) -> str:
         """Exact values of one cell, read from the full-resolution result."""
@@ -398,12 +442,73 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
             return
         h, x, y = hit
         i, j = int(math.floor(y + 0.5)), int(math.floor(x + 0.5))
-        c = self.result.config
-        if 0 <= i < c.seq_q and 0 <= j < c.lkv:
-            self.sigHover.emit(self.cell_text(h, i, j))
+        rows, cols = self.zoom.values.shape[1:] if self.zoom is not None else (self.result.config.seq_q,
+                                                                                 self.result.config.lkv)
+        if 0 <= i < rows and 0 <= j < cols:
+            self.sigHover.emit(self.zoom_text(h, i, j) if self.zoom is not None else self.cell_text(h, i, j))
+
+    # --- zoom: a rectangle dragged on a map ----------------------------------------------------
+
+    def drag_zoom(self, start: QPointF, end: QPointF) -> tuple[int, int, int, int] | None:
+        """The region (q0, q1, k0, k1) a drag from scene position `start` to `end` covers on the map where it
+        began (None: it began on no map); sigZoom says it. In a zoomed block: a block inside it."""
+        if self.result is None or self.frames is None:
+            return None
+        cells = self._drag_cells(start, end)
+        if cells is None:
+            return None
+        c, z = self.result.config, self.zoom
+        if z is None:
+            region = drag_region(*cells, (c.seq_q, c.lkv), self.result.pool_factor)
+        else:
+            q0, q1, k0, k1 = drag_region(*cells, z.values.shape[1:])
+            region = (q0 + z.region[0], q1 + z.region[0], k0 + z.region[2], k1 + z.region[2])
+        self.sigZoom.emit(region)
+        return region
+
+    def _drag_cells(self, start: QPointF, end: QPointF):
+        """((x, y) at start, (x, y) at end) in the cells of the map under `start`, or None."""
+        if self.focus_tile.plot.isVisible():
+            vb = self.focus_tile.plot.getViewBox()
+            if not vb.sceneBoundingRect().contains(start):
+                return None
+            a, b = vb.mapSceneToView(start), vb.mapSceneToView(end)
+            return (a.x(), a.y()), (b.x(), b.y())
+        hit = self.mosaic.cell_at(self.mosaic.mapFromScene(start))
+        if hit is None:
+            return None
+        return hit[1:], self.mosaic.cell_xy(hit[0], self.mosaic.mapFromScene(end))
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.button() == Qt.LeftButton:
+            self._press, self._dragging = self.mapToScene(event.position().toPoint()), False
+        super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if self._press is not None and event.buttons() & Qt.LeftButton:
+            here = self.mapToScene(event.position().toPoint())
+            moved = self.mapFromScene(here) - self.mapFromScene(self._press)
+            self._dragging = self._dragging or moved.manhattanLength() >= QApplication.startDragDistance()
+            if self._dragging:
+                self.band.setRect(QRectF(self._press, here).normalized())
+                self.band.show()
+        super().mouseMoveEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        dragged, start = self._dragging and event.button() == Qt.LeftButton, self._press
+        if event.button() == Qt.LeftButton:
+            self._press, self._dragging = None, False
+            self.band.hide()
+        if dragged:
+            self.drag_zoom(start, self.mapToScene(event.position().toPoint()))
+        self._swallow_click = dragged  # the scene may still call it a click (a slow, short drag)
+        super().mouseReleaseEvent(event)
+        self._swallow_click = False
+
+    _swallow_click = False
 
     def _clicked(self, event) -> None:
-        if event.button() != Qt.LeftButton or self.result is None:
+        if event.button() != Qt.LeftButton or self.result is None or self._swallow_click or self.zoom is not None:
             return
         hit = self._tile_at(event.scenePos())
         if hit is not None and self.row_picking:

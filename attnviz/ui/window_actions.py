@@ -71,8 +71,8 @@ class WindowActions:
         act("Scores", "Ctrl+2", lambda: self.viewCombo.setCurrentIndex(self.viewCombo.findData("scores")),
             "Show pre-softmax scores", menu)
         act("Mean tile", "M", lambda: self.meanCheck.toggle(), "Toggle the mean-over-heads tile", menu)
-        act("Back to grid", "Esc", self._escape, "Leave the large single-head view; while the model writes, "
-            "stop it", menu)
+        act("Back to grid", "Esc", self._escape, "Leave the zoomed block or the large single-head view; while "
+            "the model writes or a long forward runs, stop it", menu)
         self.resetAction = act("Reset parameters", "Ctrl+R", self.panel.resetButton.click,
                                "Reset every parameter to the defaults", menu)
         self.explain.add_actions(menu)

@@ -37,6 +37,9 @@ from ..explain import render_extras
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
 from ..system import lower_priority, model_threads, set_torch_threads, thread_policy
 from .cpushare import CpuShare
+from .lanes import Lane
+from .layer_feed import LayerFeed
+from .zoom import ZoomAsk, Zoomer, ZoomFrames
 
 
 def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
@@ -78,6 +81,8 @@ class Request:
     config: RunConfig
     options: ViewOptions
     force: bool = False  # compute again even if the last result shows this config (Generate pressed again)
+    zoom: ZoomAsk | None = None  # also the exact block of a region of the shown maps (zoom.py)
+    layers: bool = False  # a long pooled forward hands its finished layers on (sigLayers) for the model view
 
 
 @dataclass
@@ -90,6 +95,7 @@ class Outcome:
     partial: bool = False  # a generation still running: what it wrote so far (the final Outcome follows)
     generated: tuple[int, int] | None = None  # a generation: (tokens written, tokens asked for)
     stopped: bool = False  # a generation the Stop button ended: what it wrote till then
+    zoom: ZoomFrames | None = None  # the request's zoom: every head of the block, exact
 
 
 def generating(config: RunConfig) -> bool:
@@ -165,41 +171,6 @@ def thread_count(share: CpuShare, config: RunConfig) -> int:
     else:
         n = int(policy)
     return model_threads(n) if config.spec.backed else n
-
-
-class Lane:
-    """One long-lived thread at a fixed niceness that runs the functions handed to it; torch's
-    OpenMP pool, started by this thread, inherits its niceness."""
-
-    def __init__(self, name: str, nice_step: int):
-        self.nice_step = nice_step
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self.thread.start()
-
-    def call(self, function):
-        """Run `function` on the lane and return its result (or raise its exception) here."""
-        done, box = threading.Event(), {}
-        self._jobs.put((function, done, box))
-        done.wait()
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
-
-    def close(self) -> None:
-        self._jobs.put(None)
-
-    def _loop(self) -> None:
-        lower_priority(self.nice_step)
-        while (job := self._jobs.get()) is not None:
-            function, done, box = job
-            try:
-                box["value"] = function()
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                box["error"] = exc
-            finally:
-                del function
-                done.set()
 
 
 def _libc(name: str):
@@ -306,6 +277,7 @@ class Worker(QObject):
     sigBusy = Signal(bool)
     sigCancelled = Signal(int)  # a request id that ended with nothing to show (stopped before its first token)
     sigProgress = Signal(int, int, int)  # request id, attention calls (layers) done, of how many
+    sigLayers = Signal(int, object, int)  # request id, the finished layers (layer_feed.Layer), of how many
 
     def __init__(self, compute=run, parent: QObject | None = None):
         super().__init__(parent)
@@ -318,6 +290,7 @@ class Worker(QObject):
         self._last: RunResult | None = None  # touched only by the worker thread
         self._last_request: RunConfig | None = None  # the config _last was computed for (files may change it)
         self._pools = PoolCache()  # pooled maps of _last: view-only changes only requantise
+        self._zoomer = Zoomer()  # the exact blocks of the last zoom (zoom.py)
         self._running = False  # a thread is serving requests (changed under _cond only)
         self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
         self.threads_used = 0  # torch threads of the last run (benchmarks report it)
@@ -469,8 +442,25 @@ class Worker(QObject):
         return cancel
 
     def _progress_of(self, request: Request):
-        """progress(done, total) for run(): each layer finished, as sigProgress of this request."""
-        return lambda done, total: self.sigProgress.emit(request.id, done, total)
+        """progress(done, total) for run(): each layer finished, as sigProgress of this request; with
+        request.layers, a pooled forward's finished layers every so often too (sigLayers, layer_feed.py)."""
+        feed = LayerFeed() if request.layers else None
+
+        def progress(done: int, total: int) -> None:
+            self.sigProgress.emit(request.id, done, total)
+            layers = None if feed is None else feed.finished(done, total)
+            if layers is not None:
+                self.sigLayers.emit(request.id, layers, total)
+        return progress
+
+    def _zoomed(self, request: Request, needed: frozenset[str]) -> ZoomFrames | None:
+        """The request's zoom, from the shown maps or a run that keeps the region exact (progress, Cancel)."""
+        if request.zoom is None:
+            return None
+        plain = Request(request.id, request.config, request.options)  # no layers for the model view: shown
+        return self._zoomer.frames(self._last, request.zoom, request.options, lambda region: self._run(
+            request.config, needed, cancel=self._forward_cancel(request), progress=self._progress_of(plain),
+            region=region))
 
     # --- generation: streamed partial results, Stop, cancel within one token ---------------------
 
@@ -563,7 +553,9 @@ class Worker(QObject):
             self._last = reused or self._run(request.config, needed, cancel=self._forward_cancel(request),
                                              progress=self._progress_of(request))
             self._last_request = request.config
+            self._zoomer.keep_for(self._last)
         require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
+        zoom = self._zoomed(request, needed)
         if self._checkpoint():
             return
         frames = render(self._last, request.options, self._pools, render_extras)
@@ -571,4 +563,4 @@ class Worker(QObject):
             return
         asked = request.config.generate if generating(request.config) else 0
         self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
-                              generated=(written(self._last), asked) if asked else None, stopped=stopped))
+                              generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom))
