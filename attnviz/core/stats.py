@@ -103,21 +103,36 @@ def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None,
     w = np.asarray(weights)
     if w.ndim != 3:
         raise ValueError(f"weights must be (heads, Lq, Lkv), got shape {w.shape}")
-    empty = None if empty_rows is None else np.broadcast_to(empty_rows, w.shape[:2])
-    keys = None if keys is None else np.broadcast_to(keys, w.shape[:2])
-    per_head = []
-    for h in range(w.shape[0]):  # one head at a time: a few maps' worth of temporaries, not 3 x H
-        sums = StatSums(1, w.shape[-1])
-        sums.add(w[h:h + 1], 0, None if empty is None else empty[h:h + 1], None if keys is None else keys[h:h + 1])
-        per_head.append(sums.result())
-    return {name: np.concatenate([r[name] for r in per_head]) for name in STAT_NAMES}
+    return maps_stats(w, empty_rows, keys)
+
+
+# Cells of one block of query rows (over every map at once) that maps_stats hands StatSums: a few float64
+# temporaries of this size, whatever the number of maps (a model's 270 small maps take one or two blocks,
+# not one call each).
+STAT_BLOCK_CELLS = 1 << 21
+
+
+def maps_stats(w: np.ndarray, empty_rows: np.ndarray | None = None,
+               keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """head_stats of (..., Lq, Lkv) maps: column name -> w.shape[:-2] float64. empty_rows and keys broadcast
+    to (..., Lq)."""
+    lead, (lq, lkv) = w.shape[:-2], w.shape[-2:]
+    n = int(np.prod(lead))
+    empty = None if empty_rows is None else np.broadcast_to(empty_rows, (*lead, lq)).reshape(n, lq)
+    allowed = None if keys is None else np.broadcast_to(keys, (*lead, lq)).reshape(n, lq)
+    sums = StatSums(n, lkv)
+    rows = max(1, STAT_BLOCK_CELLS // max(1, n * lkv))
+    for r0 in range(0, lq, rows):
+        r1 = min(lq, r0 + rows)
+        sums.add(w[..., r0:r1, :].reshape(n, r1 - r0, lkv), r0, None if empty is None else empty[:, r0:r1],
+                 None if allowed is None else allowed[:, r0:r1])
+    return {name: values.reshape(lead) for name, values in sums.result().items()}
 
 
 def layer_stats(layer_weights: np.ndarray, b: int = 0, keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """head_stats of every layer of (layers, B, H, Lq, Lkv) weights for batch item b (keys: as head_stats',
     the same for every layer): column name -> (layers, H)."""
-    per_layer = [head_stats(layer_weights[n, b], keys=keys) for n in range(layer_weights.shape[0])]
-    return {name: np.stack([s[name] for s in per_layer]) for name in STAT_NAMES}
+    return maps_stats(np.asarray(layer_weights)[:, b], keys=keys)
 
 
 def stats_csv(columns: dict[str, np.ndarray], labels: list[str] | None = None) -> str:
