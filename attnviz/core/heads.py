@@ -73,7 +73,7 @@ def _layer_statistics(weights: np.ndarray, forward) -> dict[str, np.ndarray]:
     if forward is not None and getattr(forward, "pooled", ()):
         per_layer = [call.stat_arrays() for call in forward.pooled]
         return {name: np.stack([s[name][0] for s in per_layer]) for name in per_layer[0]}
-    return layer_stats(weights)
+    return layer_stats(weights, names=tuple(FROM_STATS.values()))  # the three head types read: no logs
 
 
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its probe scores

@@ -32,9 +32,10 @@ class StatSums:
     """Running sums of the per-row statistics of N maps, fed in blocks of query rows: the exact head_stats of
     maps never held whole (a pooled long run), and of whole maps in one block."""
 
-    def __init__(self, n: int, lkv: int, dtype: torch.dtype = torch.float64):
+    def __init__(self, n: int, lkv: int, dtype: torch.dtype = torch.float64, names: tuple[str, ...] = STAT_NAMES):
         self.lkv, self.dtype = lkv, dtype  # float32 elementwise (a long run's blocks): sums stay float64
-        self.sums = {name: np.zeros(n) for name in STAT_NAMES if name != "max_weight"}
+        self.names = tuple(name for name in STAT_NAMES if name in names)  # those kept (entropy costs a log a cell)
+        self.sums = {name: np.zeros(n) for name in self.names if name != "max_weight"}
         self.counts = {name: np.zeros(n) for name in self.sums}
         self.top = np.full(n, -np.inf)
 
@@ -43,40 +44,53 @@ class StatSums:
         keys left out hold weight 0); empty_rows (N or 1, R) bool, rows with no key; keys (N or 1, R) int, the
         keys each row may attend to (rows with fewer than two are left out). On torch (many threads), in
         self.dtype (float64: the logs of tiny weights)."""
-        w = torch.as_tensor(weights).to(self.dtype)
+        w = torch.as_tensor(weights)
         valid = torch.isfinite(w.sum(-1))  # a NaN or inf anywhere in a row makes its sum one: one pass
         if empty_rows is not None:
             valid &= ~torch.as_tensor(np.ascontiguousarray(empty_rows)).broadcast_to(valid.shape)
         if keys is not None:
             valid &= (torch.as_tensor(np.ascontiguousarray(keys)) >= 2).broadcast_to(valid.shape)
-        if not bool(valid.all()):  # a copy only where some row is left out
-            w = torch.where(valid[..., None], w, torch.zeros((), dtype=w.dtype))
-        i = row0 + torch.arange(w.shape[-2])
-        distance = (i[:, None] - (col0 + torch.arange(w.shape[-1]))[None, :]).abs().to(self.dtype)
-        # per-row sums in the blocks' own dtype (torch sums pairwise: float32 keeps ~1e-7 over 10^4 keys);
-        # the running sums across rows are float64
-        per_row = {"entropy": (-torch.xlogy(w, w).sum(-1), None),
-                   "distance": ((w * distance).sum(-1), None),
-                   "sink": (w[..., 0] if col0 == 0 else torch.zeros(valid.shape, dtype=self.dtype), None)}
-        for name, offset in (("previous", -1), ("diagonal", 0)):
-            j = i + offset
-            ok = (j >= 0) & (j < self.lkv)  # the rows this statistic counts
-            held = ok & (j >= col0) & (j < col0 + w.shape[-1])  # ... whose key is in the block (else weight 0)
-            values = torch.zeros(valid.shape, dtype=self.dtype)
-            values[:, held] = w[:, held, j[held] - col0]
-            per_row[name] = (values, ok)
-        for name, (values, ok) in per_row.items():
+        # rows left out need no zeroing: each statistic sums only its counted rows (torch.where below)
+        for name, (values, ok) in self._per_row(w, row0, col0, valid.shape).items():
             counted = valid if ok is None else valid & ok
             self.sums[name] += torch.where(counted, values, 0.0).double().sum(-1).numpy()
             self.counts[name] += counted.sum(-1).numpy()
-        top = torch.where(valid, w.amax(-1), float("-inf")).amax(-1) if w.shape[-2] else None
-        if top is not None:
+        if "max_weight" in self.names and w.shape[-2]:
+            top = torch.where(valid, w.amax(-1), float("-inf")).amax(-1)
             self.top = np.maximum(self.top, top.double().numpy())
+
+    def _per_row(self, w, row0: int, col0: int, shape) -> dict:
+        """name -> ((N, R) per-row values in self.dtype, (R,) bool rows the statistic counts or None: all)."""
+        out = {}
+        i = row0 + torch.arange(w.shape[-2])
+        if {"entropy", "distance"} & set(self.names):  # whole-block arithmetic in self.dtype
+            wd = w.to(self.dtype)
+            # per-row sums in the blocks' own dtype (torch sums pairwise: float32 keeps ~1e-7 over 10^4 keys);
+            # the running sums across rows are float64
+            if "entropy" in self.names:
+                out["entropy"] = (-torch.xlogy(wd, wd).sum(-1), None)
+            if "distance" in self.names:
+                distance = (i[:, None] - (col0 + torch.arange(w.shape[-1]))[None, :]).abs().to(self.dtype)
+                out["distance"] = ((wd * distance).sum(-1), None)
+        if "sink" in self.names:
+            out["sink"] = ((w[..., 0] if col0 == 0 else torch.zeros(shape)).to(self.dtype), None)
+        for name, offset in (("previous", -1), ("diagonal", 0)):
+            if name not in self.names:
+                continue
+            j = i + offset
+            ok = (j >= 0) & (j < self.lkv)  # the rows this statistic counts
+            # key j of row r is column r + d of the block: a diagonal (rows whose key is outside it: weight 0)
+            d = row0 + offset - col0
+            held = torch.diagonal(w, offset=d, dim1=-2, dim2=-1)
+            values = torch.zeros(shape, dtype=self.dtype)
+            values[:, max(0, -d):max(0, -d) + held.shape[-1]] = held
+            out[name] = (values, ok)
+        return out
 
     def result(self) -> dict[str, np.ndarray]:
         """Column name (STAT_NAMES) -> (N,) float64: each statistic's mean over its rows (NaN for none)."""
         out = {}
-        for name in STAT_NAMES:
+        for name in self.names:
             if name == "max_weight":
                 out[name] = np.where(np.isfinite(self.top), self.top, np.nan)
                 continue
@@ -112,15 +126,15 @@ def head_stats(weights: np.ndarray, empty_rows: np.ndarray | None = None,
 STAT_BLOCK_CELLS = 1 << 21
 
 
-def maps_stats(w: np.ndarray, empty_rows: np.ndarray | None = None,
-               keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """head_stats of (..., Lq, Lkv) maps: column name -> w.shape[:-2] float64. empty_rows and keys broadcast
-    to (..., Lq)."""
+def maps_stats(w: np.ndarray, empty_rows: np.ndarray | None = None, keys: np.ndarray | None = None,
+               names: tuple[str, ...] = STAT_NAMES) -> dict[str, np.ndarray]:
+    """head_stats of (..., Lq, Lkv) maps: column name (those of `names`) -> w.shape[:-2] float64. empty_rows
+    and keys broadcast to (..., Lq)."""
     lead, (lq, lkv) = w.shape[:-2], w.shape[-2:]
     n = int(np.prod(lead))
     empty = None if empty_rows is None else np.broadcast_to(empty_rows, (*lead, lq)).reshape(n, lq)
     allowed = None if keys is None else np.broadcast_to(keys, (*lead, lq)).reshape(n, lq)
-    sums = StatSums(n, lkv)
+    sums = StatSums(n, lkv, names=names)
     rows = max(1, STAT_BLOCK_CELLS // max(1, n * lkv))
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
@@ -129,10 +143,11 @@ def maps_stats(w: np.ndarray, empty_rows: np.ndarray | None = None,
     return {name: values.reshape(lead) for name, values in sums.result().items()}
 
 
-def layer_stats(layer_weights: np.ndarray, b: int = 0, keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def layer_stats(layer_weights: np.ndarray, b: int = 0, keys: np.ndarray | None = None,
+                names: tuple[str, ...] = STAT_NAMES) -> dict[str, np.ndarray]:
     """head_stats of every layer of (layers, B, H, Lq, Lkv) weights for batch item b (keys: as head_stats',
-    the same for every layer): column name -> (layers, H)."""
-    return maps_stats(np.asarray(layer_weights)[:, b], keys=keys)
+    the same for every layer): column name (of `names`) -> (layers, H)."""
+    return maps_stats(np.asarray(layer_weights)[:, b], keys=keys, names=names)
 
 
 def stats_csv(columns: dict[str, np.ndarray], labels: list[str] | None = None) -> str:

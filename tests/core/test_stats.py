@@ -134,3 +134,26 @@ def test_rows_with_a_single_key_are_left_out():
         assert values[0] == pytest.approx(s[name][0], rel=1e-12), name
     lw = np.stack([w[None], w[None]])  # (layers, B, H, L, L)
     assert layer_stats(lw, keys=keys)["max_weight"].tolist() == [[0.75], [0.75]]
+
+
+def test_many_maps_in_blocks_and_a_subset_of_columns_follow_the_formulas(monkeypatch):
+    # 2 layers x 3 heads of 40 x 40 causal maps, fed in blocks of a few query rows over all six maps at once
+    from attnviz.core import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "STAT_BLOCK_CELLS", 6 * 40 * 7)  # 7 rows a block: blocks end mid-map
+    rng = np.random.default_rng(3)
+    lw = np.stack([_random_weights(rng, 3, 40, 40) for _ in range(2)])[:, None]  # (layers, B, H, L, L)
+    keys = np.arange(1, 41)  # causal: row i may see i + 1 keys (row 0 has no choice and is left out)
+    full = layer_stats(lw, 0, keys)
+    some = layer_stats(lw, 0, keys, names=("sink", "previous", "diagonal"))
+    assert set(some) == {"sink", "previous", "diagonal"}
+    for layer in range(2):
+        for h in range(3):
+            rows = lw[layer, 0, h]
+            ent = [-sum(x * np.log(x) for x in rows[i] if x > 0) for i in range(1, 40)]
+            assert full["entropy"][layer, h] == pytest.approx(np.mean(ent), rel=1e-12)
+            assert full["max_weight"][layer, h] == rows[1:].max()
+            for got in (full, some):
+                assert got["sink"][layer, h] == pytest.approx(rows[1:, 0].mean(), rel=1e-12)
+                assert got["previous"][layer, h] == pytest.approx(np.mean([rows[i, i - 1] for i in range(1, 40)]))
+                assert got["diagonal"][layer, h] == pytest.approx(np.mean([rows[i, i] for i in range(1, 40)]))
