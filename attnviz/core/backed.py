@@ -36,7 +36,7 @@ from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
 from .masks import identify
-from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pooling
+from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pooled_bytes, pooling, stacked
 from .predictions import Outputs
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult
@@ -89,7 +89,7 @@ class ModelForward:
     def result(self, layer: int):
         """The RunResult of one layer (no copy: the arrays are views of this forward's)."""
         check_layer(self.key.replace(layer=layer), self.info)
-        stages = {name: arrays[layer] for name, arrays in self.stages.items()}
+        stages = {name: arrays[layer] for name, arrays in self.stages.items() if arrays[layer] is not None}
         mask = self.masks[layer]
         heads, rows_n = self.layer_weights.shape[2], mask.shape[-2]
         rows = np.broadcast_to(~mask.any(axis=-1), (1, heads, rows_n)).copy()
@@ -105,6 +105,10 @@ class ModelForward:
             compute_time_s=self.compute_time_s, total_time_s=self.total_time_s, notes=self.notes,
             token_ids=self.token_ids, **self.labels(layer), layer_weights=self.layer_weights, source=self,
             outputs=self.outputs, prompt_length=self.prompt_length, **pooled)
+
+    def kept(self, layer: int) -> frozenset[str]:
+        """The stages `layer`'s result holds (a pooled forward keeps its per-token stages for one layer)."""
+        return frozenset(name for name, arrays in self.stages.items() if arrays[layer] is not None)
 
     def blocks(self) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
         """(stack, layer_weights, allowed (layers, Lq, Lkv) or None) of every stack, in the model's order: what
@@ -155,11 +159,15 @@ def resolved(config: RunConfig, info, mask: np.ndarray, lengths: tuple[int, int]
 
 def forward_bytes(info, length: int, keep: frozenset[str], pooled: bool = False) -> int:
     """Bytes one forward keeps and needs at its peak: every layer's kept maps (float32), the stacked
-    weights, one layer's temporaries, the per-token stages. Pooled: each layer's pooled map and a few blocks."""
-    tokens = length * info.d_model * 4 * 8
+    weights, one layer's temporaries, the per-token stages. Pooled (model_pooling): every layer's pooled map
+    (written once, no stacked copy), one layer's per-token stages, the residual stream after each layer (the
+    logit lens reads it), one call's bool mask and a few blocks; never a whole map."""
+    tokens = length * info.d_model * 4 * 8  # x, q, k, v, context, output and the layer's activations, generously
     if pooled:
-        side = -(-length // factor(length))
-        return info.layers * (info.heads * side * side * 4 + tokens) + 4 * BLOCK_BYTES + FORWARD_OVERHEAD
+        heads = info.layers * info.heads
+        maps = pooled_bytes(info.layers, info.heads, length, length, fitting_target(heads, length, length))
+        residuals = info.layers * length * info.d_model * 4
+        return maps + tokens + residuals + length * length + 4 * BLOCK_BYTES + FORWARD_OVERHEAD
     maps = map_count(keep)
     one_map = info.heads * length * length * 4
     return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD
@@ -182,18 +190,31 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
                             f"budget of {format_bytes(allowed)}", fix)
 
 
-def _arrays(traces: list, keep: frozenset[str]) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
+def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = None
+            ) -> tuple[dict[str, list[np.ndarray | None]], np.ndarray]:
     """Per-layer NumPy of each stage every layer kept (a layer that ran its family's own eager attention
     keeps only the weights: then no layer shows the others' scores); the weights stacked once into
-    (layers, 1, H, L, L)."""
-    layer_weights = np.stack([to_numpy(t.weights) for t in traces])
-    common = [name for name in STAGE_NAMES if all(name in t for t in traces)]
-    stages: dict[str, list[np.ndarray]] = {name: [] for name in common}
+    (layers, 1, H, L, L), or `stacked` where a pooled forward wrote them into one array already. A pooled
+    forward keeps its per-token stages for some layers only (Pooling.token_calls): the others hold None."""
+    layer_weights = stacked if stacked is not None else np.stack([to_numpy(t.weights) for t in traces])
+    pooled_tokens = stacked is not None
+    common = [name for name in STAGE_NAMES
+              if (any if pooled_tokens and not BY_NAME[name].is_map else all)(name in t for t in traces)]
+    stages: dict[str, list[np.ndarray | None]] = {name: [] for name in common}
     for i, trace in enumerate(traces):
         for name in common:
+            if name not in trace:
+                stages[name].append(None)
+                continue
             same_as_weights = trace[name] is trace["weights"]
             stages[name].append(layer_weights[i] if same_as_weights else to_numpy(trace[name]))
     return stages, layer_weights
+
+
+def _stacked(pooled: tuple) -> np.ndarray | None:
+    """The one (layers, B, H, Lq', Lk') array a pooled forward's layers were written into (pooling.stacked)."""
+    slab = stacked(pooled)
+    return None if slab is None else slab.numpy()
 
 
 def _layer_tokens(encoded) -> tuple | None:
@@ -258,7 +279,10 @@ def model_pooling(config: RunConfig, model, length: int, count: int, keep: froze
     allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
     if config.pool == "auto" and region is None and maps <= min(AUTO_BYTES, allowed):
         return None
-    return Pooling(region=check_region(region, length, length))
+    layers = model.info.layers
+    return Pooling(target=fitting_target(layers * model.info.heads, length, length),
+                   region=check_region(region, length, length), calls_expected=layers,
+                   token_calls=frozenset({config.layer}))  # the shown layer's per-token stages alone
 
 
 def check_region(region, lq: int, lkv: int) -> tuple[int, int, int, int] | None:
@@ -296,7 +320,7 @@ def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, devic
 def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], device: torch.device, compute: float,
                    started: float, plan: Plan | None) -> ModelForward:
     masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in ran.traces]
-    stages, layer_weights = _arrays(ran.traces, keep)
+    stages, layer_weights = _arrays(ran.traces, keep, _stacked(ran.pooled))
     _check_finite(layer_weights, model.info)
     ids = torch.tensor([ran.ids], dtype=torch.long, device=device)
     return ModelForward(

@@ -22,11 +22,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import progress
-from .blocks import KeySpans, block_cells, narrow_bias
+from .blocks import KeySpans, block_cells, masked_columns
 from .current import ThreadCurrent
 from .stats import StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
+POOLED_BYTES = 384 << 20  # every call's pooled maps together at most (the target halves until they fit)
+MIN_TARGET = 256  # ... but a map keeps at least this many cells a side (a grid tile's width)
 BLOCK_BYTES = 16 << 20  # one block of float32 scores at most (its temporaries: a few more blocks)
 POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB or the memory budget",
               "always": "always pool the maps (statistics stay exact)",
@@ -41,6 +43,27 @@ def factor(length: int, target: int = 0) -> int:
     return max(1, -(-length // (target or TARGET)))
 
 
+def side(length: int, target: int = 0) -> int:
+    """Cells a pooled map side has."""
+    return -(-length // factor(length, target))
+
+
+def fitting_target(maps: int, lq: int, lkv: int) -> int:
+    """The pooled side for `maps` maps of Lq x Lkv kept together (a model: layers x batch x heads): TARGET,
+    halved while they would need more than POOLED_BYTES (270 heads at 1,024² are 1.1 GiB; the head grid's
+    tiles are a few hundred pixels wide), never below MIN_TARGET."""
+    target = TARGET
+    while target > MIN_TARGET and maps * side(lq, target) * side(lkv, target) * 4 > POOLED_BYTES:
+        target //= 2
+    return target
+
+
+def pooled_bytes(calls: int, maps: int, lq: int, lkv: int, target: int = 0) -> int:
+    """Bytes of `calls` attention calls' pooled maps (`maps` each: batch x heads, float32) and block masks."""
+    cells = side(lq, target) * side(lkv, target)
+    return calls * (maps * cells * 4 + cells)
+
+
 @dataclass
 class PooledCall:
     """One attention call's maps, reduced (see the module docstring)."""
@@ -51,6 +74,7 @@ class PooledCall:
     allowed: Tensor  # (B, 1, ...) bool: the block holds a key that may be attended
     stats: StatSums  # per B x H map
     region: Tensor | None = None  # (B, H, q1 - q0, k1 - k0): that part of the map, exact
+    slab: Tensor | None = field(default=None, repr=False)  # the (calls, ...) tensor `weights` is a row of, if any
 
     def stat_arrays(self) -> dict[str, np.ndarray]:
         b, h = self.weights.shape[:2]
@@ -59,11 +83,24 @@ class PooledCall:
 
 @dataclass
 class Pooling:
-    """What a pooled forward keeps: one PooledCall per attention call, in call order."""
+    """What a pooled forward keeps: one PooledCall per attention call, in call order.
+
+    `calls_expected` (a model: its layers): the pooled maps of that many same-shaped calls are written into one
+    (calls, B, H, Lq', Lk') tensor (`stacked()`), so the model view's every-layer array is no second copy.
+    `token_calls`: the calls whose per-token stages (x, q, k, v, context, output) a forward keeps (None: all);
+    the others drop them as they finish (keeps_tokens): a pooled 4,096-token forward of 30 layers would
+    otherwise hold 1.3 GB of stages the window shows for one layer at a time."""
 
     target: int = 0  # pooled cells a side at most; 0: TARGET (read when pooling, so tests may lower it)
     region: tuple[int, int, int, int] | None = None  # q0, q1, k0, k1 kept exact
     calls: list[PooledCall] = field(default_factory=list)
+    calls_expected: int = 0
+    token_calls: frozenset[int] | None = None
+    _slab: Tensor | None = field(default=None, repr=False)
+
+    def stacked(self) -> Tensor | None:
+        """Every call's pooled map as one (calls, B, H, Lq', Lk') tensor when they were written into one."""
+        return stacked(self.calls)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, map_rows: Callable,
                repeat: Callable[[Tensor, int], Tensor], bias_of: Callable, signed: bool = False) -> Tensor:
@@ -73,7 +110,7 @@ class Pooling:
         PooledCall."""
         lq, lkv = q.shape[2], k.shape[2]
         spans, fk = KeySpans(mask, lkv), factor(lkv, self.target or TARGET)
-        keys_t, bias = repeat(k, q.shape[1]).transpose(-2, -1), None if mask is None else bias_of(mask, q.dtype)
+        keys_t = repeat(k, q.shape[1]).transpose(-2, -1)
         call, contexts, values, r0 = None, [], None, 0
         while r0 < lq:
             progress.checkpoint()  # Cancel stops within one attention call
@@ -82,7 +119,7 @@ class Pooling:
             k0, k1 = k0 // fk * fk, min(lkv, -(-k1 // fk) * fk)  # whole pooled cells
             cells = block_cells(mask, r0, r1, k0, k1)
             block, used = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], row0=r0, col0=k0,
-                                   keys_t=keys_t[..., k0:k1], **narrow_bias(mask, bias, cells))
+                                   keys_t=keys_t[..., k0:k1], **_block_bias(mask, cells, bias_of, q.dtype))
             if call is None:
                 call, values = self._start(block, lq, lkv), repeat(v, block.shape[1])
             self._add(call, block, used, r0, k0, signed)
@@ -101,8 +138,25 @@ class Pooling:
         b, h = block.shape[:2]
         fq, fk = factor(lq, self.target or TARGET), factor(lkv, self.target or TARGET)
         shape = (b, h, -(-lq // fq), -(-lkv // fk))
-        return PooledCall((lq, lkv), (fq, fk), torch.full(shape, float("nan")),
-                          torch.zeros((b, 1, *shape[2:]), dtype=torch.bool), StatSums(b * h, lkv, torch.float32))
+        weights = self._weights(shape).fill_(float("nan"))
+        slab = self._slab if self._slab is not None and weights.data_ptr() == self._slab[len(self.calls)].data_ptr() \
+            else None
+        return PooledCall((lq, lkv), (fq, fk), weights, torch.zeros((b, 1, *shape[2:]), dtype=torch.bool),
+                          StatSums(b * h, lkv, torch.float32), slab=slab)
+
+    def _weights(self, shape: tuple[int, ...]) -> Tensor:
+        """The next call's pooled map: its place in the slab where it fits there, else its own tensor."""
+        index = len(self.calls)
+        if self._slab is None and index == 0 and self.calls_expected > 1:
+            self._slab = torch.empty((self.calls_expected, *shape))  # pages are mapped as calls write them
+        if self._slab is not None and index < self._slab.shape[0] and tuple(self._slab.shape[1:]) == shape:
+            return self._slab[index]
+        return torch.empty(shape)
+
+    def keeps_tokens(self, done: bool = False) -> bool:
+        """Whether the attention call now running (done: the one that has just returned) keeps its per-token
+        stages."""
+        return self.token_calls is None or len(self.calls) - int(done) in self.token_calls
 
     def _add(self, call: PooledCall, block: Tensor, mask: Tensor | None, r0: int, k0: int, signed: bool) -> None:
         """Pool a block of rows r0.. and keys k0.. into the call; the keys it left out hold 0 (masked)."""
@@ -134,6 +188,16 @@ class Pooling:
         a, z = max(k0, col0), min(k1, col0 + values.shape[3])
         if a < z:
             rows[..., a - k0:z - k0] = values[:, :, lo - r0:hi - r0, a - col0:z - col0]
+
+
+def _block_bias(mask: Tensor | None, cells: tuple, bias_of: Callable, dtype: torch.dtype) -> dict:
+    """map_rows' bias keywords for one block: the 0 / -inf bias of the block's columns that hold a masked cell,
+    made from that part of the mask alone (a whole 8,192² float32 bias would be 256 MiB)."""
+    if mask is None:
+        return {}
+    block = mask[cells]
+    m0, m1 = masked_columns(block)
+    return {"bias": bias_of(block[..., m0:m1], dtype), "bias_col": m0}
 
 
 def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
@@ -173,6 +237,15 @@ def max_pool(x: Tensor, fq: int, fk: int, signed: bool = False) -> Tensor:
     return torch.where(hi.abs() >= lo.abs(), hi, lo)
 
 
+def stacked(calls) -> Tensor | None:
+    """The one (calls, B, H, Lq', Lk') tensor holding every call's pooled map in order (Pooling.calls_expected),
+    else None. (Inference mode keeps no view's base: the calls say which tensor they are a row of.)"""
+    slab = calls[0].slab if calls else None
+    if slab is None or slab.shape[0] != len(calls) or any(c.slab is not slab for c in calls):
+        return None
+    return slab
+
+
 def pool_note(call: PooledCall) -> str:
     """What the status line says of a pooled run."""
     (lq, lkv), (fq, fk) = call.shape, call.factors
@@ -201,3 +274,10 @@ def pooling(pool: Pooling | None):
 
 def current_pooling() -> Pooling | None:
     return _current.value
+
+
+def keeps_tokens(done: bool = False) -> bool:
+    """Whether this thread's attention call now running (done: the one just returned) keeps its per-token
+    stages: always but in a pooled forward that keeps them for some calls only (Pooling.token_calls)."""
+    pool = _current.value
+    return pool is None or pool.keeps_tokens(done)

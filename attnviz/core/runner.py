@@ -16,7 +16,7 @@ from .backed import ablation_plan, backed_stages, check_region, run_forward
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .masks import build_kind
-from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, factor, pool_note, pooled_parts, pooling
+from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pool_note, pooled_bytes, pooled_parts, pooling
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .stages import (
@@ -233,7 +233,7 @@ def _planned(config: RunConfig, device: torch.device, budget: int | None, record
     if pool is None:
         check_memory(config, device, budget, keep)
         return keep, None
-    check_pooled_memory(config, device, budget)
+    check_pooled_memory(config, device, budget, pool.target)
     return frozenset(n for n in keep if not BY_NAME[n].is_map), pool  # only the per-token stages kept whole
 
 
@@ -272,15 +272,24 @@ def seed_pooling(config: RunConfig, device: torch.device, budget: int | None, ke
     if config.pool == "never" or (config.pool == "auto" and region is None and not _too_big(config, device, budget,
                                                                                             keep)):
         return None
-    return Pooling(region=check_region(region, config.seq_q, config.lkv))
+    maps = config.batch * config.heads * config.spec.head_factor
+    return Pooling(target=fitting_target(maps, config.seq_q, config.lkv),
+                   region=check_region(region, config.seq_q, config.lkv))
 
 
-def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | None) -> None:
-    """A pooled run keeps the tokens' stages, the pooled maps and a few blocks: MemoryBudgetError past that."""
-    side = -(-config.seq_q // factor(config.seq_q)), -(-config.lkv // factor(config.lkv))
+def pooled_memory(config: RunConfig, target: int = 0) -> int:
+    """Bytes a pooled seed run needs at its peak: the tokens' stages, the weights, the pooled maps (and a
+    differential head's pair), the bool mask and a few blocks of scores; never a whole float map."""
     widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
-    need = (config.batch * (config.seq_q + config.lkv) * widths * 8 * 4 + 4 * widths * widths * 4
-            + config.batch * config.heads * side[0] * side[1] * 4 * 2 + 4 * BLOCK_BYTES)
+    maps = config.batch * config.heads * (config.spec.head_factor + 1)  # the maps kept, and the block's pooled
+    mask = config.batch * config.seq_q * config.lkv  # bool, generously: per batch item
+    return (config.batch * (config.seq_q + config.lkv) * widths * 8 * 4 + 4 * widths * widths * 4
+            + pooled_bytes(1, maps, config.seq_q, config.lkv, target) + mask + 4 * BLOCK_BYTES)
+
+
+def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | None, target: int = 0) -> None:
+    """A pooled run keeps the tokens' stages, the pooled maps and a few blocks: MemoryBudgetError past that."""
+    need = pooled_memory(config, target)
     allowed = budget if budget is not None else int(available_memory(device) * MEMORY_FRACTION)
     if need > allowed:
         raise MemoryBudgetError("seq_q", config.seq_q, f"not enough memory even with pooled maps: about "

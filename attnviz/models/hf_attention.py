@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ..core.ablation import knock_out
 from ..core.kernel import Trace, attention, merge_heads
 from ..core.mods import ScoreMod
+from ..core.pooling import keeps_tokens
 
 ATTN_NAME = "attnviz"
 # Keywords that carry no arithmetic for one call over a whole sequence (cache bookkeeping, the
@@ -181,7 +182,7 @@ def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
         q, k, v, mask=allowed, scale=scaling if scaling is not None else 1 / math.sqrt(q.shape[-1]),
         score_mods=_score_mods(bias, kwargs.get("softcap")), sink=None if sink is None else sink.float(),
         dropout_p=dropout, training=module.training,
-        record=(rec.record | {"weights"}) if rec else {"weights"})
+        record=(rec.record | {"weights"}) if rec and keeps_tokens() else {"weights"})  # pooled: maybe maps alone
     if rec is not None:
         trace.keep("context", merge_heads(context))
         rec.add(module, trace)

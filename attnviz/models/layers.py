@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.kernel import Trace
+from ..core.pooling import keeps_tokens
 from ..core.stages import ALL_STAGES
 from .hf_attention import current, recording
 
@@ -135,13 +136,13 @@ def stack_of(name: str) -> str:
 
 def keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     rec = current()
-    if rec is not None and "x" in rec.record:
+    if rec is not None and "x" in rec.record and keeps_tokens():  # a pooled forward keeps some layers' only
         rec.inputs.setdefault(module, []).append(args[0] if args else kwargs.get("hidden_states"))
 
 
 def keep_output(module: nn.Module, args: tuple, output) -> None:
     rec = current()
-    if rec is not None and "output" in rec.record:
+    if rec is not None and "output" in rec.record and keeps_tokens(done=True):
         rec.outputs.setdefault(module, []).append(output[0] if isinstance(output, tuple) else output)
 
 
