@@ -13,6 +13,7 @@ still running stay grey, and the whole forward's picture replaces them when it i
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import numpy as np
@@ -36,6 +37,7 @@ BADGE_COLOURS = {"previous_token": "#1f77b4", "first_token": "#7f7f7f", "self": 
 BADGE_PX = 0.18  # a badge's side, as a fraction of the tile
 BADGE_MAX = 10.0  # px: a badge marks, it does not cover the tile
 PENDING = 228  # the grey of a layer's tiles while it still runs
+LABEL_ROW_PX, LABEL_COL_PX = 14, 26  # screen room a layer label and a head label need
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
             "(Variant) to see all its layers and heads here.")
 
@@ -164,15 +166,13 @@ class ModelView(pg.GraphicsLayoutWidget):
             self.plot.showAxis(axis)
         self.image.setImage(p["picture"], autoLevels=False, levels=(0, 255))
         self.image.setRect(QRectF(0, 0, p["picture"].shape[1], p["picture"].shape[0]))
-        self.plot.getAxis("left").setTicks([[(y + tile / 2, f"L{r}") for r, y in enumerate(p["tops"])]])
-        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(p["columns"][:-1])]
-        self.plot.getAxis("top").setTicks([top + [(p["columns"][-1] + tile / 2, "mean")]])
         self.marker.setRect(QRectF())
         self.crosses.setData([], [])
         self.crossShadow.setData([], [])
         self.badges.setData([])
         self._size = p["picture"].shape[:2]
         self._fit()
+        self._set_ticks([f"L{r}" for r in range(len(p["tops"]))], p["tops"], p["columns"], tile)
         self.partial_shows += 1
 
     def end_partial(self) -> None:
@@ -220,13 +220,22 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.columns = mosaic_columns(heads, tile, GAP)
         several = len(blocks) > 1
         labels = [f"{STACK_LABELS.get(name, name)} L{r}" if several else f"L{r}" for name, r in self.rows]
-        self.plot.getAxis("left").setTicks([[(y + tile / 2, text) for y, text in zip(self.tops, labels)]])
-        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(self.columns[:-1])]
-        self.plot.getAxis("top").setTicks([top + [(self.columns[-1] + tile / 2, "mean")]])
         self._size = mosaic.shape[:2]
         self._fit()
+        self._set_ticks(labels, self.tops, self.columns, tile)
         self._mark()
         self._draw_overlays()
+
+    def _set_ticks(self, rows: list[str], tops: list[int], columns: list[int], tile: int) -> None:
+        """Layer labels on the left and head labels on top, every n-th where the tiles are too small for all
+        (30 layers in a short dock: 12 px tiles under 14 px labels ran into each other)."""
+        scale = self.plot.getViewBox().viewPixelSize()[0] or 1.0  # view units per screen pixel
+        step_y = max(1, math.ceil(LABEL_ROW_PX * scale / (tile + GAP)))
+        step_x = max(1, math.ceil(LABEL_COL_PX * scale / (tile + GAP)))
+        left = [(y + tile / 2, text) for n, (y, text) in enumerate(zip(tops, rows)) if n % step_y == 0]
+        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(columns[:-1]) if c % step_x == 0]
+        self.plot.getAxis("left").setTicks([left])
+        self.plot.getAxis("top").setTicks([top + [(columns[-1] + tile / 2, "mean")]])
 
     def _fit(self) -> None:
         """Square pixels, the mosaic at the top left (not centred far from its layer labels)."""

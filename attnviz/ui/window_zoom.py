@@ -110,6 +110,8 @@ def pool_status(result) -> str:
         return ""
     c, (fq, fk) = result.config, result.pool_factor
     rows, cols = -(-c.seq_q // fq), -(-c.lkv // fk)
+    if fq == fk == 1:
+        return f" · maps at full resolution ({c.seq_q:,} × {c.lkv:,}), computed in blocks inside the kernel"
     if c.seq_q == c.lkv and fq == fk:
         return f" · maps max-pooled {c.seq_q:,} → {rows:,} inside the kernel (statistics exact)"
     return f" · maps max-pooled {c.seq_q:,} x {c.lkv:,} → {rows:,} x {cols:,} inside the kernel (statistics exact)"
