@@ -534,6 +534,8 @@ class Worker(QObject):
         source = self._last.source if self._last is not None else None
         if source is None or not source.serves(config) or not producible(needed, source) <= source.stages.keys():
             return None
+        if source.kept(config.layer) != frozenset(source.stages):  # a pooled forward kept another layer's tokens
+            return None
         return source.result(config.layer)
 
     def _handle(self, request: Request, threads: int) -> None:
