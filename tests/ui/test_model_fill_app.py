@@ -14,8 +14,8 @@ from uihelpers import wait_shown
 
 from attnviz.core import RunConfig, run
 from attnviz.frames import model_mosaic
-from attnviz.ui import MainWindow
-from attnviz.ui import layer_feed, model_view
+from attnviz.models.tokens import display
+from attnviz.ui import MainWindow, layer_feed, model_view
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the tiny checkpoints' writers
 from tiny import SENTENCE, make_family  # noqa: E402
@@ -125,4 +125,40 @@ def test_a_cancelled_forward_puts_the_last_whole_picture_back(llama4, qtbot, mon
     qtbot.waitUntil(lambda: w.is_settled() and "Cancelled" in w.statusBar().currentMessage(), timeout=20000)
     qtbot.waitUntil(lambda: view.drawn is w.result.source and view.partial is None, timeout=10000)
     np.testing.assert_array_equal(view.image.image, whole)
+    w.close()
+
+
+def test_a_zoom_on_a_pooled_models_map_is_exact_and_follows_the_layer_without_another_forward(llama4, qtbot,
+                                                                                              monkeypatch):
+    from attnviz.core import pooling
+
+    monkeypatch.setattr(pooling, "TARGET", 8)
+    regions = []
+
+    def recording(config, cancel=None, **kwargs):
+        regions.append(kwargs.get("region"))
+        return run(config, cancel=cancel, **kwargs)
+
+    w = MainWindow(compute=recording)
+    qtbot.addWidget(w)
+    w.resize(1200, 900)
+    w.show()
+    wait_shown(qtbot, w)
+    config = RunConfig(variant="pretrained", model=str(llama4), text=SENTENCE, pool="always", layer=1)
+    w.panel.set_config(config)
+    qtbot.waitUntil(lambda: w.is_settled() and w.result is not None and w.result.pool_factor is not None,
+                    timeout=30000)
+    grid, (fq, _) = w.headGrid, w.result.pool_factor
+    region = grid.drag_zoom(grid.cell_scene_pos(2, 0.0, 6.0), grid.cell_scene_pos(2, 5.0, 11.0))
+    qtbot.waitUntil(lambda: w.is_settled() and grid.zoom is not None, timeout=30000)
+    q0, q1, k0, k1 = region
+    assert q0 % fq == 0 and k0 == 0
+    exact = run(config.replace(pool="never")).source.layer_weights[:, 0]  # (layers, H, L, L), unpooled
+    np.testing.assert_allclose(grid.zoom.values, exact[1, :, q0:q1, k0:k1], atol=1e-5)
+    assert grid.mosaic.tokens[0] == tuple(display(t) for t in w.result.tokens[q0:q1])  # as the axes show them
+    zoom_runs = regions.count(region)
+    w.panel.widgets["layer"].setValue(0)  # another layer of the same forward: its block kept, no zoom run
+    qtbot.waitUntil(lambda: w.is_settled() and grid.zoom is not None and w.result.config.layer == 0, timeout=30000)
+    np.testing.assert_allclose(grid.zoom.values, exact[0, :, q0:q1, k0:k1], atol=1e-5)
+    assert regions.count(region) == zoom_runs == 1
     w.close()
