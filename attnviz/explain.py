@@ -294,39 +294,57 @@ def rollout_frames(result: RunResult, b: int, options: ViewOptions) -> RolloutFr
                                              f"rollout over {lw.shape[0]} layers"))
 
 
-def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> dict:
-    """What the explaining views asked for in `options` (an empty dict when none is shown)."""
+# The extras that need the model's output head over every position (the logits of a 49,152-token vocabulary
+# cost a SmolLM2-sized model a third of its forward): the window shows the maps first and these after.
+LATE_EXTRAS = frozenset({"predictions", "lens"})
+
+
+def late_extras(options: ViewOptions) -> frozenset[str]:
+    """The LATE_EXTRAS that `options` asks for."""
+    return frozenset(name for name in LATE_EXTRAS if getattr(options, name))
+
+
+def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache, part: str = "all") -> dict:
+    """What the explaining views asked for in `options` (an empty dict when none is shown). part: "all",
+    "early" (all but LATE_EXTRAS) or "late" (LATE_EXTRAS only)."""
+    with torch.inference_mode():
+        out = {} if part == "late" else _early_extras(result, options, cache)
+        if part != "early":
+            if options.predictions:
+                out["predictions"] = cache.get(result, ("predictions",), lambda: prediction_frames(result))
+            if options.lens:
+                out["lens"] = cache.get(result, ("lens", options.colormap), lambda: lens_frames(result, options))
+    return out
+
+
+def _early_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> dict:
+    """render_extras' parts other than LATE_EXTRAS."""
     out: dict = {}
     b = min(max(options.batch_index, 0), result.config.batch - 1)
-    with torch.inference_mode():
-        if options.pipeline_head is not None:
-            key = ("pipeline", b, options.pipeline_head, options.pipeline_stage, options.scale_mode,
-                   options.colormap, options.diverging)
-            out["pipeline"] = cache.get(result, key, lambda: pipeline_frames(result, options))
-        if options.head_scores:
-            out["head_scores"] = head_score_frames(result)
-        if options.stats:
-            stats = cache.get(result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
-            out["stats"] = add_head_types(stats, out["head_scores"], result.config.layer) \
-                if "head_scores" in out else stats
-        if options.focus_row is not None:
-            out["focus"] = focus_frames(result, b, options.focus_row)
-        if options.unablated is not None:
-            pinned = unablated_result(result, options, cache)
-            out["compare"] = compare_frames(result, replace(options, pinned=pinned), cache)
-            out["compare_pinned"] = pinned
-        elif options.pinned is not None:
-            out["compare"] = compare_frames(result, options, cache)
-        if options.rollout:
-            out["rollout"] = rollout_frames(result, b, options)
-        if options.patch_query is not None:  # a vision model's picture (models/patches.py)
-            from .models.patches import patch_frames
+    if options.pipeline_head is not None:
+        key = ("pipeline", b, options.pipeline_head, options.pipeline_stage, options.scale_mode,
+               options.colormap, options.diverging)
+        out["pipeline"] = cache.get(result, key, lambda: pipeline_frames(result, options))
+    if options.head_scores:
+        out["head_scores"] = head_score_frames(result)
+    if options.stats:
+        stats = cache.get(result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
+        out["stats"] = add_head_types(stats, out["head_scores"], result.config.layer) \
+            if "head_scores" in out else stats
+    if options.focus_row is not None:
+        out["focus"] = focus_frames(result, b, options.focus_row)
+    if options.unablated is not None:
+        pinned = unablated_result(result, options, cache)
+        out["compare"] = compare_frames(result, replace(options, pinned=pinned), cache)
+        out["compare_pinned"] = pinned
+    elif options.pinned is not None:
+        out["compare"] = compare_frames(result, options, cache)
+    if options.rollout:
+        out["rollout"] = rollout_frames(result, b, options)
+    if options.patch_query is not None:  # a vision model's picture (models/patches.py)
+        from .models.patches import patch_frames
 
-            out["patch"] = patch_frames(result, options.patch_query, options.colormap)
-        if options.predictions:
-            out["predictions"] = cache.get(result, ("predictions",), lambda: prediction_frames(result))
-        if options.lens:
-            out["lens"] = cache.get(result, ("lens", options.colormap), lambda: lens_frames(result, options))
+        out["patch"] = patch_frames(result, options.patch_query, options.colormap)
     return out
 
 

@@ -56,6 +56,7 @@ class Delivery(QObject):
         self.failed_id = 0  # newest request that failed
         self.stopped_id = 0  # newest request stopped before it had anything to show
         self.generating_id = 0  # the newest request whose generation may still be running (0: none)
+        self.late_id = 0  # the request on screen whose late extras (Outcome.late) are still on their way
         self._shown_key = (0, 1, 0)  # order_key of what is on screen: partials order by tokens
         # generation outcomes of requests older than these are dropped: a newer request replaced that run
         self._partial_cut = self._final_cut = 0
@@ -106,7 +107,7 @@ class Delivery(QObject):
 
     def settled(self) -> bool:
         """Nothing on its way to the screen, and the newest request on screen (or failed, or stopped)."""
-        return (self.waiting is None and self.showing is None
+        return (self.waiting is None and self.showing is None and self.late_id != self.latest_id
                 and self.latest_id in (self.shown_id, self.failed_id, self.stopped_id))
 
     # --- what the worker reports ----------------------------------------------------------------
@@ -114,9 +115,23 @@ class Delivery(QObject):
     def failed(self, rid: int) -> bool:
         """Request `rid` failed; True when that is news to show (no newer request is on its way)."""
         self._generation_done(rid)
+        self.late_id = 0 if rid == self.late_id else self.late_id  # its late extras failed: none will come
         if rid < self.latest_id:
             return False
         self.failed_id = rid
+        return True
+
+    def extras_arrived(self, rid: int, extras: dict) -> bool:
+        """The late extras of request `rid` (worker.sigExtras). True: its result is on screen, show them now;
+        an outcome still on its way takes them along instead (its views show them with the rest)."""
+        for outcome in (self.waiting, self.showing):
+            if outcome is not None and outcome.request.id == rid and not outcome.partial:
+                outcome.frames.extras.update(extras)
+                outcome.late = frozenset()
+                return False
+        if rid != self.late_id:
+            return False  # dropped, or replaced on screen by a newer result
+        self.late_id = 0
         return True
 
     def cancelled(self, rid: int) -> bool:
@@ -182,6 +197,7 @@ class Delivery(QObject):
         rid = outcome.request.id
         if not outcome.partial:
             self.shown_id = rid
+            self.late_id = rid if outcome.late else 0
         self._unpainted = rid  # the worker yields till the views have painted it
         self.on_painted()  # now, if they already have (or none is on screen to paint it)
         if outcome.partial:

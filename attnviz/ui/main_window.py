@@ -118,6 +118,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.worker.sigCancelled.connect(self._on_cancelled)
         self.worker.sigProgress.connect(self._on_progress)
         self.worker.sigLayers.connect(self._on_layers)
+        self.worker.sigExtras.connect(self._on_late_extras)
         d.sigShown.connect(self.sigShown)
         d.sigPartialShown.connect(self.sigPartialShown)
         d.sigGenerating.connect(self._show_generating)
@@ -511,7 +512,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.explain.show(outcome.result, outcome.frames)
         if self._model_due(outcome):
             self._show_model(outcome.result)
-        self._show_heads(outcome.result, outcome.frames)
+        self._show_heads(outcome.result, outcome.frames, outcome.late)
         self._show_generation(outcome.result)
         self._show_progress(outcome)
         self._follow_default_scale(outcome.result.config)

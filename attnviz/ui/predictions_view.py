@@ -178,6 +178,10 @@ class PredictionStrip(QWidget):
         self.infoLabel.setText(self.header())
         self.cells.update()
 
+    def show_pending(self) -> None:
+        """New maps are on screen and their predictions follow: the strip says so over the last ones."""
+        self.infoLabel.setText("Predictions: computing the output head for the new input …")
+
     def set_generation(self, prompt_length: int | None, step: int | None) -> None:
         """Mark a generation's prompt boundary and the chosen token `step` (its position; None: no step)."""
         if (prompt_length, step) == (self.prompt_length, self.step):

@@ -55,11 +55,14 @@ class WindowModel:
             # layer's tiles took 25-45 ms of the GUI thread on a 30-layer model
             self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
 
-    def _show_heads(self, result, frames) -> None:
-        """What the heads do: the predictions strip; the model view's crossed (ablated) heads and badges."""
+    def _show_heads(self, result, frames, late: frozenset[str] = frozenset()) -> None:
+        """What the heads do: the predictions strip; the model view's crossed (ablated) heads and badges.
+        late: the extras still on their way (worker.sigExtras)."""
         extras = frames.extras
         if "predictions" in extras:
             self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
+        elif "predictions" in late:
+            self.predictionStrip.show_pending()
         if result.source is None:
             return
         heads = result.source.layer_weights.shape[2]
@@ -67,6 +70,16 @@ class WindowModel:
         if "head_scores" in extras:
             self.modelView.set_head_types(extras["head_scores"])
             self.modelPanel.set_legend(extras["head_scores"])
+
+    def _on_late_extras(self, rid: int, extras: dict) -> None:
+        """The predictions and the logit lens of the result on screen, computed after its maps were shown."""
+        if not self.delivery.extras_arrived(rid, extras) or self.frames is None:
+            return
+        self.frames.extras.update(extras)
+        if "predictions" in extras:
+            self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
+        if "lens" in extras:
+            self.explain.lens.show_frames(extras["lens"])
 
     def _toggle_ablation(self, stack: str, layer: int, head: int) -> None:
         """Alt+click on a model-view tile: that head goes into (or out of) the Ablation field; the run

@@ -33,7 +33,7 @@ from ..core.runner import (
     run_stages,
 )
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
-from ..explain import render_extras
+from ..explain import late_extras, render_extras
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
 from ..system import lower_priority, model_threads, set_torch_threads, thread_policy
 from .cpushare import CpuShare
@@ -96,6 +96,7 @@ class Outcome:
     generated: tuple[int, int] | None = None  # a generation: (tokens written, tokens asked for)
     stopped: bool = False  # a generation the Stop button ended: what it wrote till then
     zoom: ZoomFrames | None = None  # the request's zoom: every head of the block, exact
+    late: frozenset[str] = frozenset()  # explain.LATE_EXTRAS left out of frames: sigExtras brings them after
 
 
 def generating(config: RunConfig) -> bool:
@@ -277,6 +278,7 @@ class Worker(QObject):
     sigBusy = Signal(bool)
     sigCancelled = Signal(int)  # a request id that ended with nothing to show (stopped before its first token)
     sigProgress = Signal(int, int, int)  # request id, attention calls (layers) done, of how many
+    sigExtras = Signal(int, object)  # request id, {name: frames} of its Outcome.late (empty: not computed)
     sigLayers = Signal(int, object, int)  # request id, the finished layers (layer_feed.Layer), of how many
 
     def __init__(self, compute=run, parent: QObject | None = None):
@@ -560,9 +562,23 @@ class Worker(QObject):
         zoom = self._zoomed(request, needed)
         if self._checkpoint():
             return
-        frames = render(self._last, request.options, self._pools, render_extras)
+        late = late_extras(request.options) if recomputed else frozenset()  # a view-only change: cached
+        frames = render(self._last, request.options, self._pools,
+                        functools.partial(render_extras, part="early") if late else render_extras)
         if self._stopping:
             return
         asked = request.config.generate if generating(request.config) else 0
         self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
-                              generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom))
+                              generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom,
+                              late=late))
+        if late:
+            self._send_late(request)
+
+    def _send_late(self, request: Request) -> None:
+        """The late extras of the result just delivered, once the window has painted its maps (or the yield ran
+        out); empty when a newer request makes them pointless (its own run brings its own)."""
+        if self._checkpoint():
+            return
+        extras = {} if self._has_newer() else render_extras(self._last, request.options, self._pools, part="late")
+        if not self._stopping:
+            self.sigExtras.emit(request.id, extras)

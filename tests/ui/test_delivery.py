@@ -193,3 +193,54 @@ def test_closing_finishes_a_half_shown_result_and_frees_a_waiting_one(setup):
     assert screen.rest == [screen.first[0]] and shown == [a]  # the views never show two results
     assert d.waiting is None and worker.released == [ob.result, ob.frames]
     assert not d.swap_timer.isActive() and not d.rest_timer.isActive()
+
+
+def late_outcome(rid):
+    o = outcome(rid)
+    o.late, o.frames.extras = frozenset({"predictions"}), {}
+    return o
+
+
+def test_late_extras_keep_the_window_unsettled_till_they_come(setup):
+    d, worker, screen, shown = setup
+    rid = d.next_id()
+    d.sent(rid, CONFIG)
+    d.arrived(late_outcome(rid))
+    both_passes(d)
+    assert shown == [rid] and not d.settled()  # the maps are on screen, the predictions not yet
+    assert d.extras_arrived(rid, {"predictions": "p"})  # shown: the window puts them into its views
+    assert d.settled()
+
+
+def test_late_extras_that_come_before_their_maps_go_along_with_them(setup):
+    d, worker, screen, shown = setup
+    rid = d.next_id()
+    d.sent(rid, CONFIG)
+    o = late_outcome(rid)
+    d.arrived(o)
+    assert not d.extras_arrived(rid, {"predictions": "p"})  # still waiting: nothing to show them in yet
+    both_passes(d)
+    assert screen.rest == [o] and o.frames.extras == {"predictions": "p"} and d.settled()
+
+
+def test_late_extras_of_a_replaced_result_are_dropped(setup):
+    d, worker, screen, shown = setup
+    first = d.next_id()
+    d.sent(first, CONFIG)
+    d.arrived(late_outcome(first))
+    both_passes(d)
+    second = d.next_id()
+    d.sent(second, CONFIG)
+    d.arrived(outcome(second))
+    both_passes(d)
+    assert d.settled() and not d.extras_arrived(first, {"predictions": "old"})
+
+
+def test_a_failure_ends_the_wait_for_late_extras(setup):
+    d, worker, screen, shown = setup
+    rid = d.next_id()
+    d.sent(rid, CONFIG)
+    d.arrived(late_outcome(rid))
+    both_passes(d)
+    d.failed(rid)
+    assert d.settled()

@@ -307,3 +307,47 @@ def test_the_new_panels_are_in_the_view_menu_with_shortcuts(window):
     actions = {a.text(): a for a in window.menuBar().actions()[1].menu().actions()}
     for title in ("Which heads matter", "Logit lens", "Predictions strip"):
         assert title in actions and not actions[title].shortcut().isEmpty() and actions[title].toolTip()
+
+
+def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch):
+    # The output head over every position is computed after the maps are on screen: the outcome that brings
+    # the maps has no predictions, the strip says they are coming, the window is not settled till they are in
+    import attnviz.explain as explain
+
+    release, outcomes = threading.Event(), []
+    original = explain.prediction_frames
+
+    def held(result):
+        assert threading.current_thread() is not threading.main_thread()
+        release.wait(10)
+        return original(result)
+
+    monkeypatch.setattr(explain, "prediction_frames", held)
+    arrived = toy.delivery.arrived  # what reaches the window, in its order
+    monkeypatch.setattr(toy.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
+    toy.worker.sigDone.disconnect(arrived)
+    toy.worker.sigDone.connect(toy.delivery.arrived)
+    before = toy.latest_id
+    toy.panel.widgets["ablate"].setText("0.1")  # a new forward
+    qtbot.waitUntil(lambda: toy.latest_id > before and toy.shown_id == toy.latest_id, timeout=15000)
+    shown = outcomes[-1]
+    assert shown.late == {"predictions"} and "predictions" not in shown.frames.extras
+    assert toy.result is shown.result and not toy.is_settled()
+    assert "computing" in toy.predictionStrip.infoLabel.text()
+    release.set()
+    wait_shown(qtbot, toy)
+    expected = run(toy.result.config).top_tokens  # the same forward computed apart
+    assert toy.predictionStrip.top1() == [row[0] for row in expected]
+    assert toy.frames.extras["predictions"] is toy.predictionStrip.frames
+
+
+def test_a_view_only_change_brings_the_predictions_with_the_maps(toy, qtbot, monkeypatch):
+    outcomes = []
+    arrived = toy.delivery.arrived
+    monkeypatch.setattr(toy.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
+    toy.worker.sigDone.disconnect(arrived)
+    toy.worker.sigDone.connect(toy.delivery.arrived)
+    toy.colormapCombo.setCurrentIndex(2)  # the same result, shown again
+    wait_shown(qtbot, toy)
+    assert not outcomes[-1].recomputed and not outcomes[-1].late
+    assert "predictions" in outcomes[-1].frames.extras
