@@ -7,6 +7,7 @@ only swaps these images in; hover reads exact values from the full-resolution re
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import torch
 
 from . import colormaps
 from .core.config import RunConfig
+from .core.lru import LRU
 from .core.pooling import max_pool
 from .core.runner import RunResult
 from .core.stages import STAGE_NAMES, STAGES
@@ -249,12 +251,32 @@ def pool_maps(
     if row:
         x = _row_normalised(_pool(x, None if max_px is None else (h, max_px[1]), signed), signed)
     pooled = _pool(x, max_px, signed)
-    data_p = _pool_any(data, max_px)
-    if allowed is None:
-        hidden_p = torch.zeros_like(data_p)
-    else:  # masked cells of rows that have keys (no-key rows get their own colour)
-        hidden_p = _pool_any(~torch.from_numpy(allowed.copy()) & data.any(-1, keepdim=True), max_px)
+    data_p, hidden_p = _pooled_flags(data, allowed, empty_rows, max_px)
     return PooledMaps(pooled, data_p, hidden_p, signed)
+
+
+# Pooled flags by the mask they come from: a seed or text change keeps the mask, and pooling a 1,024² mask's
+# flags again costs several times more than the key (its bits hashed, under a millisecond).
+_FLAGS: LRU[tuple[torch.Tensor, torch.Tensor]] = LRU(8)
+
+
+def _digest(flags: np.ndarray | None) -> bytes | None:
+    return None if flags is None else hashlib.blake2b(np.packbits(flags), digest_size=16).digest()
+
+
+def _pooled_flags(data: torch.Tensor, allowed: np.ndarray | None, empty_rows: np.ndarray | None,
+                  max_px) -> tuple[torch.Tensor, torch.Tensor]:
+    """(data, hidden) pooled to max_px: blocks holding a cell that may attend, blocks holding a masked cell of
+    a row that has keys (no-key rows get their own colour). `data` is made of allowed and empty_rows."""
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        data_p = _pool_any(data, max_px)
+        if allowed is None:
+            return data_p, torch.zeros_like(data_p)
+        return data_p, _pool_any(~torch.from_numpy(allowed.copy()) & data.any(-1, keepdim=True), max_px)
+
+    key = (tuple(data.shape), max_px, None if allowed is None else allowed.shape, _digest(allowed),
+           None if empty_rows is None else empty_rows.shape, _digest(empty_rows))
+    return _FLAGS.get_or_make(key, make)
 
 
 def _row_normalised(x: torch.Tensor, signed: bool) -> torch.Tensor:
