@@ -176,9 +176,11 @@ def bench_pretrained(tokens: int, rounds: int, root: Path) -> dict:
     shape = dataclasses.replace(SMOLLM2, tokens=tokens, name=f"smollm2-135m-{tokens}")
     folder = write_hf_model(shape, root / shape.name)
     r = bench_edit_vs_eager(folder, shape, rounds)
-    eager, edit = r["eager_s"]["p50"], r["edit_s"]["p50"]
+    eager, edit, maps = r["eager_s"]["p50"], r["edit_s"]["p50"], r["edit_maps_s"]["p50"]
     limit = PRETRAINED[0] * eager + PRETRAINED[1]
-    return {**r, "check": {"edit_p50_s": edit, "eager_p50_s": eager, "limit_s": limit, "pass": edit <= limit}}
+    # maps: the edit -> every head on screen (the predictions strip's logits follow); edit: -> the strip too
+    return {**r, "check": {"edit_p50_s": edit, "maps_p50_s": maps, "eager_p50_s": eager, "limit_s": limit,
+                           "pass": maps <= limit, "pass_with_strip": edit <= limit}}
 
 
 def table(results: dict) -> str:
@@ -193,9 +195,10 @@ def table(results: dict) -> str:
         lines.append(f"{label:30}" + "".join(f"{cell(results[s]):>18}" for s in sizes))
     for tokens, r in results.get("pretrained", {}).items():
         c = r["check"]
-        lines.append(f"SmolLM2-shaped {tokens} tokens: edit {c['edit_p50_s'] * 1e3:.0f} ms, eager "
-                     f"{c['eager_p50_s'] * 1e3:.0f} ms, limit {c['limit_s'] * 1e3:.0f} ms "
-                     f"{'ok' if c['pass'] else 'MISS'}")
+        lines.append(f"SmolLM2-shaped {tokens} tokens: edit -> heads {c['maps_p50_s'] * 1e3:.0f} ms "
+                     f"{'ok' if c['pass'] else 'MISS'}, -> predictions strip {c['edit_p50_s'] * 1e3:.0f} ms "
+                     f"{'ok' if c['pass_with_strip'] else 'MISS'}, eager {c['eager_p50_s'] * 1e3:.0f} ms, limit "
+                     f"{c['limit_s'] * 1e3:.0f} ms")
     if "L" in results and "view_only" in results["L"]:
         v = results["L"]["view_only"]
         lines.append(f"view-only change at L: worst p50 {v['worst_p50_to_sigshown_s'] * 1e3:.0f} ms "

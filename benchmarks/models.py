@@ -282,9 +282,11 @@ class Window:
         self.w = w = MainWindow()
         w.resize(1400, 950)
         w.show()
-        self.parts: dict[str, list] = {"worker_s": [], "forward_s": [], "threads": [], "blocking": []}
+        self.parts: dict[str, list] = {"worker_s": [], "forward_s": [], "threads": [], "blocking": [], "maps_s": []}
         self._worker_s = 0.0
-        w.sigShown.connect(lambda _: None)
+        self._maps_at: dict[int, float] = {}  # request id -> when its maps were on screen (sigShown)
+        self.maps_s: list[float] = []  # per shown_after: change -> its maps on screen (the strip may follow)
+        w.sigShown.connect(lambda rid: self._maps_at.setdefault(rid, time.perf_counter()))
         self._shown = w.delivery.arrived
         w.worker.sigDone.disconnect(w.delivery.arrived)
         w.worker.sigDone.connect(self._on_done)
@@ -311,7 +313,9 @@ class Window:
             self.app.processEvents()
             time.sleep(0.0005)
         w.headGrid.viewport().repaint()
-        return time.perf_counter() - t0
+        done = time.perf_counter()
+        self.maps_s.append(self._maps_at.get(w.latest_id, done) - t0)
+        return done - t0
 
     def _wait(self, before: int) -> None:
         """Qt's own event loop until the request after `before` is on screen (or failed)."""
@@ -338,7 +342,8 @@ class Window:
         dt = self.shown_after(lambda: self.w.panel.widgets["text"].setText(text), blocking)
         assert self.w.last_error is None, self.w.last_error
         for key, value in (("worker_s", self._worker_s), ("forward_s", self.w.result.compute_time_s),
-                           ("threads", self.w.worker.threads_used), ("blocking", blocking)):
+                           ("threads", self.w.worker.threads_used), ("blocking", blocking),
+                           ("maps_s", self.maps_s[-1])):
             self.parts[key].append(value)
         return dt
 
@@ -435,6 +440,8 @@ def _edit_vs_eager_summary(times: dict[str, list[float]], win: Window) -> dict:
     n = len(times["edit"])
     for key, blocking in (("edit", False), ("edit_blocking", True)):
         edit = s[key]["p50"]
+        maps = summary(win.part("maps_s", blocking, n))  # the heads on screen (the predictions strip follows)
+        out.update({f"{key}_maps_s": maps, f"pass_{key}_maps": maps["p50"] <= EAGER_RATIO * eager + DRAWING_S})
         out.update({f"{key}_s": s[key], f"{key}_worker_s": summary(win.part("worker_s", blocking, n)),
                     f"{key}_forward_s": summary(win.part("forward_s", blocking, n)),
                     f"ratio_{key}_vs_eager": edit / eager,

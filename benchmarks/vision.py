@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .common import interleaved, log, machine_info, median, paired_ratios, summary
@@ -76,7 +77,9 @@ class VisionWindow(Window):
         self.w = w = MainWindow()
         w.resize(1600, 1000)
         w.show()
-        self.parts = {"worker_s": [], "forward_s": [], "threads": [], "blocking": []}
+        self.parts = {"worker_s": [], "forward_s": [], "threads": [], "blocking": [], "maps_s": []}
+        self._maps_at, self.maps_s = {}, []
+        w.sigShown.connect(lambda rid: self._maps_at.setdefault(rid, time.perf_counter()))
         self._worker_s = 0.0
         self._shown = w.delivery.arrived
         w.worker.sigDone.disconnect(w.delivery.arrived)
@@ -96,6 +99,7 @@ class VisionWindow(Window):
         assert self.w.last_error is None, self.w.last_error
         assert self.w.explain.patch.frames is not None and not self.w.explain.patch.frames.message
         self.parts["worker_s"].append(self._worker_s)
+        self.parts["maps_s"].append(self.maps_s[-1])
         self.parts["forward_s"].append(self.w.result.compute_time_s)
         self.parts["threads"].append(self.w.worker.threads_used)
         return dt
