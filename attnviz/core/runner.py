@@ -15,6 +15,7 @@ from .ablation import ablating
 from .backed import ablation_plan, backed_stages, check_region, run_forward
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
+from .drawn import drawn
 from .masks import build_kind
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pool_note, pooled_bytes, pooled_parts, pooling
 from .progress import Watch, watching
@@ -246,10 +247,14 @@ def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozense
 
     dtype = getattr(torch, config.dtype)
     _seed(config.seed, device)
-    module = config.spec.build(config)  # drawn even with a weights file: random inputs stay the same
-    if files.state is not None:
-        module.load_state_dict(files.state)  # strict: fit_weights checked every key and shape
-    inputs = files.inputs if files.inputs is not None else config.spec.inputs(config)
+    if files.state is None and files.inputs is None:  # the draws of a configuration used lately are kept
+        fresh = config.train or device.type != "cpu" or dtype != torch.float32  # the module is changed below
+        module, inputs = drawn(config, lambda: config.spec.build(config), lambda: config.spec.inputs(config), fresh)
+    else:
+        module = config.spec.build(config)  # drawn even with a weights file: random inputs stay the same
+        if files.state is not None:
+            module.load_state_dict(files.state)  # strict: fit_weights checked every key and shape
+        inputs = files.inputs if files.inputs is not None else config.spec.inputs(config)
     inputs = [x.to(device=device, dtype=dtype) for x in inputs]
     module = module.to(device=device, dtype=dtype).train(config.train)
     mask = build_mask(config, device)
