@@ -14,7 +14,8 @@ order in one offscreen MainWindow (1280 x 820):
   each scale mode.
 - `window_log`, `window_linear`: the seed spin toggled -> every head of the grid painted (gui.Harness.change:
   sigShown, then a forced repaint unless the loop painted already), with the weights' default scale (log)
-  and with linear.
+  and with linear. The toggle flips between two seeds, whose weights and inputs the run keeps drawn
+  (core/drawn.py) after the first round; `window_new_seed` (log) moves to a seed never drawn before.
 - at L also `view_only`: colormap, per-head scale and batch item changes (gui._view_only).
 
 Pretrained: a SmolLM2-135M-shaped llama (random weights written with transformers) at 128 and 512 tokens:
@@ -120,12 +121,18 @@ def bench_size(size, rounds: int) -> dict:
         def window_change():
             return h.change(lambda: seed_spin.setValue(1 - seed_spin.value()))["latency_s"]
 
+        fresh_seeds = itertools.count(1000)
+
+        def window_new_seed():  # a seed never drawn before (the toggle's two seeds have their draws kept)
+            return h.change(lambda: seed_spin.setValue(next(fresh_seeds)))["latency_s"]
+
         times: dict[str, list[float]] = {}
         for mode in ("log", "linear"):
             _set_scale(h, mode)
             times |= {k if k != "window" else f"window_{mode}": v
-                      for k, v in _rounds({"window": window_change, **(engine if mode == "log" else
-                                                                        {"anchor2": engine["anchor"]})},
+                      for k, v in _rounds({"window": window_change, **(
+                                              {**engine, "window_new_seed": window_new_seed} if mode == "log"
+                                              else {"anchor2": engine["anchor"]})},
                                           rounds).items()}
         times["anchor"] = times.pop("anchor") + times.pop("anchor2")
         out = _summarise(size, times, tile_px)
@@ -189,7 +196,8 @@ def table(results: dict) -> str:
             ("core.run ms (x anchor)", lambda r: _cell(r, "run")),
             *[(f"render {m} ms (x)", lambda r, m=m: _cell(r, f"render_{m}")) for m in SCALE_MODES],
             ("window log ms (x)", lambda r: _cell(r, "window_log")),
-            ("window linear ms (x)", lambda r: _cell(r, "window_linear"))]
+            ("window linear ms (x)", lambda r: _cell(r, "window_linear")),
+            ("window log, new seed ms (x)", lambda r: _cell(r, "window_new_seed"))]
     lines = [f"{'':30}" + "".join(f"{s:>18}" for s in sizes)]
     for label, cell in rows:
         lines.append(f"{label:30}" + "".join(f"{cell(results[s]):>18}" for s in sizes))
