@@ -291,7 +291,8 @@ def _pooled_flags(data: torch.Tensor, allowed: np.ndarray | None, empty_rows: np
 def _row_normalised(x: torch.Tensor, signed: bool) -> torch.Tensor:
     """Each row of (N, h, w) over its maximum (largest magnitude when signed); all-zero rows stay 0."""
     top = (x.abs() if signed else x).amax(-1, keepdim=True)
-    return torch.where(top > 0, x / torch.where(top > 0, top, 1.0), torch.zeros((), dtype=x.dtype))
+    positive = top > 0
+    return (x / torch.where(positive, top, 1.0)).masked_fill_(~positive, 0.0)  # one full-size temporary
 
 
 def _tick(value: float) -> str:
