@@ -13,7 +13,8 @@ is exact: each block's weights multiply V before they are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ from torch import Tensor
 from . import progress
 from .blocks import KeySpans, block_cells, masked_columns
 from .current import ThreadCurrent
-from .stats import StatSums
+from .stats import Scratch, StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
 POOLED_BYTES = 384 << 20  # every call's pooled maps together at most (the target halves until they fit)
@@ -97,6 +98,7 @@ class Pooling:
     calls_expected: int = 0
     token_calls: frozenset[int] | None = None
     _slab: Tensor | None = field(default=None, repr=False)
+    scratch: Scratch = field(default_factory=Scratch, repr=False)  # every call's statistics' temporary
 
     def stacked(self) -> Tensor | None:
         """Every call's pooled map as one (calls, B, H, Lq', Lk') tensor when they were written into one."""
@@ -142,7 +144,7 @@ class Pooling:
         slab = self._slab if self._slab is not None and weights.data_ptr() == self._slab[len(self.calls)].data_ptr() \
             else None
         return PooledCall((lq, lkv), (fq, fk), weights, torch.zeros((b, 1, *shape[2:]), dtype=torch.bool),
-                          StatSums(b * h, lkv, torch.float32), slab=slab)
+                          StatSums(b * h, lkv, torch.float32, scratch=self.scratch), slab=slab)
 
     def _weights(self, shape: tuple[int, ...]) -> Tensor:
         """The next call's pooled map: its place in the slab where it fits there, else its own tensor."""
@@ -280,9 +282,16 @@ def pooled_parts(stages: dict[str, np.ndarray], call: PooledCall, heads: int) ->
     return {**stages, "weights": weights, "dropped": weights}, allowed, rows, pooled
 
 
-def pooling(pool: Pooling | None):
-    """Make `pool` current for this thread while the block runs one forward (None: whole maps)."""
-    return _current.using(pool)
+@contextmanager
+def pooling(pool: Pooling | None) -> Iterator[Pooling | None]:
+    """Make `pool` current for this thread while the block runs one forward (None: whole maps); the statistics'
+    block-sized temporary goes when it ends."""
+    try:
+        with _current.using(pool):
+            yield pool
+    finally:
+        if pool is not None:
+            pool.scratch.release()
 
 
 def current_pooling() -> Pooling | None:

@@ -28,17 +28,35 @@ STATS: dict[str, tuple[str, str]] = {
 STAT_NAMES: tuple[str, ...] = tuple(STATS)
 
 
+class Scratch:
+    """A block-sized temporary, the same memory for every block (and every call, where it is shared): a fresh
+    one each time is mapped page by page (a 16 MB block: thousands of page faults, as long as the arithmetic)."""
+
+    def __init__(self):
+        self._t: torch.Tensor | None = None
+
+    def like(self, t: torch.Tensor) -> torch.Tensor:
+        n = t.numel()
+        if self._t is None or self._t.numel() < n or self._t.dtype != t.dtype:
+            self._t = torch.empty(n, dtype=t.dtype)
+        return self._t[:n].view(t.shape)
+
+    def release(self) -> None:
+        self._t = None
+
+
 class StatSums:
     """Running sums of the per-row statistics of N maps, fed in blocks of query rows: the exact head_stats of
     maps never held whole (a pooled long run), and of whole maps in one block."""
 
-    def __init__(self, n: int, lkv: int, dtype: torch.dtype = torch.float64, names: tuple[str, ...] = STAT_NAMES):
+    def __init__(self, n: int, lkv: int, dtype: torch.dtype = torch.float64, names: tuple[str, ...] = STAT_NAMES,
+                 scratch: Scratch | None = None):
         self.lkv, self.dtype = lkv, dtype  # float32 elementwise (a long run's blocks): sums stay float64
         self.names = tuple(name for name in STAT_NAMES if name in names)  # those kept (entropy costs a log a cell)
         self.sums = {name: np.zeros(n) for name in self.names if name != "max_weight"}
         self.counts = {name: np.zeros(n) for name in self.sums}
         self.top = np.full(n, -np.inf)
-        self._spare: torch.Tensor | None = None  # _scratch's memory
+        self.scratch = scratch or Scratch()  # shared by a pooled forward's calls (pooling.Pooling.scratch)
 
     def add(self, weights, row0: int = 0, empty_rows=None, keys=None, col0: int = 0, row_max=None) -> None:
         """weights (N, R, K) (NumPy or torch): query rows row0 .. row0 + R - 1 and keys col0 .. col0 + K - 1 (the
@@ -75,7 +93,7 @@ class StatSums:
             if "entropy" in self.names:  # -w ln w, 0 at w = 0: a vectorised log of the weights raised to the
                 # smallest normal number (xlogy runs 3x slower; a subnormal's w ln w is below 1e-36)
                 tiny = torch.finfo(self.dtype).smallest_normal
-                logs = torch.clamp_min(wd, tiny, out=self._scratch(wd)).log_()
+                logs = torch.clamp_min(wd, tiny, out=self.scratch.like(wd)).log_()
                 out["entropy"] = (-logs.mul_(wd).sum(-1), None)
             if "distance" in self.names:
                 distance, row_sums = distance_sums(wd, row0, col0)
@@ -94,14 +112,6 @@ class StatSums:
             values[:, max(0, -d):max(0, -d) + held.shape[-1]] = held
             out[name] = (values, ok)
         return out, row_sums
-
-    def _scratch(self, like: torch.Tensor) -> torch.Tensor:
-        """A block-sized temporary, the same memory for every block of the run: a fresh one each time would be
-        mapped page by page (a 16 MB block: thousands of page faults, as long as the arithmetic)."""
-        n = like.numel()
-        if self._spare is None or self._spare.numel() < n or self._spare.dtype != like.dtype:
-            self._spare = torch.empty(n, dtype=like.dtype)
-        return self._spare[:n].view(like.shape)
 
     def result(self) -> dict[str, np.ndarray]:
         """Column name (STAT_NAMES) -> (N,) float64: each statistic's mean over its rows (NaN for none)."""

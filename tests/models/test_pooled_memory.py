@@ -77,3 +77,11 @@ def test_the_estimate_covers_what_a_pooled_forward_holds(long_llama):
     held += sum(r.numel() * r.element_size() for r in source.outputs.residuals or ())
     need = forward_bytes(source.info, len(result.token_ids), frozenset(TOKEN_STAGES), pooled=True)
     assert held <= need
+
+
+def test_the_statistics_temporary_is_one_for_every_layer_and_goes_with_the_forward(long_llama):
+    text = " ".join(["the cat sat on the mat and the dog chased it"] * 30)
+    source = run(RunConfig.for_variant("pretrained", model=str(long_llama), text=text, pool="always")).source
+    scratch = source.pooled[0].stats.scratch
+    assert all(call.stats.scratch is scratch for call in source.pooled)  # not one block-sized buffer per layer
+    assert scratch._t is None  # let go when the forward ended
