@@ -14,7 +14,11 @@ written with transformers; max_position_embeddings 8,192) per length, in one pro
 - `memory`: in a fresh process, load_model + run() (pooled: auto) + frames.render: peak RSS over the
   interpreter with its imports (benchmarks.models' memory child).
 
-Targets (issue 25): window / transformers <= 2.0; peak RSS <= weights + 1.5 GB; longest stall <= 50 ms.
+Then `seed`: in a fresh process, the causal seed variant at 16,384 tokens (16 heads, width 1,024; pooled: auto)
++ frames.render: whole-process peak RSS (`--seed-tokens 0` skips it).
+
+Targets (issue 25): window / transformers <= 2.0; peak RSS <= weights + 1.5 GB; longest stall <= 50 ms; the
+seed case completes pooled with peak RSS <= 3 GB.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from .streaming import Ticker
 RATIO = 2.0
 RSS_ALLOWANCE = 1.5e9
 STALL_S = 0.050
+SEED_RSS = 3e9
 RESULTS = Path(__file__).with_name("results-long.json")
 
 
@@ -89,6 +94,35 @@ def memory_run(folder: Path, shape) -> dict:
             "pass": used <= weights + RSS_ALLOWANCE}
 
 
+def _seed_child(tokens: int) -> dict:
+    import resource
+
+    from attnviz.core import RunConfig, run
+    from attnviz.frames import ViewOptions, render
+
+    t0 = time.perf_counter()
+    result = run(RunConfig.for_variant("causal", seq_q=tokens, heads=16, d_model=1024))
+    render(result, ViewOptions(max_px=(512, 512)))
+    return {"tokens": tokens, "seconds": time.perf_counter() - t0, "pool_factor": list(result.pool_factor or ()),
+            "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def seed_run(tokens: int) -> dict:
+    """The seed causal variant at `tokens` in a fresh process (through /bin/sh: a forked parent's peak RSS
+    would carry into the child's ru_maxrss)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = ["/bin/sh", "-c", '"$0" "$@"; exit $?', sys.executable, "-m", "benchmarks.long", "--seed-child",
+           str(tokens)]
+    load = [load_average()]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    load.append(load_average())
+    if proc.returncode:
+        return {"status": "failed", "reason": proc.stderr.strip().splitlines()[-1], "loadavg": load}
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**data, "loadavg": load, "budget_bytes": int(SEED_RSS), "pass": data["peak_bytes"] <= SEED_RSS}
+
+
 def bench_length(tokens: int, root: Path) -> dict:
     shape = dataclasses.replace(SMOLLM2, tokens=tokens, max_positions=max(8192, tokens),
                                 name=f"smollm2-135m-{tokens}")
@@ -115,6 +149,11 @@ def table(results: dict) -> str:
                      f"{m.get('budget_bytes', 0) / 2**30:>4.2f} GiB {stall:>9.1f}")
     lines.append(f"targets: ratio <= {RATIO}, peak <= weights + {RSS_ALLOWANCE / 1e9:.1f} GB, stall <= "
                  f"{STALL_S * 1e3:.0f} ms")
+    seed = results.get("seed")
+    if seed:
+        peak = f"{seed['peak_bytes'] / 2**30:.2f} GiB in {seed['seconds']:.0f} s" if "peak_bytes" in seed else seed
+        lines.append(f"seed causal variant, {seed.get('tokens', '')} tokens: peak RSS {peak} (target <= "
+                     f"{SEED_RSS / 1e9:.0f} GB)")
     return "\n".join(lines)
 
 
@@ -122,13 +161,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.long", description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", default="4096,8192", help="comma-separated lengths")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--seed-tokens", type=int, default=16384, help="the seed variant's length (0: skip it)")
+    parser.add_argument("--seed-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.seed_child:
+        print(json.dumps(_seed_child(args.seed_child)))
+        return 0
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     results: dict = {"benchmark": "long", "machine": machine_info(), "lengths": []}
     with tempfile.TemporaryDirectory(prefix="attnviz-long-") as tmp:
         for tokens in (int(t) for t in args.tokens.split(",")):
             log(f"[{tokens} tokens] ...")
             results["lengths"].append(bench_length(tokens, Path(tmp)))
+    if args.seed_tokens:
+        log(f"[seed causal variant, {args.seed_tokens} tokens] ...")
+        results["seed"] = seed_run(args.seed_tokens)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
     print(f"\nwrote {args.out}")
