@@ -12,6 +12,13 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
+# Qt asks data() for seven roles of every cell it paints (3,780 calls for a 30 x 9 table painted twice):
+# plain ints compared with ints and a colour picked from lists, not Qt enums compared with an int or NumPy
+# scalars indexed per call (painting a table of head effects took ~50 ms of the GUI thread that way)
+DISPLAY, BACKGROUND, FOREGROUND = (int(r.value) for r in (Qt.DisplayRole, Qt.BackgroundRole, Qt.ForegroundRole))
+TOOLTIP, ALIGNMENT = int(Qt.ToolTipRole.value), int(Qt.TextAlignmentRole.value)
+CENTRED = int(Qt.AlignCenter.value)
+
 
 class HeatModel(QAbstractTableModel):
     """texts (rows x cols strings), colour indices (rows, cols) uint8 into a 256-entry RGBA LUT,
@@ -21,6 +28,7 @@ class HeatModel(QAbstractTableModel):
         super().__init__(parent)
         self.texts: list | tuple = ()
         self.index_ = np.zeros((0, 0), np.uint8)
+        self._index: list[list[int]] = []  # index_ as lists: what data() reads
         self.rows: list[str] = []
         self.cols: list[str] = []
         self.tip: Callable[[int, int], str] | None = None
@@ -31,6 +39,7 @@ class HeatModel(QAbstractTableModel):
                   tip: Callable[[int, int], str] | None = None) -> None:
         self.beginResetModel()
         self.texts, self.index_, self.rows, self.cols, self.tip = texts, index, rows, cols, tip
+        self._index = np.asarray(index).tolist()
         self._colours = [QColor(int(r), int(g), int(b), int(a)) for r, g, b, a in lut]
         # dark cells get white text (luminance below the middle), light ones black
         self._inks = [QColor("white") if 0.299 * r + 0.587 * g + 0.114 * b < 140 and a > 100 else QColor("black")
@@ -46,18 +55,18 @@ class HeatModel(QAbstractTableModel):
     def columnCount(self, parent=None) -> int:  # noqa: N802 (Qt's name)
         return 0 if parent is not None and parent.isValid() else self.index_.shape[1]
 
-    def data(self, index: QModelIndex, role: int = Qt.DisplayRole):
-        r, c = index.row(), index.column()
-        if role == Qt.DisplayRole:
-            return self.texts[r][c] if self.texts else None
-        if role == Qt.BackgroundRole:
-            return self._colours[int(self.index_[r, c])]
-        if role == Qt.ForegroundRole:
-            return self._inks[int(self.index_[r, c])]
-        if role == Qt.ToolTipRole and self.tip is not None:
-            return self.tip(r, c)
-        if role == Qt.TextAlignmentRole:
-            return int(Qt.AlignCenter)
+    def data(self, index: QModelIndex, role: int = DISPLAY):
+        role = role if type(role) is int else int(getattr(role, "value", role))
+        if role == DISPLAY:
+            return self.texts[index.row()][index.column()] if self.texts else None
+        if role == BACKGROUND:
+            return self._colours[self._index[index.row()][index.column()]]
+        if role == FOREGROUND:
+            return self._inks[self._index[index.row()][index.column()]]
+        if role == ALIGNMENT:
+            return CENTRED
+        if role == TOOLTIP and self.tip is not None:
+            return self.tip(index.row(), index.column())
         return None
 
     def headerData(self, section: int, orientation, role: int = Qt.DisplayRole):  # noqa: N802 (Qt's name)
