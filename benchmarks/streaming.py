@@ -14,13 +14,16 @@ written with transformers) in the offscreen MainWindow at 1600 x 1000, the model
    thread ablates each head in turn until the table is filled.
 
 A QTimer on the GUI thread ticks every 5 ms throughout; a stall is the longest gap between two ticks less the
-interval. Target for both: <= 50 ms. Each round records /proc/loadavg before and after.
+interval. Target for both: <= 50 ms. Each round records /proc/loadavg before and after, and how long each full
+(generation 2) garbage collection took while it ticked: one holds the GIL, so it stalls the window whichever
+thread runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -45,20 +48,33 @@ class Ticker:
         from PySide6.QtCore import QTimer
 
         self.ticks: list[float] = []
+        self.full_gcs: list[float] = []  # seconds of each full garbage collection while ticking (it holds the GIL)
+        self._gc_start: float | None = None
         self.timer = QTimer()
         self.timer.setInterval(TICK_MS)
         self.timer.timeout.connect(lambda: self.ticks.append(time.perf_counter()))
 
+    def _gc(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        elif self._gc_start is not None:
+            self.full_gcs.append(time.perf_counter() - self._gc_start)
+
     def start(self) -> None:
-        self.ticks = [time.perf_counter()]
+        self.ticks, self.full_gcs = [time.perf_counter()], []
+        gc.callbacks.append(self._gc)
         self.timer.start()
 
     def stop(self) -> dict:
         self.timer.stop()
+        gc.callbacks.remove(self._gc)
         gaps = sorted((b - a for a, b in zip(self.ticks, self.ticks[1:])), reverse=True)
         longest = max(gaps[0] - TICK_MS / 1e3, 0.0) if gaps else None
         return {"longest_stall_s": longest, "ticks": len(self.ticks),
-                "next_longest_gaps_ms": [round(g * 1e3, 1) for g in gaps[1:6]]}
+                "next_longest_gaps_ms": [round(g * 1e3, 1) for g in gaps[1:6]],
+                "full_gc_ms": [round(g * 1e3, 1) for g in self.full_gcs]}
 
 
 def wait_until(app, until, timeout: float = TIMEOUT_S) -> bool:

@@ -9,6 +9,7 @@ showing the same result again computes nothing. Click a cell to open that head.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 
@@ -47,6 +48,11 @@ class EffectsJob(QObject):
 
     def start(self, key, config, position, ablation) -> None:
         self.cancel()
+        # The run's forwards make Python objects fast enough for a full garbage collection every ~45 s,
+        # and it ran on the GUI thread over everything alive, the loaded model and transformers' modules
+        # included (the window freezes only what start-up made): 40-160 ms each, the run's longest stalls.
+        # What is alive now lives on past the run; leave it out of the collector's passes, as at start-up.
+        gc.freeze()
         self.key, flag = key, threading.Event()
         self._cancel = flag
         threading.Thread(target=self._body, args=(key, config, position, ablation, flag),
@@ -114,17 +120,27 @@ class HeadEffectsView(QWidget):
         self.progress = named(QProgressBar(), "headEffectsProgress")
         self.progress.setToolTip("Forwards done: one per head, batched")
         self.progress.setMaximumWidth(160)
+        # showing or hiding the bar, or the button's text changing, keeps the row's geometry: a relayout
+        # would move the table and paint it again (the GUI thread's costliest moment of a run)
+        policy = self.progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(policy)
         self.progress.hide()
         self.cancelButton = named(QPushButton("Cancel"), "headEffectsCancelButton")
         self.cancelButton.setToolTip("Stop computing (Compute starts again)")
+        metrics = self.cancelButton.fontMetrics()
+        widest = max(metrics.horizontalAdvance(t) for t in ("Cancel", "Compute"))
+        self.cancelButton.setMinimumWidth(max(self.cancelButton.sizeHint().width(),
+                                              widest + self.cancelButton.sizeHint().width()
+                                              - metrics.horizontalAdvance("Cancel")))
         self.cancelButton.clicked.connect(self._cancel_or_compute)
         self.infoLabel = named(QLabel("Open a trained toy or a language model"), "headEffectsInfo")
         self.infoLabel.setWordWrap(True)
         self._top = QHBoxLayout()
         self._top.addWidget(QLabel("Target at"))
         self._top.addWidget(self.positionCombo)
-        self._top.addWidget(self.progress)
         self._top.addWidget(self.cancelButton)
+        self._top.addWidget(self.progress)  # last: its kept place is blank space while hidden
         self._top.addStretch(1)
 
     def _key(self):
