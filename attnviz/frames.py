@@ -149,7 +149,7 @@ class ColourScale:
 class Frames:
     heads: list[HeatImage]
     mean: HeatImage | None  # None unless options.mean
-    tensor: HeatImage
+    tensor: HeatImage | None  # None: the result does not hold that stage (frames.tensor_kept)
     options: ViewOptions
     levels: tuple[float, float]  # the shared levels (what the colour bar shows with shared scale)
     lut: np.ndarray
@@ -484,14 +484,7 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
         for heat in heads + ([mean] if mean else []):
             heat.argb = argb_pixels(heat, table)
 
-    head = min(max(options.tensor_head, 0), c.heads - 1)
-    t = tensor_data(result, options.tensor, b, head)
-    t_key = ("tensor", options.tensor, b, head, options.tensor_px)
-    nan_rows = ~np.isfinite(t).all(-1)[None]  # rows of queries with no key carry NaN (seed math)
-    (t_img,), (t_levels,) = quantise_pooled(
-        cache.get(result, t_key, lambda: pool_maps(t[None], None, nan_rows, options.tensor_px, True)))
-    t_title = TENSOR_NAMES[options.tensor] + (f", head {head}" if options.tensor in ("q", "k", "v") else "")
-    tensor = HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
+    tensor = _tensor_frame(result, options, b, cache)
     shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
                                                             torch.tensor(True), signed)[0]
     frames = Frames(heads, mean, tensor, options, shared, map_lut, 0.0, signed, scale)
@@ -499,6 +492,31 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
         frames.extras = extras(result, options, cache)
     frames.render_time_s = time.perf_counter() - t0
     return frames
+
+
+def tensor_kept(result: RunResult, name: str) -> bool:
+    """Whether the result holds the tensor view's stage (a long pooled model forward keeps the per-token
+    stages of the layer it ran for only: another layer's result has its maps alone)."""
+    return name in result.stages
+
+
+def not_kept_note(result: RunResult, name: str) -> str:
+    return (f"{TENSOR_NAMES[name]} is not kept for this layer: a long (pooled) run keeps the per-token tensors of "
+            f"the layer it ran for only. Edit the input (or open the pipeline view) to run this layer")
+
+
+def _tensor_frame(result: RunResult, options: ViewOptions, b: int, cache: PoolCache) -> HeatImage | None:
+    """The output view's tensor, pooled to its size; None when the result does not hold it (tensor_kept)."""
+    if not tensor_kept(result, options.tensor):
+        return None
+    head = min(max(options.tensor_head, 0), result.config.heads - 1)
+    t = tensor_data(result, options.tensor, b, head)
+    t_key = ("tensor", options.tensor, b, head, options.tensor_px)
+    nan_rows = ~np.isfinite(t).all(-1)[None]  # rows of queries with no key carry NaN (seed math)
+    (t_img,), (t_levels,) = quantise_pooled(
+        cache.get(result, t_key, lambda: pool_maps(t[None], None, nan_rows, options.tensor_px, True)))
+    t_title = TENSOR_NAMES[options.tensor] + (f", head {head}" if options.tensor in ("q", "k", "v") else "")
+    return HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
 
 
 def model_mosaic(blocks, tile_px: int, colormap: str, gap: int = 2) -> np.ndarray:

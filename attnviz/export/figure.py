@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core.runner import RunResult
 from ..explain import render_extras
-from ..frames import ColourScale, HeatImage, ViewOptions, pool_maps, quantise_scaled, render
+from ..frames import ColourScale, HeatImage, ViewOptions, not_kept_note, pool_maps, quantise_scaled, render
 from ..style import COMPACT_DIGITS, FRAME, LABEL_PX, SOFT_INK, TICK_INK, TICK_PX, TILE_PX, number
 from .colourbar import colour_bar, legend_swatches
 from .items import Layout, Line, Raster, Text, check_size
@@ -71,6 +71,8 @@ def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage],
                        rollout=options.what == "rollout")
     frames = render(result, view, extras=render_extras)
     if options.what == "output":
+        if frames.tensor is None:
+            raise ValueError(not_kept_note(result, options.tensor))
         return [frames.tensor], "value", True, ColourScale()
     if options.what == "rollout":
         rollout = frames.extras["rollout"]

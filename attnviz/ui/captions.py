@@ -54,7 +54,7 @@ def generation_text(outcome: Outcome) -> str:
 def status_text(outcome: Outcome, swap_s: float) -> str:
     """The status line for an outcome on screen; `swap_s`: the GUI-thread time its views took."""
     r, c = outcome.result, outcome.result.config
-    out_shape = "x".join(map(str, r.output.shape))
+    out_shape = "x".join(map(str, r.output.shape)) if "output" in r.stages else "not kept for this layer"
     compute = f"compute {r.compute_time_s * 1e3:.1f} ms" if outcome.recomputed else "view only (no recompute)"
     render = (outcome.frames.render_time_s + swap_s) * 1e3
     notes = " · " + "; ".join(r.notes) if r.notes else ""

@@ -20,7 +20,7 @@ from .. import colormaps
 from ..core import RunResult
 from ..core.cells import cell_path
 from ..core.stages import BY_NAME
-from ..frames import Frames, head_title, tensor_data, view_stage
+from ..frames import Frames, head_title, not_kept_note, tensor_data, view_stage
 from ..models.tokens import display
 from ..style import STALE_OPACITY, number
 from .heatmap import (
@@ -558,6 +558,13 @@ class TensorView(CountsPaints, pg.PlotWidget):
     def show_frames(self, result: RunResult, frames: Frames) -> None:
         self.result, self.frames = result, frames
         heat = frames.tensor
+        if heat is None:  # this layer of a long pooled run holds its maps only: say so, draw nothing
+            self.image.clear()
+            self.plot.setTitle(not_kept_note(result, frames.options.tensor), size="9pt")
+            self._shown = None
+            settle_before_paint(self)
+            self.mark_shown()
+            return
         set_heat_image(self.image, heat)
         rows, cols = heat.shape
         lo, hi = heat.levels
@@ -574,7 +581,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         self.image.setOpacity(STALE_OPACITY if stale else 1.0)
 
     def _hovered(self, pos: QPointF) -> None:
-        if self.result is None:
+        if self.result is None or self.frames.tensor is None:
             return
         vb = self.plot.getViewBox()
         if not vb.sceneBoundingRect().contains(pos):

@@ -536,8 +536,8 @@ class Worker(QObject):
         source = self._last.source if self._last is not None else None
         if source is None or not source.serves(config) or not producible(needed, source) <= source.stages.keys():
             return None
-        if source.kept(config.layer) != frozenset(source.stages):  # a pooled forward kept another layer's tokens
-            return None
+        if not producible(needed, source) <= source.kept(config.layer):  # a long pooled forward keeps its per-token
+            return None  # stages for the layer it ran for only: a view that reads them there runs it again
         return source.result(config.layer)
 
     def _handle(self, request: Request, threads: int) -> None:

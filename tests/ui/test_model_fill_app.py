@@ -162,3 +162,33 @@ def test_a_zoom_on_a_pooled_models_map_is_exact_and_follows_the_layer_without_an
     np.testing.assert_allclose(grid.zoom.values, exact[0, :, q0:q1, k0:k1], atol=1e-5)
     assert regions.count(region) == zoom_runs == 1
     w.close()
+
+
+def test_another_layer_of_a_pooled_forward_shows_its_maps_without_running_again(llama4, qtbot, monkeypatch):
+    # a pooled forward keeps every layer's pooled maps but the per-token tensors of the layer it ran for only:
+    # a layer change shows the kept maps at once, and the output view says its tensor is not kept there
+    from uihelpers import CountingRun
+
+    from attnviz.core import pooling
+
+    monkeypatch.setattr(pooling, "TARGET", 8)
+    compute = CountingRun()
+    w = MainWindow(compute=compute)
+    qtbot.addWidget(w)
+    w.resize(1200, 900)
+    w.show()
+    wait_shown(qtbot, w)
+    config = RunConfig(variant="pretrained", model=str(llama4), text=SENTENCE, pool="always")
+    w.panel.set_config(config)
+    qtbot.waitUntil(lambda: w.is_settled() and w.result is not None and w.result.source is not None, timeout=30000)
+    runs, source = len(compute.calls), w.result.source
+    w.panel.widgets["layer"].setValue(2)
+    qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == 2, timeout=15000)
+    assert len(compute.calls) == runs  # no forward
+    exact = run(config.replace(layer=2))  # the same pooled forward, computed apart, for layer 2
+    np.testing.assert_array_equal(w.result.weights, exact.weights)
+    assert w.result.source is source and w.frames.tensor is None
+    assert "not kept for this layer" in w.outputView.plot.titleLabel.text
+    w.panel.widgets["layer"].setValue(int(config.layer))  # back: its tensors are there
+    qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == config.layer, timeout=15000)
+    assert len(compute.calls) == runs and w.frames.tensor is not None
