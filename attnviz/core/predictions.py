@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 LENS_ROWS = 256  # residual rows unembedded at a time: (rows, vocab) float32 logits stay ~50 MB
+LOGIT_ROWS = 256  # positions whose logits the predictions make at a time (the same bound)
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,10 @@ class Outputs:
     """The output head's view of one forward, each part computed when first read and kept.
 
     model: the protocol above; ids (1, L); hidden (1, L, d) the forward's last hidden state; residuals its
-    per-layer residual stream (or None); plan: the ablation that forward ran under (None: none), so the
-    unablated predictions need one more forward."""
+    per-layer residual stream (or None); ablated: whether that forward ran under an ablation, so the unablated
+    predictions need one more forward. The logits are made LOGIT_ROWS positions at a time and never kept
+    whole: at 4,096 positions of a 49,152-token vocabulary they would be 0.8 GB (and as much again for the
+    softmax)."""
 
     def __init__(self, model, ids: Tensor, hidden: Tensor, residuals, k: int, ablated: bool):
         self.model, self.ids, self.hidden, self.residuals, self.k, self.ablated = \
@@ -109,49 +112,71 @@ class Outputs:
 
     @property
     def available(self) -> bool:
-        return getattr(self.model, "logits", None) is not None and self._logits() is not None
+        """Whether the model has an output head (asked of one position)."""
+        return getattr(self.model, "logits", None) is not None and \
+            self._once("available", lambda: self._logits(self.hidden, 0, 1) is not None)
 
-    def _logits(self) -> Tensor | None:
-        def compute():
-            with torch.inference_mode():
-                out = self.model.logits(self.hidden)
-            return None if out is None else out[0]
-        return self._once("logits", compute)
+    def _logits(self, hidden: Tensor, r0: int, r1: int) -> Tensor | None:
+        with torch.inference_mode():
+            out = self.model.logits(hidden[:, r0:r1])
+        return None if out is None else out[0]
 
     def _targets(self) -> list[int]:
         return list(self.model.targets([int(i) for i in self.ids[0].tolist()]))
 
-    def predictions(self) -> Predictions | None:
-        logits = self._logits()
-        if logits is None:
-            return None
-        return self._once("predictions", lambda: predictions_of(logits, self._targets(), self.k, self.model.label))
-
-    def _unablated_logits(self) -> Tensor | None:
+    def _parts(self) -> dict | None:
+        """{"predictions"} (and with an ablation "unablated" and "kl") in one pass over the positions."""
         def compute():
-            with torch.inference_mode():
-                return self.model.logits(self.model.hidden(self.ids))[0]
-        return self._once("unablated_logits", compute) if self.ablated and self._logits() is not None else None
+            if not self.available:
+                return None
+            targets, length = self._targets(), self.hidden.shape[1]
+            before = self._unablated_hidden() if self.ablated else None
+            parts: dict[str, list] = {"predictions": [], "unablated": [], "kl": []}
+            for r0 in range(0, length, LOGIT_ROWS):
+                r1 = min(length, r0 + LOGIT_ROWS)
+                after = self._logits(self.hidden, r0, r1)
+                parts["predictions"].append(predictions_of(after, targets[r0:r1], self.k, self.model.label))
+                if before is not None:
+                    earlier = self._logits(before, r0, r1)
+                    parts["unablated"].append(predictions_of(earlier, targets[r0:r1], self.k, self.model.label))
+                    parts["kl"].append(kl_divergence(earlier, after))
+            return {"predictions": joined(parts["predictions"]),
+                    "unablated": joined(parts["unablated"]) if before is not None else None,
+                    "kl": np.concatenate(parts["kl"]) if before is not None else None}
+        return self._once("parts", compute)
+
+    def _unablated_hidden(self) -> Tensor:
+        with torch.inference_mode():
+            return self.model.hidden(self.ids)
+
+    def predictions(self) -> Predictions | None:
+        parts = self._parts()
+        return None if parts is None else parts["predictions"]
 
     def unablated(self) -> Predictions | None:
         """The predictions without the ablation (None when the forward ablated nothing)."""
-        logits = self._unablated_logits()
-        if logits is None:
-            return None
-        return self._once("unablated", lambda: predictions_of(logits, self._targets(), self.k, self.model.label))
+        parts = self._parts()
+        return None if parts is None else parts["unablated"]
 
     def kl(self) -> np.ndarray | None:
         """Per position KL(unablated ‖ ablated) in nats (None without an ablation)."""
-        before = self._unablated_logits()
-        if before is None:
-            return None
-        return self._once("kl", lambda: kl_divergence(before, self._logits()))
+        parts = self._parts()
+        return None if parts is None else parts["kl"]
 
     def lens(self) -> Lens | None:
         if self.residuals is None or getattr(self.model, "lens_logits", None) is None:
             return None
         with torch.inference_mode():
             return self._once("lens", lambda: lens_of(self.model, self.residuals, self.model.label))
+
+
+def joined(parts: list[Predictions]) -> Predictions:
+    """Predictions of consecutive runs of positions as one."""
+    return Predictions(top_ids=np.concatenate([p.top_ids for p in parts]),
+                       top_probs=np.concatenate([p.top_probs for p in parts]),
+                       top_tokens=tuple(row for p in parts for row in p.top_tokens),
+                       target_ids=np.concatenate([p.target_ids for p in parts]),
+                       target_probs=np.concatenate([p.target_probs for p in parts]))
 
 
 def _cell(text: str) -> str:

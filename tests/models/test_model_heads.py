@@ -230,3 +230,29 @@ def test_the_probe_runs_once_per_model_not_on_every_text(tiny_models, monkeypatc
     assert len(calls) == 1  # the probe's tokens are the model's, not the text's
     np.testing.assert_array_equal(first["induction"], again["induction"])
     assert np.isfinite(first["induction"]).all()
+
+
+def test_predictions_made_a_few_positions_at_a_time_equal_transformers_with_their_kl(tiny_models, monkeypatch):
+    # the logits are made LOGIT_ROWS positions at a time (never whole): 3 here, so every run of positions ends
+    # mid-sentence; the unablated predictions and the KL come from the same pass
+    from attnviz.core import predictions as predictions_module
+
+    monkeypatch.setattr(predictions_module, "LOGIT_ROWS", 3)
+    folder, family, layer, head = tiny_models("llama"), "llama", 1, 2
+    result = run(_config(folder, ablate=(f"{layer}.{head}",), top_k=3))
+    model = eager(folder)
+    blocks, _, out_proj = PARTS[family]
+    dh = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+    ids = torch.tensor([result.token_ids])
+    with torch.no_grad():
+        intact = torch.log_softmax(model(ids).logits[0].double(), -1)
+        handle = out_proj(blocks(model)[layer]).register_forward_pre_hook(
+            lambda module, args: (args[0].index_fill(-1, torch.arange(head * dh, (head + 1) * dh), 0),))
+        ablated = torch.log_softmax(model(ids).logits[0].double(), -1)
+        handle.remove()
+    assert len(result.top_ids) == ids.shape[1] > 3
+    np.testing.assert_array_equal(result.top_ids, ablated.topk(3, -1).indices.numpy())
+    np.testing.assert_array_equal(result.unablated.top_ids, intact.topk(3, -1).indices.numpy())
+    np.testing.assert_allclose(result.unablated.top_probs, intact.exp().topk(3, -1).values.numpy(), atol=1e-5)
+    kl = (intact.exp() * (intact - ablated)).sum(-1).numpy()
+    np.testing.assert_allclose(result.kl, kl, atol=1e-5)

@@ -287,7 +287,7 @@ def test_predictions_and_head_types_are_read_on_the_worker_only(toy, qtbot, monk
     open_dock(toy, qtbot, "lensDock")
     toy.panel.widgets["ablate"].setText("1.*")
     wait_shown(qtbot, toy)
-    assert {"predictions", "lens", "kl"} <= {name for name, _ in seen}
+    assert {"parts", "lens"} <= {name for name, _ in seen}  # predictions, kl (with the ablation) and the lens
     assert not any(on_gui for _, on_gui in seen)
 
 
