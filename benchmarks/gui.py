@@ -117,6 +117,9 @@ def _make_classes():
             self.until: Callable[[], bool] | None = None
             self.hit_at: float | None = None
             window.sigShown.connect(self._shown)
+            late = getattr(getattr(window, "delivery", None), "sigLateShown", None)  # absent before 2026-12
+            if late is not None:  # a model's predictions follow its maps: the window settles then
+                late.connect(self._late)
             window.sigFailed.connect(self._failed)
             window.worker.sigDone.connect(self._done)  # queued: runs on the GUI thread after the window's slot
 
@@ -125,6 +128,11 @@ def _make_classes():
             self.shown.append((rid, now))
             if self.loop is not None and self.until is not None and self.until():
                 self.hit_at = now
+                self.loop.quit()
+
+        def _late(self, rid: int) -> None:
+            if self.loop is not None and self.until is not None and self.until():
+                self.hit_at = time.perf_counter()
                 self.loop.quit()
 
         def _failed(self, rid: int, message: str) -> None:

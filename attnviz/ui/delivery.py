@@ -45,6 +45,7 @@ class Delivery(QObject):
     sigShown = Signal(int)  # the request id whose (final) result is now on screen
     sigPartialShown = Signal(int, int)  # a generation still running: (request id, generated tokens on screen)
     sigGenerating = Signal(bool)  # whether a generation may still be running (Stop applies)
+    sigLateShown = Signal(int)  # the request id whose late extras (Outcome.late) the window now shows
 
     def __init__(self, worker, first: Callable[[Outcome], None], rest: Callable[[Outcome], None],
                  painted: Callable[[], bool], parent: QObject | None = None):

@@ -80,6 +80,7 @@ class WindowModel:
             self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
         if "lens" in extras:
             self.explain.lens.show_frames(extras["lens"])
+        self.delivery.sigLateShown.emit(rid)
 
     def _toggle_ablation(self, stack: str, layer: int, head: int) -> None:
         """Alt+click on a model-view tile: that head goes into (or out of) the Ablation field; the run

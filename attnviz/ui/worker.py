@@ -562,7 +562,8 @@ class Worker(QObject):
         zoom = self._zoomed(request, needed)
         if self._checkpoint():
             return
-        late = late_extras(request.options) if recomputed else frozenset()  # a view-only change: cached
+        # a new result of a model with an output head: its logits follow the maps (a view-only change: cached)
+        late = late_extras(request.options) if recomputed and self._last.outputs is not None else frozenset()
         frames = render(self._last, request.options, self._pools,
                         functools.partial(render_extras, part="early") if late else render_extras)
         if self._stopping:

@@ -351,3 +351,15 @@ def test_a_view_only_change_brings_the_predictions_with_the_maps(toy, qtbot, mon
     wait_shown(qtbot, toy)
     assert not outcomes[-1].recomputed and not outcomes[-1].late
     assert "predictions" in outcomes[-1].frames.extras
+
+
+def test_a_seed_variant_without_an_output_head_brings_its_strip_message_with_the_maps(window, qtbot, monkeypatch):
+    outcomes = []
+    arrived = window.delivery.arrived
+    monkeypatch.setattr(window.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
+    window.worker.sigDone.disconnect(arrived)
+    window.worker.sigDone.connect(window.delivery.arrived)
+    window.panel.widgets["seed"].setValue(window.panel.widgets["seed"].value() + 1)  # a new run
+    wait_shown(qtbot, window)
+    assert outcomes[-1].recomputed and not outcomes[-1].late  # nothing follows: no logits to make
+    assert "no output head" in outcomes[-1].frames.extras["predictions"].message
