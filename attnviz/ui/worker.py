@@ -9,6 +9,7 @@ computed one only re-renders (view-only changes never recompute).
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import os
 import queue
@@ -296,6 +297,7 @@ class Worker(QObject):
         self._running = False  # a thread is serving requests (changed under _cond only)
         self._share = CpuShare()  # cores other programs leave free: sets torch's threads per run
         self.threads_used = 0  # torch threads of the last run (benchmarks report it)
+        self._frozen_for: set[tuple[str, str]] = set()  # models whose load was followed by gc.freeze (_freeze_loaded)
         self._window_done = threading.Event()  # clear while the window swaps in and paints a result
         self._window_done.set()
         self._yield_until = 0.0  # monotonic deadline of the current yield
@@ -557,6 +559,7 @@ class Worker(QObject):
             self._last = reused or self._run(request.config, needed, cancel=self._forward_cancel(request),
                                              progress=self._progress_of(request))
             self._last_request = request.config
+            self._freeze_loaded(request.config)
             self._zoomer.keep_for(self._last)
         require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
         zoom = self._zoomed(request, needed)
@@ -574,6 +577,15 @@ class Worker(QObject):
                               late=late))
         if late:
             self._send_late(request)
+
+    def _freeze_loaded(self, config: RunConfig) -> None:
+        """After a model's first forward (it loads then): what is alive leaves the garbage collector's full
+        passes, as the window's start-up does. A full pass over a loaded model and transformers' modules took
+        40-160 ms with the GIL held, every ~45 s of a long run: the window's longest stalls."""
+        loaded = (config.variant, config.model)
+        if config.spec.backed and loaded not in self._frozen_for:
+            self._frozen_for.add(loaded)
+            gc.freeze()
 
     def _send_late(self, request: Request) -> None:
         """The late extras of the result just delivered, once the window has painted its maps (or the yield ran

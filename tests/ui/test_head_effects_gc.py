@@ -26,3 +26,20 @@ def test_starting_a_run_freezes_the_objects_alive_and_computes(qtbot):
         assert gc.get_freeze_count() >= before + len(alive)
         release.set()
     assert done.args[0] == "key" and np.array_equal(done.args[1], np.ones((2, 3)))
+
+
+def test_a_models_first_forward_in_the_window_freezes_what_is_alive_once(window, qtbot, monkeypatch):
+    # the loaded model (and all transformers built for it) leaves the collector's full passes, which held the
+    # GIL 40-160 ms every ~45 s of a long run; a second forward of the same model freezes nothing more
+    from uihelpers import wait_shown
+
+    from attnviz.core import load_preset
+
+    freezes = []
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(threading.current_thread()))
+    window.panel.set_config(load_preset("toy-induction"))
+    wait_shown(qtbot, window)
+    assert len(freezes) == 1 and freezes[0] is not threading.main_thread()
+    window.panel.widgets["ablate"].setText("0.1")  # another forward of the same model
+    wait_shown(qtbot, window)
+    assert len(freezes) == 1
