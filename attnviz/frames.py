@@ -500,9 +500,10 @@ def tensor_kept(result: RunResult, name: str) -> bool:
     return name in result.stages
 
 
-def not_kept_note(result: RunResult, name: str) -> str:
-    return (f"{TENSOR_NAMES[name]} is not kept for this layer: a long (pooled) run keeps the per-token tensors of "
-            f"the layer it ran for only. Edit the input (or open the pipeline view) to run this layer")
+def not_kept_note(result: RunResult, name: str, sep: str = " ") -> str:
+    """Why a layer's result has no `name` tensor (sep: between the two sentences, e.g. a line break)."""
+    return (f"{TENSOR_NAMES[name]} is not kept for this layer: a long (pooled) run keeps the per-token "
+            f"tensors of the layer it ran for only.{sep}Edit the input, or open the pipeline view, to run this layer.")
 
 
 def _tensor_frame(result: RunResult, options: ViewOptions, b: int, cache: PoolCache) -> HeatImage | None:

@@ -558,9 +558,12 @@ class TensorView(CountsPaints, pg.PlotWidget):
     def show_frames(self, result: RunResult, frames: Frames) -> None:
         self.result, self.frames = result, frames
         heat = frames.tensor
-        if heat is None:  # this layer of a long pooled run holds its maps only: say so, draw nothing
+        kept = heat is not None  # else this layer of a long pooled run holds its maps only: say so
+        for side in ("left", "bottom"):
+            self.plot.showAxis(side, kept)
+        if not kept:
             self.image.clear()
-            self.plot.setTitle(not_kept_note(result, frames.options.tensor), size="9pt")
+            self.plot.setTitle(not_kept_note(result, frames.options.tensor, "<br>"), size="9pt")
             self._shown = None
             settle_before_paint(self)
             self.mark_shown()
