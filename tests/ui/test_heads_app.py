@@ -309,12 +309,22 @@ def test_the_new_panels_are_in_the_view_menu_with_shortcuts(window):
         assert title in actions and not actions[title].shortcut().isEmpty() and actions[title].toolTip()
 
 
+def arrivals(window, monkeypatch) -> list:
+    """The worker's outcomes as they reach the window's delivery, in order."""
+    outcomes = []
+    arrived = window.delivery.arrived
+    monkeypatch.setattr(window.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
+    window.worker.sigDone.disconnect(arrived)
+    window.worker.sigDone.connect(window.delivery.arrived)
+    return outcomes
+
+
 def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch):
     # The output head over every position is computed after the maps are on screen: the outcome that brings
     # the maps has no predictions, the strip says they are coming, the window is not settled till they are in
     import attnviz.explain as explain
 
-    release, outcomes = threading.Event(), []
+    release = threading.Event()
     original = explain.prediction_frames
 
     def held(result):
@@ -323,10 +333,7 @@ def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch)
         return original(result)
 
     monkeypatch.setattr(explain, "prediction_frames", held)
-    arrived = toy.delivery.arrived  # what reaches the window, in its order
-    monkeypatch.setattr(toy.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
-    toy.worker.sigDone.disconnect(arrived)
-    toy.worker.sigDone.connect(toy.delivery.arrived)
+    outcomes = arrivals(toy, monkeypatch)
     before = toy.latest_id
     toy.panel.widgets["ablate"].setText("0.1")  # a new forward
     qtbot.waitUntil(lambda: toy.latest_id > before and toy.shown_id == toy.latest_id, timeout=15000)
@@ -342,11 +349,7 @@ def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch)
 
 
 def test_a_view_only_change_brings_the_predictions_with_the_maps(toy, qtbot, monkeypatch):
-    outcomes = []
-    arrived = toy.delivery.arrived
-    monkeypatch.setattr(toy.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
-    toy.worker.sigDone.disconnect(arrived)
-    toy.worker.sigDone.connect(toy.delivery.arrived)
+    outcomes = arrivals(toy, monkeypatch)
     toy.colormapCombo.setCurrentIndex(2)  # the same result, shown again
     wait_shown(qtbot, toy)
     assert not outcomes[-1].recomputed and not outcomes[-1].late
@@ -354,11 +357,7 @@ def test_a_view_only_change_brings_the_predictions_with_the_maps(toy, qtbot, mon
 
 
 def test_a_seed_variant_without_an_output_head_brings_its_strip_message_with_the_maps(window, qtbot, monkeypatch):
-    outcomes = []
-    arrived = window.delivery.arrived
-    monkeypatch.setattr(window.delivery, "arrived", lambda o: (outcomes.append(o), arrived(o)))
-    window.worker.sigDone.disconnect(arrived)
-    window.worker.sigDone.connect(window.delivery.arrived)
+    outcomes = arrivals(window, monkeypatch)
     window.panel.widgets["seed"].setValue(window.panel.widgets["seed"].value() + 1)  # a new run
     wait_shown(qtbot, window)
     assert outcomes[-1].recomputed and not outcomes[-1].late  # nothing follows: no logits to make
