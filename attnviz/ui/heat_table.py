@@ -92,6 +92,9 @@ class HeatTable(QTableView):
         self.horizontalHeader().setTextElideMode(Qt.ElideRight)
         self.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
         self.verticalHeader().setDefaultSectionSize(22)
+        # A scroll bar that appears when the first rows come re-lays out the table inside that result's paint
+        # (the end of a head-effects run: ~30 ms of the GUI thread): it is always there instead
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOn)
 
     def cell_text(self, row: int, col: int) -> str:
         return self.heat.data(self.heat.index(row, col))
