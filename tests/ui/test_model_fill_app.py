@@ -103,19 +103,25 @@ def test_the_status_line_says_how_a_pooled_models_maps_were_pooled(llama4, qtbot
     w.close()
 
 
+def pooled_window(qtbot, folder, compute):
+    """A shown window on the tiny llama's pooled forward (pool="always"), settled: (window, config)."""
+    w = MainWindow(compute=compute)
+    qtbot.addWidget(w)
+    w.resize(1200, 900)
+    w.show()
+    wait_shown(qtbot, w)
+    config = RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, pool="always")
+    w.panel.set_config(config)
+    qtbot.waitUntil(lambda: w.is_settled() and w.result is not None and w.result.source is not None, timeout=30000)
+    return w, config
+
+
 def test_a_cancelled_forward_puts_the_last_whole_picture_back(llama4, qtbot, monkeypatch):
     from attnviz.core import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 8)
     monkeypatch.setattr(layer_feed, "FEED_INTERVAL_S", 0.0)
-    w = MainWindow(compute=SlowLayers())
-    qtbot.addWidget(w)
-    w.resize(1200, 900)
-    w.show()
-    wait_shown(qtbot, w)
-    config = RunConfig(variant="pretrained", model=str(llama4), text=SENTENCE, pool="always")
-    w.panel.set_config(config)
-    qtbot.waitUntil(lambda: w.is_settled() and w.result is not None and w.result.source is not None, timeout=30000)
+    w, config = pooled_window(qtbot, llama4, SlowLayers())
     view = w.modelView
     qtbot.waitUntil(lambda: view.drawn is w.result.source, timeout=10000)
     whole = view.image.image.copy()
@@ -173,14 +179,7 @@ def test_another_layer_of_a_pooled_forward_shows_its_maps_without_running_again(
 
     monkeypatch.setattr(pooling, "TARGET", 8)
     compute = CountingRun()
-    w = MainWindow(compute=compute)
-    qtbot.addWidget(w)
-    w.resize(1200, 900)
-    w.show()
-    wait_shown(qtbot, w)
-    config = RunConfig(variant="pretrained", model=str(llama4), text=SENTENCE, pool="always")
-    w.panel.set_config(config)
-    qtbot.waitUntil(lambda: w.is_settled() and w.result is not None and w.result.source is not None, timeout=30000)
+    w, config = pooled_window(qtbot, llama4, compute)
     runs, source = len(compute.calls), w.result.source
     w.panel.widgets["layer"].setValue(2)
     qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == 2, timeout=15000)
