@@ -37,7 +37,7 @@ from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
 from .masks import identify
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pooled_bytes, pooling, stacked
-from .predictions import Outputs
+from .predictions import SPILL_BYTES, Outputs
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult
 from .stages import ALWAYS_KEPT, BY_NAME, DEFAULT_RECORD, DIFFERENTIAL, ROTATION, STAGE_NAMES, stages_made_by
@@ -161,12 +161,12 @@ def forward_bytes(info, length: int, keep: frozenset[str], pooled: bool = False)
     """Bytes one forward keeps and needs at its peak: every layer's kept maps (float32), the stacked
     weights, one layer's temporaries, the per-token stages. Pooled (model_pooling): every layer's pooled map
     (written once, no stacked copy), one layer's per-token stages, the residual stream after each layer (the
-    logit lens reads it), one call's bool mask and a few blocks; never a whole map."""
+    logit lens reads it) up to predictions.SPILL_BYTES, one call's bool mask and a few blocks; never a whole map."""
     tokens = length * info.d_model * 4 * 8  # x, q, k, v, context, output and the layer's activations, generously
     if pooled:
         heads = info.layers * info.heads
         maps = pooled_bytes(info.layers, info.heads, length, length, fitting_target(heads, length, length))
-        residuals = info.layers * length * info.d_model * 4
+        residuals = min(info.layers * length * info.d_model * 4, SPILL_BYTES)  # the rest goes to a file
         return maps + tokens + residuals + length * length + 4 * BLOCK_BYTES + FORWARD_OVERHEAD
     maps = map_count(keep)
     one_map = info.heads * length * length * 4

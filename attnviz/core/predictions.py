@@ -17,6 +17,8 @@ and keeps it.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -26,6 +28,82 @@ from torch import Tensor
 
 LENS_ROWS = 256  # residual rows unembedded at a time: (rows, vocab) float32 logits stay ~50 MB
 LOGIT_ROWS = 256  # positions whose logits the predictions make at a time (the same bound)
+SPILL_BYTES = 64 << 20  # residual stream held in memory at most; the layers past it go to a temporary file
+
+
+class Residuals:
+    """The residual stream after each layer ((B, L, d) each, in layer order), as the lens reads it.
+
+    The first SPILL_BYTES stay in memory; every later layer is written to an unlinked temporary file as it
+    arrives and its tensor let go. A 30-layer forward of 8,192 tokens makes 566 MB of residuals that only the
+    lens reads (once, when a view first asks for it): in the file they sit in the page cache, which the system
+    may reclaim, instead of the process's memory beside the maps. The numbers read back are the ones written."""
+
+    def __init__(self, spill_bytes: int | None = None):
+        self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
+        self._layers: list[Tensor | tuple[int, tuple[int, ...], torch.dtype]] = []  # a tensor, or where in the file
+        self._file = None
+        self._end = 0
+        self.held_bytes = 0  # bytes of the layers kept in memory
+
+    def append(self, t: Tensor) -> None:
+        t = t.detach()
+        nbytes = t.numel() * t.element_size()
+        if t.device.type != "cpu" or self.held_bytes + nbytes <= self.spill_bytes:
+            self._layers.append(t)
+            self.held_bytes += nbytes
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="attnviz-residuals-")  # noqa: SIM115 (closed with the store)
+        data = memoryview(_bytes_of(t.contiguous()))
+        written = 0
+        while written < nbytes:  # pwrite may write less than asked
+            written += os.pwrite(self._file.fileno(), data[written:], self._end + written)
+        self._layers.append((self._end, tuple(t.shape), t.dtype))
+        self._end += nbytes
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def __getitem__(self, layer: int) -> Tensor:
+        return self.rows(layer, 0, self.shape(layer)[1], whole=True)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def shape(self, layer: int) -> tuple[int, ...]:
+        held = self._layers[layer]
+        return tuple(held.shape) if isinstance(held, Tensor) else held[1]
+
+    def rows(self, layer: int, r0: int, r1: int, whole: bool = False) -> Tensor:
+        """Positions r0..r1 of batch item 0 (r1 - r0, d); whole: every batch item (B, r1 - r0, d), r0 = 0."""
+        held = self._layers[layer]
+        if isinstance(held, Tensor):
+            return held if whole else held[0, r0:r1]
+        offset, shape, dtype = held
+        row = shape[-1] * torch.empty((), dtype=dtype).element_size()
+        out = torch.empty((shape[0] if whole else 1, r1 - r0, shape[-1]), dtype=dtype)
+        view = memoryview(_bytes_of(out))
+        done = 0
+        while done < len(view):
+            done += os.preadv(self._file.fileno(), [view[done:]], offset + r0 * row + done)
+        return out if whole else out[0]
+
+
+def _bytes_of(t: Tensor):
+    """A contiguous CPU tensor's memory as a flat NumPy uint8 array (any dtype: bfloat16 has no NumPy type)."""
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def _residual_rows(residuals, layer: int, r0: int, r1: int) -> Tensor:
+    """(r1 - r0, d): positions r0..r1 of batch item 0 of a layer's residual stream (a Residuals or a list)."""
+    if isinstance(residuals, Residuals):
+        return residuals.rows(layer, r0, r1)
+    return residuals[layer][0, r0:r1]
+
+
+def _residual_length(residuals) -> int:
+    return residuals.shape(0)[1] if isinstance(residuals, Residuals) else residuals[0].shape[1]
 
 
 @dataclass(frozen=True)
@@ -73,15 +151,24 @@ def target_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
     return torch.log_softmax(logits.float(), -1).gather(-1, targets[..., None])[..., 0]
 
 
-def lens_of(model, residuals: list[Tensor], label) -> Lens:
+def lens_of(model, residuals, label) -> Lens:
     """The top-1 token and its probability of every layer's residual stream through the model's lens. Every
     layer's rows go through the unembedding together, LENS_ROWS at a time: its (vocab, d) weight, the largest
-    tensor of a small model, is read once per block of rows rather than once per layer."""
-    layers, length = len(residuals), residuals[0].shape[1]
-    rows = torch.cat([r[0] for r in residuals])  # (layers * L, d)
+    tensor of a small model, is read once per block of rows rather than once per layer. A block is made from
+    the layers' own rows (one after another, as if every layer's rows were joined), never a copy of them all."""
+    layers, length = len(residuals), _residual_length(residuals)
+    total = layers * length
     best_p, best_i = [], []
-    for start in range(0, rows.shape[0], LENS_ROWS):
-        p = torch.softmax(model.lens_logits(rows[None, start:start + LENS_ROWS])[0].float(), -1)
+    for start in range(0, total, LENS_ROWS):
+        stop, parts = min(total, start + LENS_ROWS), []
+        at = start
+        while at < stop:
+            layer, r0 = divmod(at, length)
+            r1 = min(length, r0 + stop - at)
+            parts.append(_residual_rows(residuals, layer, r0, r1))
+            at += r1 - r0
+        rows = parts[0] if len(parts) == 1 else torch.cat(parts)
+        p = torch.softmax(model.lens_logits(rows[None])[0].float(), -1)
         value, index = p.max(-1)
         best_p.append(value), best_i.append(index)
     ids = torch.cat(best_i).reshape(layers, length).cpu().numpy().astype(np.int64)

@@ -35,6 +35,7 @@ from ..core.ablation import knock_out
 from ..core.kernel import Trace, attention, merge_heads
 from ..core.mods import ScoreMod
 from ..core.pooling import keeps_tokens
+from ..core.predictions import Residuals
 
 ATTN_NAME = "attnviz"
 # Keywords that carry no arithmetic for one call over a whole sequence (cache bookkeeping, the
@@ -59,7 +60,8 @@ class Recording:
     inputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # each module's inputs (stage x), per call
     outputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # what it returned (stage output)
     notes: list[str] = field(default_factory=list)
-    residuals: list[Tensor] = field(default_factory=list)  # the residual stream after each layer (its block's output)
+    # the residual stream after each layer (its block's output); a long one goes to a file (predictions.Residuals)
+    residuals: Residuals = field(default_factory=Residuals)
 
     def add(self, module: nn.Module, trace: Trace) -> None:
         self.calls.append((module, trace))

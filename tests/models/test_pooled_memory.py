@@ -13,6 +13,7 @@ import pytest
 from attnviz.core import RunConfig, run
 from attnviz.core import pooling as pooling_module
 from attnviz.core.backed import check_forward_memory, forward_bytes
+from attnviz.core.predictions import SPILL_BYTES
 
 TOKEN_STAGES = {"x", "q", "k", "v", "context", "output"}
 SMOLLM2 = SimpleNamespace(layers=30, heads=9, kv_heads=3, d_model=576, name="SmolLM2-135M shape")
@@ -63,8 +64,8 @@ def test_a_pooled_8192_token_forward_is_counted_for_what_it_keeps():
     keep = frozenset(TOKEN_STAGES)
     need = forward_bytes(SMOLLM2, 8192, keep, pooled=True)
     maps = 30 * 9 * 512 * 512 * 4
-    residuals = 30 * 8192 * 576 * 4
-    assert maps + residuals < need < 1.5 * 2**30  # the pooled maps and the residual stream, not 30 layers' tokens
+    residuals = SPILL_BYTES  # the residual stream held in memory; the rest of its 566 MB went to a file
+    assert maps + residuals < need < 2**30  # the pooled maps and the held residuals, not 30 layers' tokens
     check_forward_memory(RunConfig(), SMOLLM2, 8192, keep, 2 << 30, pooled=True)  # fits 2 GiB: not refused
 
 
@@ -74,7 +75,7 @@ def test_the_estimate_covers_what_a_pooled_forward_holds(long_llama):
     source = result.source
     held = source.layer_weights.nbytes + sum(a.nbytes for arrays in source.stages.values() for a in arrays
                                              if a is not None and not np.shares_memory(a, source.layer_weights))
-    held += sum(r.numel() * r.element_size() for r in source.outputs.residuals or ())
+    held += source.outputs.residuals.held_bytes
     need = forward_bytes(source.info, len(result.token_ids), frozenset(TOKEN_STAGES), pooled=True)
     assert held <= need
 
@@ -85,3 +86,17 @@ def test_the_statistics_temporary_is_one_for_every_layer_and_goes_with_the_forwa
     scratch = source.pooled[0].stats.scratch
     assert all(call.stats.scratch is scratch for call in source.pooled)  # not one block-sized buffer per layer
     assert scratch._t is None  # let go when the forward ended
+
+
+def test_a_long_residual_stream_goes_to_a_file_and_the_lens_reads_the_same_numbers(long_llama, monkeypatch):
+    from attnviz.core import predictions
+
+    text = " ".join(["the cat sat on the mat and the dog chased it"] * 30)
+    config = RunConfig.for_variant("pretrained", model=str(long_llama), text=text, pool="always")
+    kept = run(config).lens
+    monkeypatch.setattr(predictions, "SPILL_BYTES", 0)  # every layer's residuals written to the file
+    result = run(config.replace(layer=1))
+    residuals = result.source.outputs.residuals
+    assert residuals.held_bytes == 0 and len(residuals) == result.source.info.layers
+    np.testing.assert_array_equal(result.lens_ids, kept.ids)
+    np.testing.assert_array_equal(result.lens_probs, kept.probs)
