@@ -126,8 +126,10 @@ def attention(
     mask = as_allowed(mask)
     pool = current_pooling()
     if pool is not None:  # a long run: the maps in blocks of query rows, reduced at once (pooling.py)
-        context = pool.attend(q, k, v, mask, partial(_map, k=k, dropout_p=dropout_p, **options), repeat_kv,
-                              mask_bias, signed=combine is not None)
+        # the entropy comes from the scores where the map is a plain softmax of them
+        scored = sink is None and combine is None and dropout_p == 0.0
+        context = pool.attend(q, k, v, mask, partial(_pooled_map, k=k, dropout_p=dropout_p, scored=scored,
+                                                     **options), repeat_kv, mask_bias, signed=combine is not None)
         progress.call_done()
         return knock_out(context), trace
     context = None
@@ -159,9 +161,14 @@ def exact_scale(scale: float | None, d_head: int) -> float | None:
 
 
 def _fused_scores(q: Tensor, keys_t: Tensor, alpha: float) -> Tensor:
-    """alpha · Q·Kᵀ in one BLAS call (baddbmm's alpha), instead of a matmul and a divide over the map."""
+    """alpha · Q·Kᵀ in one BLAS call (baddbmm's alpha), instead of a matmul and a divide over the map. keys_t with
+    fewer heads than q (grouped-query attention, not repeated): each key head's query heads as one matrix."""
     b, h, n, dh = q.shape
-    q3, k3 = q.reshape(b * h, n, dh), keys_t.expand(b, h, dh, keys_t.shape[-1]).reshape(b * h, dh, -1)
+    kv = keys_t.shape[1]
+    if kv != h and h % kv == 0 and keys_t.shape[0] == b:  # (B, Hkv, g, n) rows are (B, H, n) rows in order
+        q3, k3 = q.reshape(b * kv, h // kv * n, dh), keys_t.reshape(b * kv, dh, -1)
+    else:
+        q3, k3 = q.reshape(b * h, n, dh), keys_t.expand(b, h, dh, keys_t.shape[-1]).reshape(b * h, dh, -1)
     out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha)
     return out.view(b, h, n, -1)
 
@@ -213,7 +220,8 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
     alpha = exact_scale(scale, q.shape[-1])
     if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
         s = _masked(_fused_scores(q, keys_t, alpha), bias, bias_col, trace)
-    else:
+    else:  # keys_t of fewer heads (grouped, from the pooled path) are repeated for the staged ops
+        keys_t = repeat_kv(keys_t, q.shape[1]) if keys_t.shape[1] != q.shape[1] else keys_t
         s = _masked(_staged_scores(q, keys_t, scale, score_mods, trace, row0, col0), bias, bias_col, trace)
     weights = _softmax(trace.keep("scores", s), sink)
     if safe_softmax and mask is not None:
@@ -223,6 +231,15 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
         weights = trace.keep("combined", combine(weights))
     dropped = F.dropout(weights, dropout_p, True) if dropout_p > 0 else weights
     return trace.keep("dropped", dropped), mask
+
+
+def _pooled_map(q: Tensor, k: Tensor, mask: Tensor | None, *, scored: bool, **options
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """_map for the pooled path (pooling.Pooling.attend): the map, the mask and, where `scored`, the scores the
+    softmax read (its entropy comes from them), which the caller may overwrite."""
+    trace = Trace({"scores"} if scored else ())
+    weights, mask = _map(q, k, mask, trace=trace, **options)
+    return weights, mask, trace.get("scores")
 
 
 def multihead_attention(

@@ -98,6 +98,7 @@ class Pooling:
     calls_expected: int = 0
     token_calls: frozenset[int] | None = None
     _slab: Tensor | None = field(default=None, repr=False)
+    _spans: tuple[Tensor | None, KeySpans] | None = field(default=None, repr=False)  # the last mask's
     scratch: Scratch = field(default_factory=Scratch, repr=False)  # every call's statistics' temporary
 
     def stacked(self) -> Tensor | None:
@@ -107,28 +108,42 @@ class Pooling:
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, map_rows: Callable,
                repeat: Callable[[Tensor, int], Tensor], bias_of: Callable, signed: bool = False) -> Tensor:
         """q (B, H, Lq, dh) in blocks of rows, each against the keys some of its rows may see (blocks.KeySpans,
-        widened to whole pooled cells), as blocks.blocked_attention (map_rows: kernel._map; repeat:
-        kernel.repeat_kv; bias_of: kernel.mask_bias). Returns the whole context (B, H', Lq, dv); appends the
-        PooledCall."""
+        widened to whole pooled cells), as blocks.blocked_attention (map_rows: kernel._pooled_map, which also
+        returns the scores the softmax read, or None; repeat: kernel.repeat_kv; bias_of: kernel.mask_bias).
+        Keys and values keep their own heads (grouped-query attention: each key head's query heads go through
+        one matmul). Returns the whole context (B, H', Lq, dv); appends the PooledCall."""
         lq, lkv = q.shape[2], k.shape[2]
-        spans, fk = KeySpans(mask, lkv), factor(lkv, self.target or TARGET)
-        keys_t = repeat(k, q.shape[1]).transpose(-2, -1)
-        call, contexts, values, r0 = None, [], None, 0
+        spans, fk = self._key_spans(mask, lkv), factor(lkv, self.target or TARGET)
+        keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
+        call, context, r0 = None, None, 0
         while r0 < lq:
             progress.checkpoint()  # Cancel stops within one attention call
             r1 = min(lq, r0 + self._rows(q, lkv))
             k0, k1 = spans.span(r0, r1)
             k0, k1 = k0 // fk * fk, min(lkv, -(-k1 // fk) * fk)  # whole pooled cells
             cells = block_cells(mask, r0, r1, k0, k1)
-            block, used = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], row0=r0, col0=k0,
-                                   keys_t=keys_t[..., k0:k1], **_block_bias(mask, cells, bias_of, q.dtype))
+            bias = _block_bias(mask, cells, bias_of, q.dtype)
+            block, used, scores = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], row0=r0,
+                                           col0=k0, keys_t=keys_t[..., k0:k1], **bias)
             if call is None:
-                call, values = self._start(block, lq, lkv), repeat(v, block.shape[1])
-            self._add(call, block, used, r0, k0, signed)
-            contexts.append(torch.matmul(block, values[:, :, k0:k1]))
+                call = self._start(block, lq, lkv)
+                # one tensor written block by block: small blocks kept alive between the block-sized
+                # temporaries would pin the heap, and a layer's first call grew it by ~250 MB at 8,192 tokens
+                context = q.new_empty((q.shape[0], block.shape[1], lq, v.shape[-1]))
+            masked = (bias["bias_col"], bias["bias_col"] + bias["bias"].shape[-1]) if bias else (0, 0)
+            self._add(call, block, used, r0, k0, signed, None if scores is None else (scores, masked))
+            context[:, :, r0:r1] = grouped_matmul(block, v[:, :, k0:k1], repeat)
             r0 = r1
         self.calls.append(call)
-        return torch.cat(contexts, dim=2)
+        return context
+
+    def _key_spans(self, mask: Tensor | None, lkv: int) -> KeySpans:
+        """The mask's KeySpans, found once for every call given that very mask (a model's layers share one:
+        reading an 8,192² mask costs ~0.1 s a layer)."""
+        held = self._spans
+        if held is None or held[0] is not mask or held[1].lkv != lkv:
+            held = self._spans = (mask, KeySpans(mask, lkv))  # the mask is held: its id is not reused meanwhile
+        return held[1]
 
     def _rows(self, q: Tensor, lkv: int) -> int:
         """Query rows per block: a multiple of the row factor, the block's scores within BLOCK_BYTES."""
@@ -160,8 +175,10 @@ class Pooling:
         stages."""
         return self.token_calls is None or len(self.calls) - int(done) in self.token_calls
 
-    def _add(self, call: PooledCall, block: Tensor, mask: Tensor | None, r0: int, k0: int, signed: bool) -> None:
-        """Pool a block of rows r0.. and keys k0.. into the call; the keys it left out hold 0 (masked)."""
+    def _add(self, call: PooledCall, block: Tensor, mask: Tensor | None, r0: int, k0: int, signed: bool,
+             scores: tuple[Tensor, tuple[int, int]] | None = None) -> None:
+        """Pool a block of rows r0.. and keys k0.. into the call; the keys it left out hold 0 (masked). scores:
+        the softmax's input and the columns holding its -inf (masked) cells, for the entropy (then overwritten)."""
         b, h, n, width = block.shape
         fq, fk = call.factors
         out, c0, c1 = slice(r0 // fq, -(-(r0 + n) // fq)), k0 // fk, -(-(k0 + width) // fk)
@@ -176,8 +193,15 @@ class Pooling:
             torch.broadcast_to(mask.cpu(), (b, mask.shape[1], n, width)).any(dim=1, keepdim=True)
         call.allowed[:, :, out, c0:c1] = max_pool(allowed.to(torch.uint8), fq, fk) > 0
         empty = ~allowed.any(-1)[:, 0]  # (B, n): rows with no key
+        row_max = None if row_max is None else row_max.reshape(b * h, n)
+        given = {}
+        if scores is not None and row_max is not None and "entropy" in call.stats.names:
+            s, masked = scores
+            given["entropy"] = lambda row_sums: softmax_entropy(values.reshape(b * h, n, width),
+                                                                s.reshape(b * h, n, width), row_max, masked,
+                                                                row_sums)
         call.stats.add(values.reshape(b * h, n, width), r0, empty.repeat_interleave(h, dim=0), col0=k0,
-                       row_max=None if row_max is None else row_max.reshape(b * h, n))
+                       row_max=row_max, given=given)
         self._keep_region(call, values, r0, k0)
 
     def _keep_region(self, call: PooledCall, values: Tensor, r0: int, col0: int) -> None:
@@ -194,6 +218,33 @@ class Pooling:
         a, z = max(k0, col0), min(k1, col0 + values.shape[3])
         if a < z:
             rows[..., a - k0:z - k0] = values[:, :, lo - r0:hi - r0, a - col0:z - col0]
+
+
+def grouped_matmul(weights: Tensor, v: Tensor, repeat: Callable[[Tensor, int], Tensor]) -> Tensor:
+    """weights (B, H, n, w) @ v (B, Hkv, w, dv) -> (B, H, n, dv), query head h reading value head h // (H / Hkv):
+    the H / Hkv heads of a value head as one (H / Hkv * n, w) matrix (one larger matmul, v never repeated)."""
+    b, h, n, w = weights.shape
+    kv = v.shape[1]
+    if kv == h or h % kv:
+        return torch.matmul(weights, repeat(v, h))
+    return torch.bmm(weights.reshape(b * kv, h // kv * n, w), v.reshape(b * kv, w, v.shape[-1])).view(b, h, n, -1)
+
+
+def softmax_entropy(weights: Tensor, scores: Tensor, row_max: Tensor, masked: tuple[int, int],
+                    row_sums: Tensor | None) -> Tensor:
+    """(N, R) −Σ_j w_ij ln w_ij of softmax rows (N, R, K) from the scores they were made of: ln w_ij = s_ij − lse_i,
+    and the largest weight sits at the largest score, so lse_i = m_i − ln max_j w_ij (m_i = max_j s_ij) and the
+    entropy is −Σ_j w_ij (s_ij − m_i) − ln(max_j w_ij) · Σ_j w_ij: no logarithm of the block (a third of the
+    statistics' time), and every term of the sum >= 0. The scores are overwritten. `masked`: the columns
+    holding -inf scores (weight 0, which count 0)."""
+    peak = scores.amax(-1, keepdim=True)
+    shifted = scores.sub_(peak)  # <= 0; -inf where masked
+    m0, m1 = masked
+    if m1 > m0:  # 0 · -inf is NaN: those cells weigh nothing
+        shifted[..., m0:m1].clamp_min_(torch.finfo(shifted.dtype).min)
+    spread = shifted.mul_(weights).sum(-1)
+    total = weights.sum(-1) if row_sums is None else row_sums
+    return -spread - torch.log(row_max) * total
 
 
 def _block_bias(mask: Tensor | None, cells: tuple, bias_of: Callable, dtype: torch.dtype) -> dict:
@@ -228,8 +279,9 @@ def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
 
 def max_pool(x: Tensor, fq: int, fk: int, signed: bool = False) -> Tensor:
     """(..., n, L) -> the max over fq x fk blocks of the last two dims (the last ones partial: max_pool2d's
-    ceil mode); signed: the value of largest magnitude. Two block reductions (columns by max_pool1d, then rows
-    of the fk times smaller result) give max_pool2d's numbers several times faster."""
+    ceil mode); signed: the value of largest magnitude. Two block reductions give max_pool2d's numbers several
+    times faster: the rows first (an elementwise max of whole rows, 3x faster than pooling the columns of the
+    full block), then the columns of the fq times smaller result (max_pool1d)."""
     if fq == 1 and fk == 1:
         return x
     hi = _pooled(x, fq, fk, torch.amax)
@@ -240,16 +292,13 @@ def max_pool(x: Tensor, fq: int, fk: int, signed: bool = False) -> Tensor:
 
 
 def _pooled(x: Tensor, fq: int, fk: int, op) -> Tensor:
-    columns = reduce_blocks(x, x.dim() - 1, fk, op) if fk > 1 else x
-    return reduce_blocks(columns, x.dim() - 2, fq, op) if fq > 1 else columns
+    rows = reduce_blocks(x, x.dim() - 2, fq, op) if fq > 1 else x
+    return reduce_blocks(rows, x.dim() - 1, fk, op) if fk > 1 else rows
 
 
 def max_pool_rows(x: Tensor, fq: int, fk: int) -> tuple[Tensor, Tensor]:
-    """(max_pool(x, fq, fk), each row's maximum (..., n)): the rows' maxima read from the column-pooled
-    block, not from x again."""
-    columns = reduce_blocks(x, x.dim() - 1, fk, torch.amax) if fk > 1 else x
-    pooled = reduce_blocks(columns, x.dim() - 2, fq, torch.amax) if fq > 1 else columns
-    return pooled, columns.amax(-1)
+    """(max_pool(x, fq, fk), each row's maximum (..., n))."""
+    return max_pool(x, fq, fk), x.amax(-1)
 
 
 def stacked(calls) -> Tensor | None:

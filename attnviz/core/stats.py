@@ -58,14 +58,16 @@ class StatSums:
         self.top = np.full(n, -np.inf)
         self.scratch = scratch or Scratch()  # shared by a pooled forward's calls (pooling.Pooling.scratch)
 
-    def add(self, weights, row0: int = 0, empty_rows=None, keys=None, col0: int = 0, row_max=None) -> None:
+    def add(self, weights, row0: int = 0, empty_rows=None, keys=None, col0: int = 0, row_max=None,
+            given: dict | None = None) -> None:
         """weights (N, R, K) (NumPy or torch): query rows row0 .. row0 + R - 1 and keys col0 .. col0 + K - 1 (the
         keys left out hold weight 0); empty_rows (N or 1, R) bool, rows with no key; keys (N or 1, R) int, the
         keys each row may attend to (rows with fewer than two are left out); row_max (N, R): each row's largest
-        weight where the caller has it (the pooled path's max-pool). On torch (many threads), in self.dtype
-        (float64: the logs of tiny weights)."""
+        weight where the caller has it (the pooled path's max-pool); given: name -> f(row sums or None) -> (N, R),
+        a statistic the caller computes its own way (the pooled path's entropy from the scores). On torch (many
+        threads), in self.dtype (float64: the logs of tiny weights)."""
         w = torch.as_tensor(weights)
-        per_row, row_sums = self._per_row(w, row0, col0, w.shape[:-1])
+        per_row, row_sums = self._per_row(w, row0, col0, w.shape[:-1], given or {})
         # a NaN or inf anywhere in a row makes its sum one (the distance's pieces summed the rows already)
         valid = torch.isfinite(row_sums if row_sums is not None else w.sum(-1))
         if empty_rows is not None:
@@ -81,7 +83,7 @@ class StatSums:
             top = torch.where(valid, w.amax(-1) if row_max is None else row_max, float("-inf")).amax(-1)
             self.top = np.maximum(self.top, top.double().numpy())
 
-    def _per_row(self, w, row0: int, col0: int, shape) -> tuple[dict, torch.Tensor | None]:
+    def _per_row(self, w, row0: int, col0: int, shape, given: dict) -> tuple[dict, torch.Tensor | None]:
         """(name -> ((N, R) per-row values in self.dtype, (R,) bool rows the statistic counts or None: all),
         the (N, R) row sums where the distance made them, else None)."""
         out, row_sums = {}, None
@@ -90,14 +92,17 @@ class StatSums:
             wd = w.to(self.dtype)
             # per-row sums in the blocks' own dtype (torch sums pairwise: float32 keeps ~1e-7 over 10^4 keys);
             # the running sums across rows are float64
-            if "entropy" in self.names:  # -w ln w, 0 at w = 0: a vectorised log of the weights raised to the
-                # smallest normal number (xlogy runs 3x slower; a subnormal's w ln w is below 1e-36)
+            if "entropy" in self.names and "entropy" not in given:
+                # -w ln w, 0 at w = 0: a vectorised log of the weights raised to the smallest normal number
+                # (xlogy runs 3x slower; a subnormal's w ln w is below 1e-36)
                 tiny = torch.finfo(self.dtype).smallest_normal
                 logs = torch.clamp_min(wd, tiny, out=self.scratch.like(wd)).log_()
                 out["entropy"] = (-logs.mul_(wd).sum(-1), None)
             if "distance" in self.names:
                 distance, row_sums = distance_sums(wd, row0, col0)
                 out["distance"] = (distance, None)
+        for name, compute in given.items():
+            out[name] = (compute(row_sums), None)
         if "sink" in self.names:
             out["sink"] = ((w[..., 0] if col0 == 0 else torch.zeros(shape)).to(self.dtype), None)
         for name, offset in (("previous", -1), ("diagonal", 0)):
