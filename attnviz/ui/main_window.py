@@ -42,7 +42,7 @@ from .explain_views import ExplainViews
 from .generate import StepControls, continuation_html, generated_count
 from .panel import ParameterPanel, named
 from .predictions_view import PredictionStrip
-from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView
+from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView, prepare_labels
 from .window_actions import WindowActions
 from .window_files import WindowFiles
 from .window_layout import WindowLayout
@@ -88,6 +88,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.frames = None
         self.last_error: str | None = None
         self.worker = Worker(compute, parent=self)
+        self.worker.prepare = prepare_labels  # a new result's token labels made on the worker, not in the swap
         self.delivery = Delivery(self.worker, self._show_grid, self._show_rest, self._painted, parent=self)
         self._build()
         self.resize(1280, 820)

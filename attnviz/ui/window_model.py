@@ -68,14 +68,21 @@ class WindowModel:
         heads = result.source.layer_weights.shape[2]
         self.modelView.set_ablated(ablated_heads(result.config.ablate, result.source.info.layers, heads))
         if "head_scores" in extras:
-            self.modelView.set_head_types(extras["head_scores"])
-            self.modelPanel.set_legend(extras["head_scores"])
+            self._show_head_types(extras["head_scores"])
+
+    def _show_head_types(self, frames) -> None:
+        """explain.HeadScoreFrames of the shown model: the model view's badges and their legend."""
+        self.modelView.set_head_types(frames)
+        self.modelPanel.set_legend(frames)
 
     def _on_late_extras(self, rid: int, extras: dict) -> None:
-        """The predictions and the logit lens of the result on screen, computed after its maps were shown."""
+        """The head types, predictions and logit lens of the result on screen, computed after its maps were
+        shown (worker.late_names)."""
         if not self.delivery.extras_arrived(rid, extras) or self.frames is None:
             return
         self.frames.extras.update(extras)
+        if "head_scores" in extras and self.result is not None and self.result.source is not None:
+            self._show_head_types(extras["head_scores"])
         if "predictions" in extras:
             self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
         if "lens" in extras:

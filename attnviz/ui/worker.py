@@ -8,6 +8,7 @@ computed one only re-renders (view-only changes never recompute).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import math
@@ -17,8 +18,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from PySide6.QtCore import QObject, Signal
 
 from ..core import ConfigError, RunConfig, RunResult, buffers, run
@@ -34,7 +37,7 @@ from ..core.runner import (
     run_stages,
 )
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
-from ..explain import late_extras, render_extras
+from ..explain import LATE_EXTRAS, head_score_frames, late_extras, render_extras
 from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
 from ..system import lower_priority, model_threads, set_torch_threads, thread_policy
 from .cpushare import CpuShare
@@ -74,6 +77,38 @@ def complete_stages(result: RunResult) -> RunResult:
 def producible(needed: frozenset[str], source) -> frozenset[str]:
     """The needed stages a result can have: a model's forward (`source`) records what its family exposes."""
     return needed if source is None else needed & frozenset(backed_stages(source.info))
+
+
+def late_names(result: RunResult, options: ViewOptions) -> frozenset[str]:
+    """The extras of a new result that follow its maps (Outcome.late): the logits of a model with an output head
+    (explain.LATE_EXTRAS), and a model's head types while the statistics panel, which prints them beside its
+    numbers, is closed: the model view's badges. The head-type probe over every layer's maps took 70 ms of a
+    30-layer forward at 512 tokens, between the forward and its maps on screen."""
+    late = late_extras(options) if result.outputs is not None else frozenset()
+    if options.head_scores and not options.stats and result.source is not None:
+        late |= {"head_scores"}
+    return late
+
+
+def early_extras(late: frozenset[str]):
+    """frames.render's extras for a result whose `late` extras follow it (render_extras: all of them)."""
+    if not late:
+        return render_extras
+
+    def extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> dict:
+        if "head_scores" in late:
+            options = dataclasses.replace(options, head_scores=False)
+        return render_extras(result, options, cache, part="early" if late & LATE_EXTRAS else "all")
+    return extras
+
+
+def late_frames(result: RunResult, options: ViewOptions, cache: PoolCache, late: frozenset[str]) -> dict:
+    """The `late` extras (late_names) that follow the maps of `result`: the head types first, then the logits."""
+    extras = {}
+    if "head_scores" in late:
+        with torch.inference_mode():
+            extras["head_scores"] = head_score_frames(result)
+    return extras | (render_extras(result, options, cache, part="late") if late & LATE_EXTRAS else {})
 
 
 @dataclass(frozen=True)
@@ -143,6 +178,17 @@ class Failure:
 # CPU time alone, and every Python callback of the paint (pyqtgraph items) queued for the GIL behind
 # the worker's Python between torch ops. Fuzz longest stall 85/74/112 -> 62/70/50 ms (benchmarks/README.md).
 YIELD_MAX_S = 0.05
+# A result whose late extras follow (Outcome.late) waits for the window's paint at most this long before the
+# worker computes them: a long input's maps took the window 60-150 ms to swap in (every token's label), and
+# the logits' Python, started after YIELD_MAX_S, took the GIL from it between its Qt calls (a 4,096-token
+# run's longest stall).
+LATE_YIELD_MAX_S = 0.5
+
+
+# A model forward's busy bar ("layer 12 / 30"): its first layer at once (Stop applies from then), then at most
+# this often. One signal per layer cost a 30-layer forward of 0.4-0.9 s 20-50 ms: each a queued call, a slot
+# and a repaint of the bar on the GUI thread, whose Python took the GIL from the forward's between its ops.
+PROGRESS_INTERVAL_S = 0.2
 
 
 # Under "adaptive", a forward of fewer operations than this runs on one torch thread, on the busy
@@ -303,6 +349,9 @@ class Worker(QObject):
         self._yield_until = 0.0  # monotonic deadline of the current yield
         self._yield_for = 0  # the request id of the result the window is given
         self._cancel_id = 0  # generations of requests up to this id stop (the Stop button)
+        # called here, on the worker thread, with each new result before it goes to the window: what the views
+        # would otherwise work out on the GUI thread in the swap (the window sets it: views.prepare_labels)
+        self.prepare: Callable[[RunResult], None] | None = None
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -446,12 +495,18 @@ class Worker(QObject):
         return cancel
 
     def _progress_of(self, request: Request):
-        """progress(done, total) for run(): each layer finished, as sigProgress of this request; with
-        request.layers, a pooled forward's finished layers every so often too (sigLayers, layer_feed.py)."""
+        """progress(done, total) for run(): the layers finished, as sigProgress of this request (the first at
+        once, then at most every PROGRESS_INTERVAL_S); with request.layers, a pooled forward's finished layers
+        every so often too (sigLayers, layer_feed.py)."""
         feed = LayerFeed() if request.layers else None
+        sent_at = -math.inf
 
         def progress(done: int, total: int) -> None:
-            self.sigProgress.emit(request.id, done, total)
+            nonlocal sent_at
+            now = time.monotonic()
+            if now - sent_at >= PROGRESS_INTERVAL_S:
+                sent_at = now
+                self.sigProgress.emit(request.id, done, total)
             layers = None if feed is None else feed.finished(done, total)
             if layers is not None:
                 self.sigLayers.emit(request.id, layers, total)
@@ -565,18 +620,18 @@ class Worker(QObject):
         zoom = self._zoomed(request, needed)
         if self._checkpoint():
             return
-        # a new result of a model with an output head: its logits follow the maps (a view-only change: cached)
-        late = late_extras(request.options) if recomputed and self._last.outputs is not None else frozenset()
-        frames = render(self._last, request.options, self._pools,
-                        functools.partial(render_extras, part="early") if late else render_extras)
+        late = late_names(self._last, request.options) if recomputed else frozenset()
+        frames = render(self._last, request.options, self._pools, early_extras(late))
         if self._stopping:
             return
+        if recomputed and self.prepare is not None:
+            self.prepare(self._last)
         asked = request.config.generate if generating(request.config) else 0
         self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
                               generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom,
-                              late=late))
+                              late=late), LATE_YIELD_MAX_S if late else None)
         if late:
-            self._send_late(request)
+            self._send_late(request, late)
 
     def _freeze_loaded(self, config: RunConfig) -> None:
         """After a model's first forward (it loads then): what is alive leaves the garbage collector's full
@@ -587,11 +642,11 @@ class Worker(QObject):
             self._frozen_for.add(loaded)
             gc.freeze()
 
-    def _send_late(self, request: Request) -> None:
+    def _send_late(self, request: Request, late: frozenset[str]) -> None:
         """The late extras of the result just delivered, once the window has painted its maps (or the yield ran
         out); empty when a newer request makes them pointless (its own run brings its own)."""
         if self._checkpoint():
             return
-        extras = {} if self._has_newer() else render_extras(self._last, request.options, self._pools, part="late")
+        extras = {} if self._has_newer() else late_frames(self._last, request.options, self._pools, late)
         if not self._stopping:
             self.sigExtras.emit(request.id, extras)

@@ -338,7 +338,8 @@ def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch)
     toy.panel.widgets["ablate"].setText("0.1")  # a new forward
     qtbot.waitUntil(lambda: toy.latest_id > before and toy.shown_id == toy.latest_id, timeout=15000)
     shown = outcomes[-1]
-    assert shown.late == {"predictions"} and "predictions" not in shown.frames.extras
+    assert "predictions" in shown.late and "predictions" not in shown.frames.extras
+    assert "head_scores" in shown.late and "head_scores" not in shown.frames.extras  # the badges follow too
     assert toy.result is shown.result and not toy.is_settled()
     assert "computing" in toy.predictionStrip.infoLabel.text()
     release.set()
@@ -346,6 +347,9 @@ def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch)
     expected = run(toy.result.config).top_tokens  # the same forward computed apart
     assert toy.predictionStrip.top1() == [row[0] for row in expected]
     assert toy.frames.extras["predictions"] is toy.predictionStrip.frames
+    assert toy.modelView.head_types is toy.frames.extras["head_scores"]
+    for name, values in head_scores(toy.result.config).items():  # the same probe computed apart
+        np.testing.assert_array_equal(toy.modelView.head_types.scores[name], np.asarray(values, np.float64))
 
 
 def test_a_view_only_change_brings_the_predictions_with_the_maps(toy, qtbot, monkeypatch):
