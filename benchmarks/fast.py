@@ -10,14 +10,15 @@ order in one offscreen MainWindow (1280 x 820):
 - `anchor`: seed 002's CausalSelfAttention forward, copied verbatim (seeds_reference.py), on the same
   weights and input, in inference mode: what the tutorial's reader runs.
 - `run`: core.run() with the window's record (ui.worker.window_record), a new seed each round.
-- `render_<mode>`: frames.render of a fresh result (an empty pool cache) at the window's own tile size, for
-  each scale mode.
+- `render_<mode>`: frames.render of a fresh result (an empty pool cache) at the window's own tile and output
+  view sizes, for each scale mode.
 - `window_log`, `window_linear`: the seed spin toggled -> every head of the grid painted (gui.Harness.change:
   sigShown, then a forced repaint unless the loop painted already), with the weights' default scale (log)
   and with linear. The toggle flips between two seeds, whose weights and inputs the run keeps drawn
   (core/drawn.py) after the first round; `window_new_seed` (log) moves to a seed never drawn before.
-  The window's rounds alternate with the anchor alone, and run and render get rounds of their own (with the
-  anchor): a second engine allocating maps between the window's changes slowed the window by half at M.
+  Each of these three gets rounds of its own, alternating with the anchor alone, and run and render get
+  rounds of their own (with the anchor): a second engine allocating maps between the window's changes slowed
+  the window by half at M, and new seeds between the toggles pushed the toggle's seeds out of the kept draws.
 - at L also `view_only`: colormap, per-head scale and batch item changes (gui._view_only).
 
 Pretrained: a SmolLM2-135M-shaped llama (random weights written with transformers) at 128 and 512 tokens:
@@ -51,7 +52,7 @@ ROUNDS = {"S": 15, "M": 9, "L": 7, "XL": 4, "tiny": 3}
 SCALE_MODES = ("linear", "log", "rank", "row")
 
 
-def _engine(size, tile_px: tuple[int, int]) -> dict:
+def _engine(size, tile_px: tuple[int, int], tensor_px: tuple[int, int] | None = None) -> dict:
     """The anchor, core.run and frames.render per scale mode, as callables (each one timed sample)."""
     import torch
 
@@ -79,7 +80,8 @@ def _engine(size, tile_px: tuple[int, int]) -> dict:
 
     def render(mode: str):
         result = one_run()  # fresh: nothing of it pooled yet (not timed)
-        options = dataclasses.replace(frames.ViewOptions(), scale_mode=mode, grid_pixels=True, max_px=tile_px)
+        options = dataclasses.replace(frames.ViewOptions(), scale_mode=mode, grid_pixels=True, max_px=tile_px,
+                                      tensor_px=tensor_px or frames.ViewOptions().tensor_px)
         t0 = time.perf_counter()
         frames.render(result, options)
         return time.perf_counter() - t0
@@ -117,7 +119,7 @@ def bench_size(size, rounds: int) -> dict:
     try:
         grid = h.window.headGrid
         tile_px = grid.tile_pixels(size.seq, size.seq, size.heads)
-        engine = _engine(size, tile_px)
+        engine = _engine(size, tile_px, h.window.outputView.pixels())  # the window's own sizes
         seed_spin = h.panel.widgets["seed"]
 
         def window_change():
@@ -128,17 +130,19 @@ def bench_size(size, rounds: int) -> dict:
         def window_new_seed():  # a seed never drawn before (the toggle's two seeds have their draws kept)
             return h.change(lambda: seed_spin.setValue(next(fresh_seeds)))["latency_s"]
 
-        # The window's rounds alternate with the anchor alone; the engine's parts (run, render) get rounds of
-        # their own: interleaved with the window they allocate and free maps of their own between its changes,
-        # which no user's window sees (the log rounds read 214 ms at M beside them, 129 ms without).
+        # Each of the window's figures gets rounds of its own, alternating with the anchor alone. The engine's
+        # parts (run, render) interleaved with the window allocate and free maps of their own between its
+        # changes, which no user's window sees (the log rounds read 214 ms at M beside them, 129 ms without);
+        # new seeds between the toggles push the toggle's two seeds out of the kept draws (core/drawn.py keeps
+        # four), so a third of the toggles drew their weights again.
         times: dict[str, list[float]] = {}
         anchors = []
-        for mode in ("log", "linear"):
+        for name, mode, change in (("window_log", "log", window_change), ("window_new_seed", "log", window_new_seed),
+                                   ("window_linear", "linear", window_change)):
             _set_scale(h, mode)
-            extra = {"window_new_seed": window_new_seed} if mode == "log" else {}
-            got = _rounds({"window": window_change, **extra, "anchor": engine["anchor"]}, rounds)
+            got = _rounds({name: change, "anchor": engine["anchor"]}, rounds)
             anchors += got.pop("anchor")
-            times |= {k if k != "window" else f"window_{mode}": v for k, v in got.items()}
+            times |= got
         got = _rounds(engine, rounds)
         times["anchor"] = anchors + got.pop("anchor")
         times |= got
