@@ -18,7 +18,7 @@ import torch
 from . import colormaps
 from .core.config import RunConfig
 from .core.lru import LRU
-from .core.pooling import max_pool
+from .core.maxpool import max_pool
 from .core.runner import RunResult
 from .core.stages import STAGE_NAMES, STAGES
 from .style import COMPACT_DIGITS, number

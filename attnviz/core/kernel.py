@@ -19,8 +19,9 @@ from torch import Tensor
 from . import progress
 from .ablation import knock_out
 from .blocks import blocked_attention
-from .pooling import current_pooling
+from .pooling import SoftmaxStats, current_pooling, softmax_stats
 from .stages import DEFAULT_RECORD
+from .stats import Scratch
 
 
 class Trace(dict):
@@ -160,16 +161,18 @@ def exact_scale(scale: float | None, d_head: int) -> float | None:
     return factor if factor > 0 and math.frexp(factor)[0] == 0.5 else None
 
 
-def _fused_scores(q: Tensor, keys_t: Tensor, alpha: float) -> Tensor:
+def _fused_scores(q: Tensor, keys_t: Tensor, alpha: float, scratch: Scratch | None = None) -> Tensor:
     """alpha · Q·Kᵀ in one BLAS call (baddbmm's alpha), instead of a matmul and a divide over the map. keys_t with
-    fewer heads than q (grouped-query attention, not repeated): each key head's query heads as one matrix."""
+    fewer heads than q (grouped-query attention, not repeated): each key head's query heads as one matrix.
+    scratch: the memory to write them to (the pooled path's blocks reuse one)."""
     b, h, n, dh = q.shape
     kv = keys_t.shape[1]
     if kv != h and h % kv == 0 and keys_t.shape[0] == b:  # (B, Hkv, g, n) rows are (B, H, n) rows in order
         q3, k3 = q.reshape(b * kv, h // kv * n, dh), keys_t.reshape(b * kv, dh, -1)
     else:
         q3, k3 = q.reshape(b * h, n, dh), keys_t.expand(b, h, dh, keys_t.shape[-1]).reshape(b * h, dh, -1)
-    out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha)
+    out = None if scratch is None else scratch.empty((q3.shape[0], q3.shape[1], k3.shape[2]), q.dtype, q.device)
+    out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha, out=out)
     return out.view(b, h, n, -1)
 
 
@@ -202,6 +205,23 @@ def _masked(s: Tensor, bias: Tensor | None, bias_col: int, trace: Trace) -> Tens
     return s
 
 
+def _scores(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, trace: Trace, row0: int = 0,
+            col0: int = 0, keys_t: Tensor | None = None, bias: Tensor | None = None, bias_col: int = 0,
+            scratch: Scratch | None = None) -> tuple[Tensor, Tensor | None]:
+    """The masked scores the softmax reads (Q·Kᵀ -> scale -> bias -> cap -> mask) and the mask as bool; the
+    arguments as _map's (scratch: as _fused_scores')."""
+    keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
+    mask = as_allowed(mask)
+    if mask is not None and bias is None:
+        bias = mask_bias(mask, q.dtype)
+    alpha = exact_scale(scale, q.shape[-1])
+    if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
+        return _masked(_fused_scores(q, keys_t, alpha, scratch), bias, bias_col, trace), mask
+    # keys_t of fewer heads (grouped, from the pooled path) are repeated for the staged ops
+    keys_t = repeat_kv(keys_t, q.shape[1]) if keys_t.shape[1] != q.shape[1] else keys_t
+    return _masked(_staged_scores(q, keys_t, scale, score_mods, trace, row0, col0), bias, bias_col, trace), mask
+
+
 def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
          trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0, col0: int = 0,
          keys_t: Tensor | None = None, bias: Tensor | None = None, bias_col: int = 0
@@ -213,16 +233,8 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
     Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the trace does
     not keep."""
     trace = trace if trace is not None else Trace()
-    keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
-    mask = as_allowed(mask)
-    if mask is not None and bias is None:
-        bias = mask_bias(mask, q.dtype)
-    alpha = exact_scale(scale, q.shape[-1])
-    if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
-        s = _masked(_fused_scores(q, keys_t, alpha), bias, bias_col, trace)
-    else:  # keys_t of fewer heads (grouped, from the pooled path) are repeated for the staged ops
-        keys_t = repeat_kv(keys_t, q.shape[1]) if keys_t.shape[1] != q.shape[1] else keys_t
-        s = _masked(_staged_scores(q, keys_t, scale, score_mods, trace, row0, col0), bias, bias_col, trace)
+    s, mask = _scores(q, k, mask, scale=scale, score_mods=score_mods, trace=trace, row0=row0, col0=col0,
+                      keys_t=keys_t, bias=bias, bias_col=bias_col)
     weights = _softmax(trace.keep("scores", s), sink)
     if safe_softmax and mask is not None:
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
@@ -233,13 +245,25 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
     return trace.keep("dropped", dropped), mask
 
 
-def _pooled_map(q: Tensor, k: Tensor, mask: Tensor | None, *, scored: bool, **options
-                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """_map for the pooled path (pooling.Pooling.attend): the map, the mask and, where `scored`, the scores the
-    softmax read (its entropy comes from them), which the caller may overwrite."""
-    trace = Trace({"scores"} if scored else ())
-    weights, mask = _map(q, k, mask, trace=trace, **options)
-    return weights, mask, trace.get("scores")
+def _pooled_map(q: Tensor, k: Tensor, mask: Tensor | None, *, scored: bool, scratch: tuple[Scratch, Scratch],
+                **options) -> tuple[Tensor, Tensor | None, SoftmaxStats | None]:
+    """_map for the pooled path (pooling.Pooling.attend): the map, the mask and, where `scored` (the map is a
+    plain softmax of the scores), what the softmax itself gives the statistics (pooling.softmax_stats: its
+    entropy and each row's largest weight, from the passes that make the weights). scratch: the memory every
+    block's scores and map are written to (a fresh block-sized tensor is mapped page by page: a tenth of a
+    pooled call's time)."""
+    if not scored:
+        weights, mask = _map(q, k, mask, **options)
+        return weights, mask, None
+    keep = {name: options[name] for name in ("row0", "col0", "keys_t", "bias", "bias_col") if name in options}
+    s, mask = _scores(q, k, mask, scale=options["scale"], score_mods=options["score_mods"], trace=Trace(),
+                      scratch=scratch[0], **keep)
+    bias, col = options.get("bias"), options.get("bias_col", 0)
+    masked = (0, 0) if mask is None else (0, s.shape[-1]) if bias is None else (col, col + bias.shape[-1])
+    weights, stats = softmax_stats(s, masked, q.dtype, scratch[1])
+    if options["safe_softmax"] and mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights, mask, stats
 
 
 def multihead_attention(

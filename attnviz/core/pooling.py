@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from . import progress
-from .blocks import KeySpans, block_cells, masked_columns
 from .current import ThreadCurrent
+from .mask_blocks import MaskBlock, MaskBlocks
+from .maxpool import max_pool
 from .stats import Scratch, StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
@@ -98,8 +98,10 @@ class Pooling:
     calls_expected: int = 0
     token_calls: frozenset[int] | None = None
     _slab: Tensor | None = field(default=None, repr=False)
-    _spans: tuple[Tensor | None, KeySpans] | None = field(default=None, repr=False)  # the last mask's
+    _masks: MaskBlocks | None = field(default=None, repr=False)  # the last mask's
     scratch: Scratch = field(default_factory=Scratch, repr=False)  # every call's statistics' temporary
+    # every block's scores and map (kernel._pooled_map)
+    blocks: tuple[Scratch, Scratch] = field(default_factory=lambda: (Scratch(), Scratch()), repr=False)
 
     def stacked(self) -> Tensor | None:
         """Every call's pooled map as one (calls, B, H, Lq', Lk') tensor when they were written into one."""
@@ -109,41 +111,40 @@ class Pooling:
                repeat: Callable[[Tensor, int], Tensor], bias_of: Callable, signed: bool = False) -> Tensor:
         """q (B, H, Lq, dh) in blocks of rows, each against the keys some of its rows may see (blocks.KeySpans,
         widened to whole pooled cells), as blocks.blocked_attention (map_rows: kernel._pooled_map, which also
-        returns the scores the softmax read, or None; repeat: kernel.repeat_kv; bias_of: kernel.mask_bias).
+        returns the softmax's SoftmaxStats, or None; repeat: kernel.repeat_kv; bias_of: kernel.mask_bias).
         Keys and values keep their own heads (grouped-query attention: each key head's query heads go through
         one matmul). Returns the whole context (B, H', Lq, dv); appends the PooledCall."""
         lq, lkv = q.shape[2], k.shape[2]
-        spans, fk = self._key_spans(mask, lkv), factor(lkv, self.target or TARGET)
+        masks = self._mask_blocks(mask, lkv)
+        fq, fk = factor(lq, self.target or TARGET), factor(lkv, self.target or TARGET)
         keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
         call, context, r0 = None, None, 0
         while r0 < lq:
             progress.checkpoint()  # Cancel stops within one attention call
             r1 = min(lq, r0 + self._rows(q, lkv))
-            k0, k1 = spans.span(r0, r1)
-            k0, k1 = k0 // fk * fk, min(lkv, -(-k1 // fk) * fk)  # whole pooled cells
-            cells = block_cells(mask, r0, r1, k0, k1)
-            bias = _block_bias(mask, cells, bias_of, q.dtype)
-            block, used, scores = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], row0=r0,
-                                           col0=k0, keys_t=keys_t[..., k0:k1], **bias)
+            cells = masks.block(r0, r1, fq, fk, q.shape[0])
+            k0, k1 = cells.keys
+            bias = {} if mask is None else {"bias": bias_of(mask[cells.cells][..., slice(*cells.masked)], q.dtype),
+                                            "bias_col": cells.masked[0]}
+            block, _, softmax = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells.cells], row0=r0,
+                                         col0=k0, keys_t=keys_t[..., k0:k1], scratch=self.blocks, **bias)
             if call is None:
                 call = self._start(block, lq, lkv)
                 # one tensor written block by block: small blocks kept alive between the block-sized
                 # temporaries would pin the heap, and a layer's first call grew it by ~250 MB at 8,192 tokens
                 context = q.new_empty((q.shape[0], block.shape[1], lq, v.shape[-1]))
-            masked = (bias["bias_col"], bias["bias_col"] + bias["bias"].shape[-1]) if bias else (0, 0)
-            self._add(call, block, used, r0, k0, signed, None if scores is None else (scores, masked))
+            self._add(call, block, cells, r0, signed, softmax)
             context[:, :, r0:r1] = grouped_matmul(block, v[:, :, k0:k1], repeat)
             r0 = r1
         self.calls.append(call)
         return context
 
-    def _key_spans(self, mask: Tensor | None, lkv: int) -> KeySpans:
-        """The mask's KeySpans, found once for every call given that very mask (a model's layers share one:
-        reading an 8,192² mask costs ~0.1 s a layer)."""
-        held = self._spans
-        if held is None or held[0] is not mask or held[1].lkv != lkv:
-            held = self._spans = (mask, KeySpans(mask, lkv))  # the mask is held: its id is not reused meanwhile
-        return held[1]
+    def _mask_blocks(self, mask: Tensor | None, lkv: int) -> MaskBlocks:
+        """The mask's MaskBlocks, kept for every call given that very mask (a model's layers share one: reading
+        an 8,192² mask costs ~0.1 s a layer)."""
+        if self._masks is None or not self._masks.serves(mask, lkv):
+            self._masks = MaskBlocks(mask, lkv)
+        return self._masks
 
     def _rows(self, q: Tensor, lkv: int) -> int:
         """Query rows per block: a multiple of the row factor, the block's scores within BLOCK_BYTES."""
@@ -175,31 +176,27 @@ class Pooling:
         stages."""
         return self.token_calls is None or len(self.calls) - int(done) in self.token_calls
 
-    def _add(self, call: PooledCall, block: Tensor, mask: Tensor | None, r0: int, k0: int, signed: bool,
-             scores: tuple[Tensor, tuple[int, int]] | None = None) -> None:
-        """Pool a block of rows r0.. and keys k0.. into the call; the keys it left out hold 0 (masked). scores:
-        the softmax's input and the columns holding its -inf (masked) cells, for the entropy (then overwritten)."""
+    def _add(self, call: PooledCall, block: Tensor, cells: MaskBlock, r0: int, signed: bool,
+             softmax: SoftmaxStats | None = None) -> None:
+        """Pool a block of rows r0.. (its keys and mask: `cells`) into the call; the keys it left out hold 0
+        (masked). softmax: what the softmax that made the block gives its statistics (the entropy, each row's
+        largest weight)."""
         b, h, n, width = block.shape
         fq, fk = call.factors
+        k0 = cells.keys[0]
         out, c0, c1 = slice(r0 // fq, -(-(r0 + n) // fq)), k0 // fk, -(-(k0 + width) // fk)
         values = block.detach().float().cpu()
-        rows, row_max = call.weights[:, :, out], None
-        if signed:
-            rows[..., c0:c1] = max_pool(values, fq, fk, signed)
-        else:
-            rows[..., c0:c1], row_max = max_pool_rows(values, fq, fk)
+        rows = call.weights[:, :, out]
+        rows[..., c0:c1] = max_pool(values, fq, fk, signed)
         rows[..., :c0], rows[..., c1:] = 0.0, 0.0
-        allowed = torch.ones((b, 1, n, width), dtype=torch.bool) if mask is None else \
-            torch.broadcast_to(mask.cpu(), (b, mask.shape[1], n, width)).any(dim=1, keepdim=True)
-        call.allowed[:, :, out, c0:c1] = max_pool(allowed.to(torch.uint8), fq, fk) > 0
-        empty = ~allowed.any(-1)[:, 0]  # (B, n): rows with no key
-        row_max = None if row_max is None else row_max.reshape(b * h, n)
-        given = {}
-        if scores is not None and row_max is not None and "entropy" in call.stats.names:
-            s, masked = scores
-            given["entropy"] = lambda row_sums: softmax_entropy(values.reshape(b * h, n, width),
-                                                                s.reshape(b * h, n, width), row_max, masked,
-                                                                row_sums)
+        call.allowed[:, :, out, c0:c1] = cells.allowed
+        empty = cells.empty  # (B, n): rows with no key
+        row_max, given = None, {}
+        if softmax is not None:
+            softmax = softmax.flat_cpu(b * h, n)
+            row_max = softmax.row_max
+            if "entropy" in call.stats.names:
+                given["entropy"] = softmax.entropy
         call.stats.add(values.reshape(b * h, n, width), r0, empty.repeat_interleave(h, dim=0), col0=k0,
                        row_max=row_max, given=given)
         self._keep_region(call, values, r0, k0)
@@ -230,75 +227,44 @@ def grouped_matmul(weights: Tensor, v: Tensor, repeat: Callable[[Tensor, int], T
     return torch.bmm(weights.reshape(b * kv, h // kv * n, w), v.reshape(b * kv, w, v.shape[-1])).view(b, h, n, -1)
 
 
-def softmax_entropy(weights: Tensor, scores: Tensor, row_max: Tensor, masked: tuple[int, int],
-                    row_sums: Tensor | None) -> Tensor:
-    """(N, R) −Σ_j w_ij ln w_ij of softmax rows (N, R, K) from the scores they were made of: ln w_ij = s_ij − lse_i,
-    and the largest weight sits at the largest score, so lse_i = m_i − ln max_j w_ij (m_i = max_j s_ij) and the
-    entropy is −Σ_j w_ij (s_ij − m_i) − ln(max_j w_ij) · Σ_j w_ij: no logarithm of the block (a third of the
-    statistics' time), and every term of the sum >= 0. The scores are overwritten. `masked`: the columns
-    holding -inf scores (weight 0, which count 0)."""
-    peak = scores.amax(-1, keepdim=True)
-    shifted = scores.sub_(peak)  # <= 0; -inf where masked
+@dataclass
+class SoftmaxStats:
+    """What softmax_stats' passes give the statistics of a block of rows (N, R): the entropy as its two terms
+    (entropy = spread + log_total · Σ_j w_ij, exact for rows that sum to 1 to rounding) and each row's
+    largest weight."""
+
+    spread: Tensor  # −Σ_j w_ij (s_ij − m_i) >= 0
+    log_total: Tensor  # ln Σ_j exp(s_ij − m_i)
+    row_max: Tensor  # max_j w_ij = 1 / Σ_j exp(s_ij − m_i)
+
+    def entropy(self, row_sums: Tensor | None) -> Tensor:
+        return self.spread + self.log_total * (1.0 if row_sums is None else row_sums)
+
+    def flat_cpu(self, n: int, rows: int) -> SoftmaxStats:
+        """The same as (n, rows) float32 tensors on the CPU (where the statistics are summed)."""
+        return SoftmaxStats(*(t.detach().float().cpu().reshape(n, rows) for t in (self.spread, self.log_total,
+                                                                                 self.row_max)))
+
+
+def softmax_stats(scores: Tensor, masked: tuple[int, int], dtype: torch.dtype, scratch: Scratch | None = None
+                  ) -> tuple[Tensor, SoftmaxStats]:
+    """The softmax of (B, H, n, K) scores (in float32 at least, then as `dtype`) and its SoftmaxStats from the
+    same passes: with m_i = max_j s_ij and Z_i = Σ_j exp(s_ij − m_i), w_ij = exp(s_ij − m_i) / Z_i, the largest
+    weight is 1 / Z_i and ln w_ij = (s_ij − m_i) − ln Z_i, so the entropy −Σ w ln w is −Σ_j w_ij (s_ij − m_i)
+    + ln Z_i: one product with the shifted scores, no logarithm of the block, every term >= 0 (never a
+    difference of two large numbers). The scores are overwritten. `masked`: the columns that may hold -inf
+    scores (weight 0, which count 0). scratch: the memory the weights are written to."""
+    s = scores if scores.dtype in (torch.float32, torch.float64) else scores.float()
+    s = s.sub_(s.amax(-1, keepdim=True))  # <= 0; -inf where masked; NaN in a row with no key (as softmax)
+    weights = torch.exp(s, out=None if scratch is None else scratch.like(s))
+    total = weights.sum(-1, keepdim=True)
+    weights.div_(total)
     m0, m1 = masked
     if m1 > m0:  # 0 · -inf is NaN: those cells weigh nothing
-        shifted[..., m0:m1].clamp_min_(torch.finfo(shifted.dtype).min)
-    spread = shifted.mul_(weights).sum(-1)
-    total = weights.sum(-1) if row_sums is None else row_sums
-    return -spread - torch.log(row_max) * total
-
-
-def _block_bias(mask: Tensor | None, cells: tuple, bias_of: Callable, dtype: torch.dtype) -> dict:
-    """map_rows' bias keywords for one block: the 0 / -inf bias of the block's columns that hold a masked cell,
-    made from that part of the mask alone (a whole 8,192² float32 bias would be 256 MiB)."""
-    if mask is None:
-        return {}
-    block = mask[cells]
-    m0, m1 = masked_columns(block)
-    return {"bias": bias_of(block[..., m0:m1], dtype), "bias_col": m0}
-
-
-def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
-    """Reduce runs of `factor` along `dim` with op (torch.amax / torch.amin); a short last run too."""
-    n = t.shape[dim]
-    if dim in (-1, t.dim() - 1) and t.dtype.is_floating_point and op in (torch.amax, torch.amin):
-        # along the last dim torch's reductions run elementwise: max_pool1d is 2-3x faster, with the same
-        # numbers (a NaN wins either way; ceil mode keeps the short last run)
-        flat = t.reshape(-1, 1, n)
-        pooled = (F.max_pool1d(flat, factor, ceil_mode=True) if op is torch.amax
-                  else -F.max_pool1d(-flat, factor, ceil_mode=True))
-        return pooled.reshape(*t.shape[:-1], pooled.shape[-1])
-    main = (n // factor) * factor
-    parts = []
-    if main:  # a reshape of the leading rows is a view: no copy of the full maps
-        shape = [*t.shape[:dim], n // factor, factor, *t.shape[dim + 1 :]]
-        parts.append(op(t.narrow(dim, 0, main).reshape(shape), dim=dim + 1))
-    if main < n:
-        parts.append(op(t.narrow(dim, main, n - main), dim=dim, keepdim=True))
-    return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
-
-
-def max_pool(x: Tensor, fq: int, fk: int, signed: bool = False) -> Tensor:
-    """(..., n, L) -> the max over fq x fk blocks of the last two dims (the last ones partial: max_pool2d's
-    ceil mode); signed: the value of largest magnitude. Two block reductions give max_pool2d's numbers several
-    times faster: the rows first (an elementwise max of whole rows, 3x faster than pooling the columns of the
-    full block), then the columns of the fq times smaller result (max_pool1d)."""
-    if fq == 1 and fk == 1:
-        return x
-    hi = _pooled(x, fq, fk, torch.amax)
-    if not signed:
-        return hi
-    lo = _pooled(x, fq, fk, torch.amin)
-    return torch.where(hi.abs() >= lo.abs(), hi, lo)
-
-
-def _pooled(x: Tensor, fq: int, fk: int, op) -> Tensor:
-    rows = reduce_blocks(x, x.dim() - 2, fq, op) if fq > 1 else x
-    return reduce_blocks(rows, x.dim() - 1, fk, op) if fk > 1 else rows
-
-
-def max_pool_rows(x: Tensor, fq: int, fk: int) -> tuple[Tensor, Tensor]:
-    """(max_pool(x, fq, fk), each row's maximum (..., n))."""
-    return max_pool(x, fq, fk), x.amax(-1)
+        s[..., m0:m1].clamp_min_(torch.finfo(s.dtype).min)
+    spread = s.mul_(weights).sum(-1).neg_()
+    stats = SoftmaxStats(spread, total.log().squeeze(-1), total.reciprocal().squeeze(-1))
+    return weights.to(dtype), stats
 
 
 def stacked(calls) -> Tensor | None:
@@ -340,7 +306,8 @@ def pooling(pool: Pooling | None) -> Iterator[Pooling | None]:
             yield pool
     finally:
         if pool is not None:
-            pool.scratch.release()
+            for scratch in (pool.scratch, *pool.blocks):
+                scratch.release()
 
 
 def current_pooling() -> Pooling | None:

@@ -36,10 +36,14 @@ class Scratch:
         self._t: torch.Tensor | None = None
 
     def like(self, t: torch.Tensor) -> torch.Tensor:
-        n = t.numel()
-        if self._t is None or self._t.numel() < n or self._t.dtype != t.dtype:
-            self._t = torch.empty(n, dtype=t.dtype)
-        return self._t[:n].view(t.shape)
+        return self.empty(t.shape, t.dtype, t.device)
+
+    def empty(self, shape, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        n = int(np.prod(shape))
+        held = self._t
+        if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device):
+            held = self._t = torch.empty(n, dtype=dtype, device=device)
+        return held[:n].view(shape)
 
     def release(self) -> None:
         self._t = None

@@ -98,13 +98,17 @@ def test_text_from_a_file_and_its_bad_inputs(tmp_path, capsys):
     assert "not UTF-8 text" in capsys.readouterr().err
 
 
-def test_the_entropy_from_the_scores_equals_the_exact_one_with_large_scores_and_masked_keys():
+def test_the_softmax_and_its_entropy_equal_torchs_with_large_scores_and_masked_keys():
     # scores up to ~±200 (a sink head's): the entropy's terms are summed shifted by the row's peak, never
     # as a difference of two large numbers; masked (-inf) keys weigh 0
     g = torch.Generator().manual_seed(3)
-    scores = torch.randn(6, 40, 300, generator=g) * torch.tensor([0.1, 1.0, 5.0, 20.0, 60.0, 200.0])[:, None, None]
+    scores = torch.randn(1, 6, 40, 300, generator=g) * torch.tensor([0.1, 1.0, 5.0, 20.0, 60.0, 200.0])[:, None, None]
     scores[..., 250:] = -torch.inf
-    weights = torch.softmax(scores, -1)
-    exact = -torch.special.xlogy(weights.double(), weights.double()).sum(-1)
-    got = pooling_module.softmax_entropy(weights, scores.clone(), weights.amax(-1), (250, 300), None)
-    np.testing.assert_allclose(got.double().numpy(), exact.numpy(), rtol=1e-5, atol=1e-6)
+    reference = torch.softmax(scores, -1)
+    exact = -torch.special.xlogy(reference.double(), reference.double()).sum(-1)
+    weights, stats = pooling_module.softmax_stats(scores.clone(), (250, 300), torch.float32)
+    torch.testing.assert_close(weights, reference, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(stats.entropy(None).double().numpy(), exact.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stats.entropy(reference.sum(-1)).double().numpy(), exact.numpy(), rtol=1e-5,
+                               atol=1e-6)
+    assert torch.equal(stats.row_max, weights.amax(-1))
