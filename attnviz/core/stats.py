@@ -40,10 +40,14 @@ class Scratch:
 
     def empty(self, shape, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
         n = int(np.prod(shape))
+        return self.reserve(n, dtype, device)[:n].view(shape)
+
+    def reserve(self, n: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The memory for n values at least (made once for the largest block, it serves every smaller one)."""
         held = self._t
         if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device):
             held = self._t = torch.empty(n, dtype=dtype, device=device)
-        return held[:n].view(shape)
+        return held
 
     def release(self) -> None:
         self._t = None
