@@ -42,6 +42,7 @@ from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pooled_by
 from .predictions import SPILL_BYTES, Outputs
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult
+from .slab import MapSlab, slab
 from .stages import ALWAYS_KEPT, BY_NAME, DEFAULT_RECORD, DIFFERENTIAL, ROTATION, STAGE_NAMES, stages_made_by
 
 # Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
@@ -192,13 +193,15 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
                             f"budget of {format_bytes(allowed)}", fix)
 
 
-def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = None
+def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = None, slab: Tensor | None = None
             ) -> tuple[dict[str, list[np.ndarray | None]], np.ndarray]:
     """Per-layer NumPy of each stage every layer kept (a layer that ran its family's own eager attention
     keeps only the weights: then no layer shows the others' scores); the weights stacked once into
-    (layers, 1, H, L, L), or `stacked` where a pooled forward wrote them into one array already. A pooled
-    forward keeps its per-token stages for some layers only (Pooling.token_calls): the others hold None."""
-    layer_weights = stacked if stacked is not None else stack_weights([t.weights for t in traces])
+    (layers, 1, H, L, L), or `stacked` where a pooled forward wrote them into one array already (`slab`: a
+    whole-map forward's kernel, slab.py). A pooled forward keeps its per-token stages for some layers only
+    (Pooling.token_calls): the others hold None."""
+    layer_weights = stacked if stacked is not None else slab.numpy() if slab is not None else \
+        stack_weights([t.weights for t in traces])
     pooled_tokens = stacked is not None
     common = [name for name in STAGE_NAMES
               if (any if pooled_tokens and not BY_NAME[name].is_map else all)(name in t for t in traces)]
@@ -268,10 +271,12 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     else:
         calls = len(getattr(model, "attention_modules", ())) or model.info.layers
         report = None if progress is None else (lambda n: progress(min(n, calls), calls))
-        with pooling(pool), watching(Watch(cancel, report)):  # per layer, and Cancel within one (progress.py)
+        # the kernel writes the maps into one tensor (not an encoder-decoder's: its stacks' maps differ)
+        one_stack = getattr(model, "forward_layers", model.info.layers) == model.info.layers
+        maps = MapSlab(calls) if pool is None and one_stack else None
+        with pooling(pool), slab(maps), watching(Watch(cancel, report)):  # per layer; Cancel within one
             ran = _forward_once(model, encoded, keep, plan, device)
-        if pool is not None:
-            ran = pooled_ran(ran, pool)
+        ran = pooled_ran(ran, pool) if pool is not None else _slab_ran(ran, maps) if maps is not None else ran
     compute = time.perf_counter() - t0
     if plan is not None:
         check_kernel_ran(plan, config, model.info)
@@ -319,6 +324,13 @@ def pooled_ran(ran: Ran, pool: Pooling) -> Ran:
     return ran
 
 
+def _slab_ran(ran: Ran, maps: MapSlab) -> Ran:
+    """The forward's weights as the slab the kernel wrote them into, where it holds every layer's."""
+    held = maps.holding([t["weights"] for t in ran.traces if "weights" in t])
+    ran.slab = held if held is not None and held.dtype == torch.float32 and held.device.type == "cpu" else None
+    return ran
+
+
 def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, device: torch.device) -> Ran:
     ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
     with torch.inference_mode(), ablating(plan):
@@ -332,7 +344,7 @@ def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, devic
 def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], device: torch.device, compute: float,
                    started: float, plan: Plan | None) -> ModelForward:
     masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in ran.traces]
-    stages, layer_weights = _arrays(ran.traces, keep, _stacked(ran.pooled))
+    stages, layer_weights = _arrays(ran.traces, keep, _stacked(ran.pooled), ran.slab)
     _check_finite(layer_weights, model.info)
     ids = torch.tensor([ran.ids], dtype=torch.long, device=device)
     return ModelForward(

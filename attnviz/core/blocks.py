@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from . import buffers, progress
+from . import buffers, progress, slab
 
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
@@ -132,8 +132,10 @@ def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, 
         if twin != name:
             whole.setdefault(name, whole[twin])
             continue
-        if name not in whole:
-            whole[name] = buffers.empty((*t.shape[:2], *shape), t.dtype, t.device)  # every cell is written
+        if name not in whole:  # every cell is written; a model's weights into its every-layer slab (slab.py)
+            size = (*t.shape[:2], *shape)
+            held = slab.take(size, t.dtype, t.device) if name == "weights" else None
+            whole[name] = held if held is not None else buffers.empty(size, t.dtype, t.device)
         out = whole[name][:, :, r0:r1]
         out[..., k0:k1] = t
         fill = FILL.get(name, 0.0)

@@ -41,6 +41,7 @@ class Ran:
     layer_tokens: tuple | None = None
     prompt_length: int | None = None  # a generation: where the prompt ends
     pooled: tuple = ()  # a pooled forward: each layer's pooling.PooledCall
+    slab: torch.Tensor | None = None  # every layer's weights, where the kernel wrote them into one (slab.py)
 
 
 @dataclass

@@ -60,3 +60,27 @@ def test_a_models_pooled_maps_equal_transformers_eager_attention(tiny_models, tm
     np.testing.assert_allclose(result.exact_stats["entropy"][0], stats["entropy"], rtol=1e-5)
 
 
+
+
+def test_whole_maps_computed_in_blocks_go_straight_into_the_every_layer_array(tiny_models, monkeypatch):
+    # blocks of a few rows (the kernel's path past a few hundred tokens): each layer's weights are written into
+    # one (layers, ...) tensor as they are made, so the result is no second copy, and equal to eager attention
+    from transformers import AutoModel
+
+    from attnviz.core import backed
+    from attnviz.core import blocks as blocks_module
+
+    monkeypatch.setattr(blocks_module, "BLOCK_BYTES", 1 << 12)
+
+    def no_copy(weights):
+        raise AssertionError("the layers' maps were copied into a new array")
+
+    monkeypatch.setattr(backed, "stack_weights", no_copy)
+    folder = tiny_models("llama")
+    result = run(RunConfig.for_variant("pretrained", model=str(folder), text="the cat sat on the mat " * 6))
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    with torch.no_grad():
+        attentions = model(torch.tensor([result.token_ids]), output_attentions=True).attentions
+    assert result.source.layer_weights.shape[0] == len(attentions) > 1
+    for layer, reference in enumerate(attentions):
+        np.testing.assert_allclose(result.source.layer_weights[layer, 0], reference[0].numpy(), atol=1e-5)
