@@ -14,17 +14,20 @@ that records them sees them whole.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from . import buffers, progress, slab
+from .stats import Scratch
 
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
 FILL = {"scores": -math.inf}  # what a left-out (masked) cell holds; every other map stage holds 0 there
 INPUT_STAGES = frozenset({"q_proj", "k_proj", "q", "k", "v"})  # kept by the caller, not per block
+_held = threading.local()  # each thread's block scratch (_scratch)
 
 
 def block_rows(q: Tensor, lkv: int) -> int:
@@ -91,7 +94,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     """The context (B, H', Lq, dv) of `attention`, in blocks of query rows; the kept map stages are written
     whole into `trace`. None when one block would hold every row (the whole path is then the same work).
 
-    map_rows(q_rows, mask=, trace=, row0=, col0=, keys_t=, bias=) -> (map, mask): kernel._map on a block.
+    map_rows(q_rows, mask=, trace=, row0=, col0=, keys_t=, scratch=, bias=) -> (map, mask): kernel._map on a block.
     repeat(x, heads): kernel.repeat_kv; bias_of(mask, dtype): kernel.mask_bias."""
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
@@ -104,6 +107,8 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     keys_t = repeat(k, h).transpose(-2, -1)
     values = context = None
     whole: dict[str, Tensor] = {}
+    # autograd writes no out= tensor: a forward that records gradients makes its own
+    scratch = None if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad) else _scratch()
     for r0 in range(0, lq, rows):
         progress.checkpoint()  # Cancel stops within one attention call
         r1 = min(lq, r0 + rows)
@@ -111,7 +116,8 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
         cells = block_cells(mask, r0, r1, k0, k1)
         block_trace = type(trace)(record)
         dropped, _ = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells], trace=block_trace,
-                              row0=r0, col0=k0, keys_t=keys_t[..., k0:k1], **narrow_bias(mask, bias, cells))
+                              row0=r0, col0=k0, keys_t=keys_t[..., k0:k1], scratch=scratch,
+                              **narrow_bias(mask, bias, cells))
         if context is None:  # the map's head count is known now (differential attention halves it)
             values = repeat(v, dropped.shape[1])
             context = q.new_empty((b, dropped.shape[1], lq, v.shape[-1]))
@@ -119,6 +125,15 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
         _write_block(whole, block_trace, (lq, lkv), (r0, r1, k0, k1))
     trace.update(whole)
     return context
+
+
+def _scratch() -> tuple[Scratch, Scratch]:
+    """This thread's memory for a block's scores and weights, kept from run to run: fresh block-sized tensors
+    are mapped page by page whenever the allocator has handed their pages back (a 4 MiB block: ~1,000 page
+    faults, a few ms in a virtual machine)."""
+    if not hasattr(_held, "scratch"):
+        _held.scratch = (Scratch(), Scratch())
+    return _held.scratch
 
 
 def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, int],

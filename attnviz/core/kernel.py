@@ -86,10 +86,13 @@ def _index_grids(s: Tensor, row0: int = 0, col0: int = 0) -> tuple[Tensor, Tenso
             (idx[3] + col0).view(1, 1, 1, -1))
 
 
-def _softmax(s: Tensor, sink: Tensor | None) -> Tensor:
-    """Softmax over the keys; a sink logit per head (gpt-oss) joins the denominator, then is dropped."""
+def _softmax(s: Tensor, sink: Tensor | None, scratch: Scratch | None = None) -> Tensor:
+    """Softmax over the keys; a sink logit per head (gpt-oss) joins the denominator, then is dropped.
+    scratch: the memory to write it to (torch's own softmax kernel, the same numbers)."""
     if sink is None:
-        return torch.softmax(s, dim=-1)
+        if scratch is None:
+            return torch.softmax(s, dim=-1)
+        return torch._softmax(s, -1, False, out=scratch.empty(s.shape, s.dtype, s.device))
     column = sink.to(s.dtype).view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
     return torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :-1]
 
@@ -224,18 +227,20 @@ def _scores(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, tra
 
 def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, combine, safe_softmax: bool,
          trace: Trace | None = None, dropout_p: float = 0.0, row0: int = 0, col0: int = 0,
-         keys_t: Tensor | None = None, bias: Tensor | None = None, bias_col: int = 0
-         ) -> tuple[Tensor, Tensor | None]:
+         keys_t: Tensor | None = None, bias: Tensor | None = None, bias_col: int = 0,
+         scratch: tuple[Scratch, Scratch] | None = None) -> tuple[Tensor, Tensor | None]:
     """The attention map of q's rows against k's keys (the rows row0.. and keys col0.. of the whole map: ALiBi
     and the like need the true positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
     dropout. keys_t: k already repeated to q's heads and transposed; bias: mask_bias(mask), made once for
     many blocks, of the columns bias_col.. (those that hold a masked cell; None with a mask: all of them).
     Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the trace does
-    not keep."""
+    not keep. scratch: the memory a block's scores and weights are written to (blocks.py copies what it keeps
+    before the next block)."""
     trace = trace if trace is not None else Trace()
+    scores_at, weights_at = scratch or (None, None)
     s, mask = _scores(q, k, mask, scale=scale, score_mods=score_mods, trace=trace, row0=row0, col0=col0,
-                      keys_t=keys_t, bias=bias, bias_col=bias_col)
-    weights = _softmax(trace.keep("scores", s), sink)
+                      keys_t=keys_t, bias=bias, bias_col=bias_col, scratch=scores_at)
+    weights = _softmax(trace.keep("scores", s), sink, weights_at)
     if safe_softmax and mask is not None:
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     trace.keep("weights", weights)

@@ -45,7 +45,8 @@ class Scratch:
     def reserve(self, n: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
         """The memory for n values at least (made once for the largest block, it serves every smaller one)."""
         held = self._t
-        if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device):
+        if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device) \
+                or held.is_inference() != torch.is_inference_mode_enabled():  # one made there stays there
             held = self._t = torch.empty(n, dtype=dtype, device=device)
         return held
 
