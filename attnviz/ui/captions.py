@@ -52,11 +52,29 @@ def generation_text(outcome: Outcome) -> str:
 
 
 def status_text(outcome: Outcome, swap_s: float) -> str:
-    """The status line for an outcome on screen; `swap_s`: the GUI-thread time its views took."""
+    """The status line for an outcome on screen; `swap_s`: the GUI-thread time its views took. How a long run's
+    maps are pooled leads (a long line is cut at the window's edge)."""
     r, c = outcome.result, outcome.result.config
     out_shape = "x".join(map(str, r.output.shape)) if "output" in r.stages else "not kept for this layer"
     compute = f"compute {r.compute_time_s * 1e3:.1f} ms" if outcome.recomputed else "view only (no recompute)"
     render = (outcome.frames.render_time_s + swap_s) * 1e3
-    notes = " · " + "; ".join(r.notes) if r.notes else ""
-    return (f"{generation_text(outcome)}{c.spec.label} · {c.shapes_text()} · output {out_shape} · mask {c.mask} · "
-            f"{r.device} · {compute} · render {render:.1f} ms{notes}")
+    pooled = pool_text(r)
+    others = [n for n in r.notes if n != pooled]
+    notes = " · " + "; ".join(others) if others else ""
+    return (f"{generation_text(outcome)}{pooled + ' · ' if pooled else ''}{c.spec.label} · {c.shapes_text()} · "
+            f"output {out_shape} · mask {c.mask} · {r.device} · {compute} · render {render:.1f} ms{notes}")
+
+
+def pool_text(result) -> str:
+    """'maps max-pooled 8,192 → 1,024 inside the kernel (statistics exact)' for a run computed on the pooled
+    path (a seed run's notes say it already), else ''."""
+    said = next((n for n in result.notes if "max-pooled" in n), None)
+    if said is not None or result.pool_factor is None:
+        return said or ""
+    c, (fq, fk) = result.config, result.pool_factor
+    rows, cols = -(-c.seq_q // fq), -(-c.lkv // fk)
+    if fq == fk == 1:
+        return f"maps at full resolution ({c.seq_q:,} × {c.lkv:,}), computed in blocks inside the kernel"
+    if c.seq_q == c.lkv and fq == fk:
+        return f"maps max-pooled {c.seq_q:,} → {rows:,} inside the kernel (statistics exact)"
+    return f"maps max-pooled {c.seq_q:,} x {c.lkv:,} → {rows:,} x {cols:,} inside the kernel (statistics exact)"

@@ -48,7 +48,7 @@ from .window_files import WindowFiles
 from .window_layout import WindowLayout
 from .window_model import WindowModel
 from .window_settings import WindowSettings
-from .window_zoom import WindowZoom, pool_status
+from .window_zoom import WindowZoom
 from .worker import Failure, Outcome, Request, Worker, generating
 
 TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in a cramped window
@@ -520,8 +520,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         latest = outcome.request.id == self.delivery.latest_id
         if latest and not outcome.partial and self.panel.adopt_files(outcome.result.config):
             self.schedule()  # what the files set (bias flags, batch, lengths) shown; a re-render sized for them
-        self.statusLabel.setText(status_text(outcome, self._swap_s + time.perf_counter() - t0)
-                                 + pool_status(outcome.result))
+        self.statusLabel.setText(status_text(outcome, self._swap_s + time.perf_counter() - t0))
 
     def _painted(self) -> bool:
         """Whether both views painted the result shown last (the tensor view is often painted one

@@ -102,17 +102,3 @@ class WindowZoom:
         thread, model_view.py)."""
         if rid == self.delivery.latest_id and self.modelDock.isVisible() and self.model_view_wanted():
             self.modelView.show_partial(rid, layers, total, self.colormapCombo.currentData())
-
-
-def pool_status(result) -> str:
-    """' · maps max-pooled 8,192 → 1,024 ...' for a pooled model run whose notes do not say it (a seed run's do)."""
-    if result.pool_factor is None or any("max-pooled" in n for n in result.notes):
-        return ""
-    c, (fq, fk) = result.config, result.pool_factor
-    rows, cols = -(-c.seq_q // fq), -(-c.lkv // fk)
-    if fq == fk == 1:
-        return f" · maps at full resolution ({c.seq_q:,} × {c.lkv:,}), computed in blocks inside the kernel"
-    if c.seq_q == c.lkv and fq == fk:
-        return f" · maps max-pooled {c.seq_q:,} → {rows:,} inside the kernel (statistics exact)"
-    return f" · maps max-pooled {c.seq_q:,} x {c.lkv:,} → {rows:,} x {cols:,} inside the kernel (statistics exact)"
-
