@@ -38,6 +38,7 @@ BADGE_PX = 0.18  # a badge's side, as a fraction of the tile
 BADGE_MAX = 10.0  # px: a badge marks, it does not cover the tile
 PENDING = 228  # the grey of a layer's tiles while it still runs
 LABEL_ROW_PX, LABEL_COL_PX = 14, 26  # screen room a layer label and a head label need
+MEAN_LABEL_PX = 40  # ... and the "mean" column's label
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
             "(Variant) to see all its layers and heads here.")
 
@@ -234,9 +235,12 @@ class ModelView(pg.GraphicsLayoutWidget):
         step_y = max(1, math.ceil(LABEL_ROW_PX * scale / (tile + GAP)))
         step_x = max(1, math.ceil(LABEL_COL_PX * scale / (tile + GAP)))
         left = [(y + tile / 2, text) for n, (y, text) in enumerate(zip(tops, rows)) if n % step_y == 0]
-        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(columns[:-1]) if c % step_x == 0]
+        mean_x = columns[-1] + tile / 2
+        room = (LABEL_COL_PX + MEAN_LABEL_PX) / 2 * scale  # a head label's centre this far from "mean"'s at least
+        top = [(x + tile / 2, f"H{c}") for c, x in enumerate(columns[:-1])
+               if c % step_x == 0 and mean_x - (x + tile / 2) >= room]
         self.plot.getAxis("left").setTicks([left])
-        self.plot.getAxis("top").setTicks([top + [(columns[-1] + tile / 2, "mean")]])
+        self.plot.getAxis("top").setTicks([top + [(mean_x, "mean")]])
 
     def _fit(self) -> None:
         """Square pixels, the mosaic at the top left (not centred far from its layer labels)."""
