@@ -44,6 +44,13 @@ def test_row_divides_each_row_by_its_maximum(long_causal):
     assert (np.where(tri, image, 0).max(-1) == DATA_MAX).all()
 
 
+@pytest.mark.parametrize("max_px", [None, (100, 100)])
+def test_the_row_scale_leaves_the_results_maps_as_they_were(long_causal, max_px):
+    before = long_causal.weights.copy()
+    render(long_causal, ViewOptions(max_px=max_px, scale_mode="row"))
+    np.testing.assert_array_equal(long_causal.weights, before)
+
+
 def test_row_normalises_before_pooling_rows():
     values = np.zeros((1, 4, 4), np.float32)
     values[0, 0] = [1.0, 0.0, 0.0, 0.0]  # a big row
