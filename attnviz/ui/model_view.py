@@ -20,7 +20,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QLabel, QMenu, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QMenu, QScrollArea, QVBoxLayout, QWidget
 
 from ..frames import model_mosaic, mosaic_columns, mosaic_rows
 from ..style import RED
@@ -31,6 +31,7 @@ from .views import lean_axes
 GAP = 2
 STACK_LABELS = {"encoder": "enc", "decoder": "dec", "cross": "cross"}  # the row labels of an encoder-decoder
 MIN_TILE, MAX_TILE = 12, 72
+READABLE_TILE, SCROLL_TILE = 16, 28  # under this the view scrolls instead, at tiles of at most that
 # one colour per head type (badges and legend); a type not listed here gets grey
 BADGE_COLOURS = {"previous_token": "#1f77b4", "first_token": "#7f7f7f", "self": "#2ca02c",
                  "duplicate_token": "#9467bd", "induction": "#ff7f0e"}
@@ -79,7 +80,8 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.crosses = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("w", width=2))
         self.plot.addItem(self.crossShadow)
         self.plot.addItem(self.crosses)
-        self.badges = pg.ScatterPlotItem(pxMode=False, symbol="s", pen=pg.mkPen("w", width=0.5))
+        # a dark outline: a grey badge stays visible on the grey of a causal tile's masked corner
+        self.badges = pg.ScatterPlotItem(pxMode=False, symbol="s", pen=pg.mkPen("#202020", width=1))
         self.plot.addItem(self.badges)
         self.ablated: set[tuple[int, int]] = set()  # (layer, head) of the shown stack
         self.head_types = None  # explain.HeadScoreFrames of the shown model
@@ -98,9 +100,25 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.scene().sigMouseMoved.connect(self._hovered)
 
     def tile_px(self, layers: int, heads: int) -> int:
-        w = (self.width() - 80) / (heads + 1.5)
-        h = (self.height() - 40) / max(layers, 1)
-        return int(max(MIN_TILE, min(MAX_TILE, w, h)))
+        """The tiles' side in screen pixels: as large as the dock shows every layer at, up to MAX_TILE; where
+        that is under READABLE_TILE (30 layers in a short dock: 5 px tiles, their badges a pixel), the width
+        sets it (at most SCROLL_TILE) and the view grows taller than the dock, which scrolls."""
+        room = self._room()
+        w = (room.width() - 80) / (heads + 1.5)
+        h = (room.height() - 40) / max(layers, 1)
+        tile = int(max(MIN_TILE, min(MAX_TILE, w, h)))
+        if tile >= READABLE_TILE or w < READABLE_TILE:
+            self.setMinimumHeight(0)
+            return tile
+        tile = int(min(SCROLL_TILE, w))
+        self.setMinimumHeight(layers * (tile + GAP) + 6 * GAP + 40)  # mosaic_rows' spacing and the axes
+        return tile
+
+    def _room(self):
+        """The size the dock gives the view: its scroll area's viewport, where it sits in one."""
+        parent = self.parentWidget()
+        return parent.size() if isinstance(parent, QWidget) and parent.objectName() == "modelScrollViewport" \
+            else self.size()
 
     def show_source(self, source, layer: int, colormap: str) -> None:
         """Show a model forward's layers, every stack of an encoder-decoder (composed off this thread
@@ -196,6 +214,7 @@ class ModelView(pg.GraphicsLayoutWidget):
             return
         self._note_shown = True
         self.source, self.tile, self._size = None, 0, None
+        self.setMinimumHeight(0)  # the note fits the dock: no scrolling
         self.image.clear()
         self.marker.setRect(QRectF())
         self.crosses.setData([], [])
@@ -391,10 +410,16 @@ class ModelPanel(QWidget):
         self.legend.setWordWrap(True)
         self.legend.setToolTip("Badges on the tiles: the head types whose score passes its threshold, measured "
                                "on a probe (random tokens repeated twice)")
+        self.scroll = named(QScrollArea(), "modelScroll")  # a model too deep for the dock scrolls (tile_px)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.scroll.setFrameShape(QFrame.NoFrame)
+        self.scroll.viewport().setObjectName("modelScrollViewport")
+        self.scroll.setWidget(view)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addWidget(view, 1)
+        layout.addWidget(self.scroll, 1)
         layout.addWidget(self.legend)
         self.set_legend(None)
 

@@ -191,3 +191,25 @@ def test_the_model_view_behind_a_tab_waits_and_catches_up_in_front(qtbot, bert12
     open_panel(qtbot, w, "modelDock")
     qtbot.waitUntil(lambda: w.modelView.source is w.result.source, timeout=10000)
     w.close()
+
+
+def test_a_deep_model_scrolls_in_the_model_view_at_a_readable_tile_and_a_shallow_one_fits(qtbot, tmp_path):
+    # 30 layers in the bottom dock: fitted whole, their tiles were ~5 px on screen and the badges a pixel
+    from attnviz.ui.model_view import READABLE_TILE
+
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    make_family(deep, "bert", num_hidden_layers=30)
+    w = big_window(qtbot, RunConfig(variant="pretrained", model=str(deep), text=SENTENCE))
+    view, scroll = w.modelView, w.modelPanel.scroll
+    qtbot.waitUntil(lambda: view.drawn is w.result.source, timeout=10000)
+    assert view.tile >= READABLE_TILE
+    assert view.height() > scroll.viewport().height() and scroll.verticalScrollBar().maximum() > 0
+    shallow = tmp_path / "shallow"
+    shallow.mkdir()
+    make_family(shallow, "bert")
+    w.panel.set_config(RunConfig(variant="pretrained", model=str(shallow), text=SENTENCE))
+    wait_shown(qtbot, w, timeout=30000)
+    qtbot.waitUntil(lambda: view.drawn is w.result.source, timeout=10000)
+    qtbot.waitUntil(lambda: scroll.verticalScrollBar().maximum() == 0, timeout=5000)  # every layer in the dock
+    w.close()
