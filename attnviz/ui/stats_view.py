@@ -4,6 +4,8 @@ for multi-layer results a layer x head overview of one column as a small heatmap
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
@@ -126,6 +128,7 @@ class StatsView(QWidget):
         plot.setLabel("left", "layer")
         plot.setLabel("bottom", "head")
         plot.getViewBox().setDefaultPadding(0)
+        plot.getViewBox().sigResized.connect(lambda *_: self._overview_ticks())
         self.overviewImage = image_item()
         plot.addItem(self.overviewImage)
         self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")
@@ -173,11 +176,19 @@ class StatsView(QWidget):
         set_heat_image(self.overviewImage, heat)
         rows, cols = heat.shape
         lo, hi = heat.levels
-        plot = self.overview.getPlotItem()
-        plot.getAxis("left").setTicks([[(n, str(n)) for n in range(rows)]] if rows <= 48 else None)
-        plot.getAxis("bottom").setTicks([[(n, str(n)) for n in range(cols)]] if cols <= 48 else None)
+        self._cells = (rows, cols)
+        self._overview_ticks()
         self.overview.getPlotItem().setTitle(f"{self.columnCombo.currentText()} · {lo:.3g} … {hi:.3g}", size="9pt")
         self.overview.getPlotItem().setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+
+    def _overview_ticks(self) -> None:
+        """Layer and head labels, every n-th where the cells are too small for all (30 layers in ~100 px ran
+        together); again as the overview resizes."""
+        rows, cols = getattr(self, "_cells", (0, 0))
+        plot = self.overview.getPlotItem()
+        room = plot.getViewBox().size()
+        plot.getAxis("left").setTicks([_every(rows, room.height(), LABEL_ROW_PX)])
+        plot.getAxis("bottom").setTicks([_every(cols, room.width(), LABEL_COL_PX)])
 
     def csv(self) -> str:
         return stats_csv(self.frames.columns, self.frames.labels) if self.frames else ""
@@ -189,3 +200,12 @@ class StatsView(QWidget):
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.csv())
+
+
+LABEL_ROW_PX, LABEL_COL_PX = 14, 22  # screen room a layer label and a head label need
+
+
+def _every(n: int, pixels: float, label_px: int) -> list[tuple[int, str]]:
+    """Ticks 0, k, 2k, ... for n cells across `pixels` of screen: every cell where each has label_px."""
+    step = max(1, math.ceil(n * label_px / max(pixels, 1.0)))
+    return [(i, str(i)) for i in range(0, n, step)]

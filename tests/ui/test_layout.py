@@ -205,6 +205,12 @@ def test_a_deep_model_scrolls_in_the_model_view_at_a_readable_tile_and_a_shallow
     qtbot.waitUntil(lambda: view.drawn is w.result.source, timeout=10000)
     assert view.tile >= READABLE_TILE
     assert view.height() > scroll.viewport().height() and scroll.verticalScrollBar().maximum() > 0
+    open_panel(qtbot, w, "statsDock")  # its layer x head overview labels every n-th layer that has room
+    plot = w.explain.stats.overview.getPlotItem()
+    qtbot.waitUntil(lambda: len(plot.getAxis("left")._tickLevels[0]) > 1, timeout=10000)
+    ticks = [value for value, _ in plot.getAxis("left")._tickLevels[0]]
+    assert 1 < len(ticks) < 30 and (ticks[1] - ticks[0]) * plot.getViewBox().height() / 30 >= 14
+    open_panel(qtbot, w, "modelDock")  # in front again: it draws the next model
     shallow = tmp_path / "shallow"
     shallow.mkdir()
     make_family(shallow, "bert")
