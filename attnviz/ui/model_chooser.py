@@ -25,7 +25,7 @@ class ModelChooser(QWidget):
         self.combo.setObjectName("modelCombo")
         self.combo.setAccessibleName("modelCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.setMinimumContentsLength(6)  # the panel column fits at its 300 px minimum (a test checks)
+        self.combo.setMinimumContentsLength(4)  # the panel column fits at its 300 px minimum (tests check)
         self.combo.setToolTip(f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders or .gguf files "
                               "separated by the path separator), and GGUF models in Ollama's and LM Studio's stores. "
                               f"Opens {supported_text()}. Nothing is downloaded.")

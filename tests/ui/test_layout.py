@@ -219,3 +219,21 @@ def test_a_deep_model_scrolls_in_the_model_view_at_a_readable_tile_and_a_shallow
     qtbot.waitUntil(lambda: view.drawn is w.result.source, timeout=10000)
     qtbot.waitUntil(lambda: scroll.verticalScrollBar().maximum() == 0, timeout=5000)  # every layer in the dock
     w.close()
+
+
+def test_a_chosen_model_with_a_long_name_fits_the_panel_column_without_a_sideways_scrollbar(qtbot, tmp_path):
+    folder = tmp_path / "SmolLM2-135M-Instruct.Q4_1-dequantised"
+    folder.mkdir()
+    make_family(folder, "llama")
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1400, 950)
+    w.show()
+    wait_shown(qtbot, w)
+    w.panel.set_config(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+    wait_shown(qtbot, w, timeout=30000)
+    scroll = w.panel.parentWidget().parentWidget()
+    room = scroll.width() - 2 * scroll.frameWidth() - scroll.verticalScrollBar().sizeHint().width()
+    assert w.panel.minimumSizeHint().width() <= room
+    assert not scroll.horizontalScrollBar().isVisible()
+    w.close()
