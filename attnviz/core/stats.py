@@ -12,6 +12,8 @@ column indices.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -39,7 +41,7 @@ class Scratch:
         return self.empty(t.shape, t.dtype, t.device)
 
     def empty(self, shape, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         return self.reserve(n, dtype, device)[:n].view(shape)
 
     def reserve(self, n: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
