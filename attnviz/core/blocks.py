@@ -107,8 +107,9 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     keys_t = repeat(k, h).transpose(-2, -1)
     values = context = None
     whole: dict[str, Tensor] = {}
-    # autograd writes no out= tensor: a forward that records gradients makes its own
-    scratch = None if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad) else _scratch()
+    # autograd writes no out= tensor (and a learnable score mod needs grad where q and k do not): a forward
+    # that records gradients makes its own
+    scratch = None if torch.is_grad_enabled() else _scratch()
     for r0 in range(0, lq, rows):
         progress.checkpoint()  # Cancel stops within one attention call
         r1 = min(lq, r0 + rows)

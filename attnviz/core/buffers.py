@@ -38,8 +38,9 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str
     if _use_count is None or device.type != "cpu" or nbytes < MIN_BYTES:
         return torch.empty(shape, dtype=dtype, device=device)
     with _lock:
+        inference = torch.is_inference_mode_enabled()  # a buffer made in inference mode is written only there
         for i, t in enumerate(_buffers):
-            if t.dtype == dtype and t.numel() == numel and _free(t):
+            if t.dtype == dtype and t.numel() == numel and t.is_inference() == inference and _free(t):
                 _buffers.append(_buffers.pop(i))  # the newest now
                 return t.view(shape)
         _drop_free()  # they fit no map of this run: their memory goes back before a new buffer takes more

@@ -250,8 +250,9 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
     return trace.keep("dropped", dropped), mask
 
 
-def _pooled_map(q: Tensor, k: Tensor, mask: Tensor | None, *, scored: bool, scratch: tuple[Scratch, Scratch],
-                **options) -> tuple[Tensor, Tensor | None, SoftmaxStats | None]:
+def _pooled_map(q: Tensor, k: Tensor, mask: Tensor | None, *, scored: bool,
+                scratch: tuple[Scratch | None, Scratch | None], **options
+                ) -> tuple[Tensor, Tensor | None, SoftmaxStats | None]:
     """_map for the pooled path (pooling.Pooling.attend): the map, the mask and, where `scored` (the map is a
     plain softmax of the scores), what the softmax itself gives the statistics (pooling.softmax_stats: its
     entropy and each row's largest weight, from the passes that make the weights). scratch: the memory every
@@ -267,7 +268,9 @@ def _pooled_map(q: Tensor, k: Tensor, mask: Tensor | None, *, scored: bool, scra
     masked = (0, 0) if mask is None else (0, s.shape[-1]) if bias is None else (col, col + bias.shape[-1])
     weights, stats = softmax_stats(s, masked, q.dtype, scratch[1])
     if options["safe_softmax"] and mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        keyless = ~mask.any(dim=-1, keepdim=True)
+        weights = weights.masked_fill(keyless, 0.0)
+        stats.row_max.masked_fill_(keyless[..., 0], 0.0)  # 1 / Z is NaN there; the weights are 0
     return weights, mask, stats
 
 

@@ -118,9 +118,11 @@ class Pooling:
         masks = self._mask_blocks(mask, lkv)
         fq, fk = factor(lq, self.target or TARGET), factor(lkv, self.target or TARGET)
         keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
-        for scratch in self.blocks:  # the largest block's size at once: blocks growing one by one (a causal
-            # map's) would leave a trail of freed sizes in the heap (~280 MB at 8,192 tokens)
-            scratch.reserve(q.shape[0] * q.shape[1] * self._rows(q, lkv) * lkv, torch.float32, q.device)
+        # autograd writes no out= tensor: a forward that records gradients makes its own
+        scratch = (None, None) if torch.is_grad_enabled() else self.blocks
+        for held in filter(None, scratch):  # the largest block's size at once: blocks growing one by one (a
+            # causal map's) would leave a trail of freed sizes in the heap (~280 MB at 8,192 tokens)
+            held.reserve(q.shape[0] * q.shape[1] * self._rows(q, lkv) * lkv, torch.float32, q.device)
         call, context, r0 = None, None, 0
         while r0 < lq:
             progress.checkpoint()  # Cancel stops within one attention call
@@ -130,7 +132,7 @@ class Pooling:
             bias = {} if mask is None else {"bias": bias_of(mask[cells.cells][..., slice(*cells.masked)], q.dtype),
                                             "bias_col": cells.masked[0]}
             block, _, softmax = map_rows(q[:, :, r0:r1], mask=None if mask is None else mask[cells.cells], row0=r0,
-                                         col0=k0, keys_t=keys_t[..., k0:k1], scratch=self.blocks, **bias)
+                                         col0=k0, keys_t=keys_t[..., k0:k1], scratch=scratch, **bias)
             if call is None:
                 call = self._start(block, lq, lkv)
                 # one tensor written block by block: small blocks kept alive between the block-sized

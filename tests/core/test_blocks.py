@@ -128,3 +128,15 @@ def test_scores_equal_the_seeds_divide_bit_for_bit(d_head, block_bytes):
     seed_scores = seed_scores.masked_fill(~allowed, float("-inf"))
     assert torch.equal(trace.scores, seed_scores)
     torch.testing.assert_close(trace.weights, torch.softmax(seed_scores, -1), atol=1e-7, rtol=1e-6)
+
+
+def test_a_learnable_score_mod_trains_through_the_blocks(monkeypatch):
+    # the blocks' reused memory is for forwards without gradients: autograd writes no out= tensor
+    from attnviz.core.mods import ScoreMod
+
+    monkeypatch.setattr(blocks_module, "BLOCK_BYTES", 1 << 12)
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(n)) for n in range(3))
+    bias = torch.zeros(2, requires_grad=True)
+    context, _ = attention(q, k, v, score_mods=[ScoreMod("biased", lambda s, b, h, i, j: s + bias[h] * j)])
+    context.sum().backward()
+    assert bias.grad is not None and torch.isfinite(bias.grad).all() and bias.grad.abs().sum() > 0

@@ -55,3 +55,15 @@ def test_release_gives_free_buffers_back_and_keeps_those_in_use():
     assert buffers.idle_bytes() == 400 * 10 * 4
     assert buffers.release() == 400 * 10 * 4 and buffers.idle_bytes() == 0
     assert buffers.empty((300, 10), torch.float32).data_ptr() != held.data_ptr()
+
+
+def test_a_buffer_made_in_inference_mode_is_not_lent_outside_it():
+    # outside inference mode an in-place write into an inference tensor raises: such a buffer waits for a
+    # run in inference mode, and a plain one is made meanwhile
+    with torch.inference_mode():
+        made = buffers.empty((4, 1024), torch.float32)
+    del made
+    gc.collect()
+    lent = buffers.empty((4, 1024), torch.float32)
+    assert not lent.is_inference()
+    lent.copy_(torch.ones(4, 1024))

@@ -112,3 +112,21 @@ def test_the_softmax_and_its_entropy_equal_torchs_with_large_scores_and_masked_k
     np.testing.assert_allclose(stats.entropy(reference.sum(-1)).double().numpy(), exact.numpy(), rtol=1e-5,
                                atol=1e-6)
     assert torch.equal(stats.row_max, weights.amax(-1))
+
+
+def test_a_heads_row_with_no_key_under_safe_softmax_weighs_nothing_in_the_pooled_max_weight():
+    # a per-head mask where one head's row has no key (the other head's has): its weights are 0, not NaN
+    from attnviz.core.kernel import attention
+    from attnviz.core.stats import head_stats
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=g) for _ in range(3))
+    mask = torch.ones(1, 2, 64, 64, dtype=torch.bool).tril()
+    mask[0, 1, 3] = False
+    _, exact = attention(q, k, v, mask=mask, safe_softmax=True, record={"weights"})
+    with torch.inference_mode():
+        pool = pooling_module.Pooling(target=16)
+        with pooling_module.pooling(pool):
+            attention(q, k, v, mask=mask, safe_softmax=True)
+    got = pool.calls[0].stat_arrays()["max_weight"][0]
+    np.testing.assert_allclose(got, head_stats(exact.weights[0].numpy())["max_weight"], rtol=1e-6)
