@@ -193,16 +193,15 @@ def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[s
                             f"budget of {format_bytes(allowed)}", fix)
 
 
-def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = None, slab: Tensor | None = None
+def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = None, pooled: bool = False
             ) -> tuple[dict[str, list[np.ndarray | None]], np.ndarray]:
     """Per-layer NumPy of each stage every layer kept (a layer that ran its family's own eager attention
     keeps only the weights: then no layer shows the others' scores); the weights stacked once into
-    (layers, 1, H, L, L), or `stacked` where a pooled forward wrote them into one array already (`slab`: a
-    whole-map forward's kernel, slab.py). A pooled forward keeps its per-token stages for some layers only
-    (Pooling.token_calls): the others hold None."""
-    layer_weights = stacked if stacked is not None else slab.numpy() if slab is not None else \
-        stack_weights([t.weights for t in traces])
-    pooled_tokens = stacked is not None
+    (layers, 1, H, L, L), or `stacked` where the kernel wrote them into one array already (a pooled forward's,
+    or slab.py's). A pooled forward keeps its per-token stages for some layers only (Pooling.token_calls):
+    the others hold None."""
+    layer_weights = stacked if stacked is not None else stack_weights([t.weights for t in traces])
+    pooled_tokens = pooled
     common = [name for name in STAGE_NAMES
               if (any if pooled_tokens and not BY_NAME[name].is_map else all)(name in t for t in traces)]
     stages: dict[str, list[np.ndarray | None]] = {name: [] for name in common}
@@ -344,7 +343,9 @@ def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, devic
 def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], device: torch.device, compute: float,
                    started: float, plan: Plan | None) -> ModelForward:
     masks = [np.broadcast_to(t.mask.cpu().numpy(), (1, 1, *t.weights.shape[-2:])).copy() for t in ran.traces]
-    stages, layer_weights = _arrays(ran.traces, keep, _stacked(ran.pooled), ran.slab)
+    pooled = _stacked(ran.pooled)
+    stacked = pooled if pooled is not None else None if ran.slab is None else ran.slab.numpy()
+    stages, layer_weights = _arrays(ran.traces, keep, stacked, pooled=pooled is not None)
     _check_finite(layer_weights, model.info)
     ids = torch.tensor([ran.ids], dtype=torch.long, device=device)
     return ModelForward(

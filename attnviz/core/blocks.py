@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from . import buffers, progress, slab
-from .stats import Scratch
+from .buffers import Scratch
 
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
@@ -107,9 +107,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     keys_t = repeat(k, h).transpose(-2, -1)
     values = context = None
     whole: dict[str, Tensor] = {}
-    # autograd writes no out= tensor (and a learnable score mod needs grad where q and k do not): a forward
-    # that records gradients makes its own
-    scratch = None if torch.is_grad_enabled() else _scratch()
+    scratch = _scratch() if buffers.reusable() else None  # (a learnable score mod needs grad, q and k not)
     for r0 in range(0, lq, rows):
         progress.checkpoint()  # Cancel stops within one attention call
         r1 = min(lq, r0 + rows)

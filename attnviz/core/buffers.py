@@ -6,10 +6,14 @@ allocator returns blocks this large to the system when they are freed. A run tha
 can write into that run's buffer instead once the result it belonged to is gone. A buffer is free when its
 storage has no user but this pool (torch's storage use count), so a result still on screen, in a cache or
 being exported is never written over.
+
+Scratch: one block-sized temporary a loop over blocks writes again and again (a long forward's blocks, each
+thread's blocks of a whole map), for ops run without autograd (`reusable`).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
@@ -78,3 +82,34 @@ def idle_bytes() -> int:
     with _lock:
         return sum(t.numel() * t.element_size() for t in _buffers if _free(t))
 
+
+class Scratch:
+    """A block-sized temporary, the same memory for every block (and every call, where it is shared): a fresh
+    one each time is mapped page by page (a 16 MB block: thousands of page faults, as long as the arithmetic)."""
+
+    def __init__(self):
+        self._t: torch.Tensor | None = None
+
+    def like(self, t: torch.Tensor) -> torch.Tensor:
+        return self.empty(t.shape, t.dtype, t.device)
+
+    def empty(self, shape, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        n = math.prod(shape)
+        return self.reserve(n, dtype, device)[:n].view(shape)
+
+    def reserve(self, n: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The memory for n values at least (made once for the largest block, it serves every smaller one)."""
+        held = self._t
+        if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device) \
+                or held.is_inference() != torch.is_inference_mode_enabled():  # one made there stays there
+            held = self._t = torch.empty(n, dtype=dtype, device=device)
+        return held
+
+    def release(self) -> None:
+        self._t = None
+
+
+def reusable() -> bool:
+    """Whether ops may write into reused memory (out=): autograd writes no out= tensor, so a forward that
+    records gradients makes its own."""
+    return not torch.is_grad_enabled()

@@ -19,9 +19,9 @@ from torch import Tensor
 from . import progress
 from .ablation import knock_out
 from .blocks import blocked_attention
+from .buffers import Scratch
 from .pooling import SoftmaxStats, current_pooling, softmax_stats
 from .stages import DEFAULT_RECORD
-from .stats import Scratch
 
 
 class Trace(dict):

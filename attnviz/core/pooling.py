@@ -22,10 +22,11 @@ import torch
 from torch import Tensor
 
 from . import progress
+from .buffers import Scratch, reusable
 from .current import ThreadCurrent
 from .mask_blocks import MaskBlock, MaskBlocks
 from .maxpool import max_pool
-from .stats import Scratch, StatSums
+from .stats import StatSums
 
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
 POOLED_BYTES = 384 << 20  # every call's pooled maps together at most (the target halves until they fit)
@@ -118,8 +119,7 @@ class Pooling:
         masks = self._mask_blocks(mask, lkv)
         fq, fk = factor(lq, self.target or TARGET), factor(lkv, self.target or TARGET)
         keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
-        # autograd writes no out= tensor: a forward that records gradients makes its own
-        scratch = (None, None) if torch.is_grad_enabled() else self.blocks
+        scratch = self.blocks if reusable() else (None, None)
         for held in filter(None, scratch):  # the largest block's size at once: blocks growing one by one (a
             # causal map's) would leave a trail of freed sizes in the heap (~280 MB at 8,192 tokens)
             held.reserve(q.shape[0] * q.shape[1] * self._rows(q, lkv) * lkv, torch.float32, q.device)
@@ -283,11 +283,17 @@ def stacked(calls) -> Tensor | None:
 
 def pool_note(call: PooledCall) -> str:
     """What the status line says of a pooled run."""
-    (lq, lkv), (fq, fk) = call.shape, call.factors
-    pooled = call.weights.shape[-2:]
+    return pooled_text(call.shape, call.factors)
+
+
+def pooled_text(shape: tuple[int, int], factors: tuple[int, int]) -> str:
+    """'maps max-pooled 8,192 → 1,024 inside the kernel (statistics exact)' for an (Lq, Lkv) map pooled by
+    (fq, fk)."""
+    (lq, lkv), (fq, fk) = shape, factors
+    rows, cols = -(-lq // fq), -(-lkv // fk)
     if lq == lkv and fq == fk:
-        return f"maps max-pooled {lq:,} → {pooled[0]:,} inside the kernel (statistics exact)"
-    return f"maps max-pooled {lq:,} x {lkv:,} → {pooled[0]:,} x {pooled[1]:,} inside the kernel (statistics exact)"
+        return f"maps max-pooled {lq:,} → {rows:,} inside the kernel (statistics exact)"
+    return f"maps max-pooled {lq:,} x {lkv:,} → {rows:,} x {cols:,} inside the kernel (statistics exact)"
 
 
 def pooled_parts(stages: dict[str, np.ndarray], call: PooledCall, heads: int) -> tuple:

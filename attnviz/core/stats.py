@@ -12,10 +12,10 @@ column indices.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
+
+from .buffers import Scratch
 
 # column -> (header, tooltip); the order is the table's
 STATS: dict[str, tuple[str, str]] = {
@@ -28,32 +28,6 @@ STATS: dict[str, tuple[str, str]] = {
     "diagonal": ("diagonal", "mean share on key i itself"),
 }
 STAT_NAMES: tuple[str, ...] = tuple(STATS)
-
-
-class Scratch:
-    """A block-sized temporary, the same memory for every block (and every call, where it is shared): a fresh
-    one each time is mapped page by page (a 16 MB block: thousands of page faults, as long as the arithmetic)."""
-
-    def __init__(self):
-        self._t: torch.Tensor | None = None
-
-    def like(self, t: torch.Tensor) -> torch.Tensor:
-        return self.empty(t.shape, t.dtype, t.device)
-
-    def empty(self, shape, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
-        n = math.prod(shape)
-        return self.reserve(n, dtype, device)[:n].view(shape)
-
-    def reserve(self, n: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The memory for n values at least (made once for the largest block, it serves every smaller one)."""
-        held = self._t
-        if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device) \
-                or held.is_inference() != torch.is_inference_mode_enabled():  # one made there stays there
-            held = self._t = torch.empty(n, dtype=dtype, device=device)
-        return held
-
-    def release(self) -> None:
-        self._t = None
 
 
 class StatSums:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..core import RunConfig
 from ..core.backed import WEIGHTS_ONLY_NOTE
+from ..core.pooling import pooled_text
 from .worker import Outcome
 
 STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
@@ -71,10 +72,7 @@ def pool_text(result) -> str:
     said = next((n for n in result.notes if "max-pooled" in n), None)
     if said is not None or result.pool_factor is None:
         return said or ""
-    c, (fq, fk) = result.config, result.pool_factor
-    rows, cols = -(-c.seq_q // fq), -(-c.lkv // fk)
-    if fq == fk == 1:
+    c = result.config
+    if tuple(result.pool_factor) == (1, 1):
         return f"maps at full resolution ({c.seq_q:,} × {c.lkv:,}), computed in blocks inside the kernel"
-    if c.seq_q == c.lkv and fq == fk:
-        return f"maps max-pooled {c.seq_q:,} → {rows:,} inside the kernel (statistics exact)"
-    return f"maps max-pooled {c.seq_q:,} x {c.lkv:,} → {rows:,} x {cols:,} inside the kernel (statistics exact)"
+    return pooled_text((c.seq_q, c.lkv), tuple(result.pool_factor))

@@ -99,10 +99,10 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.scene().sigMouseClicked.connect(self._clicked)
         self.scene().sigMouseMoved.connect(self._hovered)
 
-    def tile_px(self, layers: int, heads: int) -> int:
-        """The tiles' side in screen pixels: as large as the dock shows every layer at, up to MAX_TILE; where
-        that is under READABLE_TILE (30 layers in a short dock: 5 px tiles, their badges a pixel), the width
-        sets it (at most SCROLL_TILE) and the view grows taller than the dock, which scrolls."""
+    def fit_tiles(self, layers: int, heads: int) -> int:
+        """The tiles' side in screen pixels, the view sized for them: as large as the dock shows every layer at,
+        up to MAX_TILE; where that is under READABLE_TILE (30 layers in a short dock: 5 px tiles, their badges a
+        pixel), the width sets it (at most SCROLL_TILE) and the view grows taller than the dock, which scrolls."""
         room = self._room()
         w = (room.width() - 80) / (heads + 1.5)
         h = (room.height() - 40) / max(layers, 1)
@@ -132,7 +132,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self._note_shown = False  # a random result before this one's tiles arrive puts the note back
         heads = source.layer_weights.shape[2]
         layers = sum(lw.shape[0] for _, lw, _ in source.stacks) or source.layer_weights.shape[0]  # as blocks()
-        tile = self.tile_px(layers, heads)
+        tile = self.fit_tiles(layers, heads)
 
         def compose() -> None:
             lower_priority()  # like the worker: the GUI thread wins the CPU
@@ -150,7 +150,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         heads = layers[0][0].shape[1]
         p = self.partial
         if p is None or p["rid"] != rid:
-            tile = self.tile_px(total, heads)
+            tile = self.fit_tiles(total, heads)
             tops, columns = mosaic_rows([total], tile, GAP), mosaic_columns(heads, tile, GAP)
             picture = np.full((tops[-1] + tile, columns[-1] + tile, 4), 255, np.uint8)
             for y in tops:
@@ -410,7 +410,7 @@ class ModelPanel(QWidget):
         self.legend.setWordWrap(True)
         self.legend.setToolTip("Badges on the tiles: the head types whose score passes its threshold, measured "
                                "on a probe (random tokens repeated twice)")
-        self.scroll = named(QScrollArea(), "modelScroll")  # a model too deep for the dock scrolls (tile_px)
+        self.scroll = named(QScrollArea(), "modelScroll")  # a model too deep for the dock scrolls (fit_tiles)
         self.scroll.setWidgetResizable(True)
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.scroll.setFrameShape(QFrame.NoFrame)

@@ -60,6 +60,7 @@ class StatsView(QWidget):
         super().__init__(parent)
         named(self, "statsView")
         self.frames: StatsFrames | None = None
+        self._cells = (0, 0)  # the overview's (layers, heads)
         self.model = QStandardItemModel(self)
         self.model.setSortRole(SORT_ROLE)
         self.table = named(QTableView(), "statsTable")
@@ -184,7 +185,7 @@ class StatsView(QWidget):
     def _overview_ticks(self) -> None:
         """Layer and head labels, every n-th where the cells are too small for all (30 layers in ~100 px ran
         together); again as the overview resizes."""
-        rows, cols = getattr(self, "_cells", (0, 0))
+        rows, cols = self._cells
         plot = self.overview.getPlotItem()
         room = plot.getViewBox().size()
         plot.getAxis("left").setTicks([_every(rows, room.height(), LABEL_ROW_PX)])
