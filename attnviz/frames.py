@@ -18,7 +18,7 @@ import torch
 from . import colormaps
 from .core.config import RunConfig
 from .core.lru import LRU
-from .core.maxpool import max_pool
+from .core.maxpool import ceil_div, max_pool
 from .core.runner import RunResult
 from .core.stages import STAGE_NAMES, STAGES
 from .style import COMPACT_DIGITS, number
@@ -177,7 +177,7 @@ def _pool(x: torch.Tensor, max_px: tuple[int, int] | None, signed: bool = False)
     """Max-pool (N, h, w) to at most max_px; `signed` keeps the larger magnitude instead of the max."""
     if max_px is None:
         return x
-    return max_pool(x, -(-x.shape[-2] // max_px[0]), -(-x.shape[-1] // max_px[1]), signed)
+    return max_pool(x, ceil_div(x.shape[-2], max_px[0]), ceil_div(x.shape[-1], max_px[1]), signed)
 
 
 def _pool_any(flags: torch.Tensor, max_px: tuple[int, int] | None) -> torch.Tensor:
@@ -248,10 +248,13 @@ def pool_maps(
     max_px: tuple[int, int] | None,
     signed: bool,
     row: bool = False,
+    shape: tuple[int, int] | None = None,
 ) -> PooledMaps:
     """Pool (N, h, w) maps to at most max_px, keeping which blocks hold data, masked or no-key cells.
 
     allowed: bool (1 or N, h, w), True = may attend; empty_rows: bool (1 or N, h), rows with no key.
+    shape: the maps' own (h, w) where `values` are unsigned maps the kernel pooled for max_px already
+    (screen.ScreenMaps, rows and columns, or for the row scale columns alone): the rest is done here.
     A pooled block shows data if any of its cells is data (the max, or for signed data the value of
     largest magnitude, so single peaks survive), else masked if any cell is masked, else no-key.
     The full maps are read once (twice for signed data); everything after runs on pooled arrays.
@@ -260,7 +263,7 @@ def pool_maps(
     row is normalised, then rows are pooled, so a block shows max over its rows of w_ij / max_j w_ij.
     """
     x = values if isinstance(values, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(values, np.float32))
-    _, h, w = x.shape
+    h, w = shape or x.shape[-2:]
     data = torch.ones((1, h, w), dtype=torch.bool) if allowed is None else torch.from_numpy(allowed.copy())
     if empty_rows is not None and empty_rows.any():
         data = data & ~torch.from_numpy(empty_rows.copy())[..., None]
@@ -269,7 +272,7 @@ def pool_maps(
         x = x.masked_fill(~data, 0.0)  # -inf scores must not win the magnitude pooling
     # weights are 0 at masked cells already, so they never win the max over a block with data
     if row:
-        columns = _pool(x, None if max_px is None else (h, max_px[1]), signed)
+        columns = _pool(x, None if max_px is None else (x.shape[-2], max_px[1]), signed)
         x = _row_normalised(columns, signed, in_place=columns is not x)  # the pooled copy is ours to change
     pooled = _pool(x, max_px, signed)
     data_p, hidden_p = _pooled_flags(data, allowed, empty_rows, max_px)
@@ -479,14 +482,15 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     b = min(max(options.batch_index, 0), c.batch - 1)
     signed = view_signed(options.view, c)
     map_lut = colormaps.lut(options.diverging if signed else options.colormap)
-    values = getattr(result, view_stage(options.view))[b]  # (H, Lq, Lkv); 2H for differential pre-softmax
+    stage = view_stage(options.view)
+    values = getattr(result, stage)[b]  # (H, Lq, Lkv); 2H for differential pre-softmax
     allowed = allowed_maps(result, b)
     empty = result.fully_masked_rows[b][:1]  # (1, Lq): masks carry no head dimension
     mode = options.scale_mode
     row = mode == "row"
     key = (options.view, b, options.max_px, row)
     pooled = cache.get(result, ("heads", *key),
-                       lambda: pool_maps(values, allowed, empty, options.max_px, signed, row=row))
+                       lambda: _pooled_heads(result, stage, b, options, allowed, empty, signed))
     images, levels, scale = quantise_scaled(pooled, options.shared_scale, mode)
     shape = (c.seq_q, c.lkv)
     heads = [HeatImage(im, shape, lv, map_lut, head_title(h, len(images), c.heads))
@@ -515,6 +519,26 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
         frames.extras = extras(result, options, cache)
     frames.render_time_s = time.perf_counter() - t0
     return frames
+
+
+def screen_px(max_px: tuple[int, int] | None, shape: tuple[int, int], row: bool) -> tuple[int, int] | None:
+    """The size a view of (Lq, Lkv) maps asks the kernel to pool them to (core/screen.py): max_px, or for the row
+    scale (each row divided by its own maximum before the rows are pooled) max_px's columns alone."""
+    if max_px is None:
+        return None
+    return (shape[0], max_px[1]) if row else max_px
+
+
+def _pooled_heads(result: RunResult, stage: str, b: int, options: ViewOptions, allowed, empty,
+                  signed: bool) -> PooledMaps:
+    """Batch item b's maps of `stage` pooled for the view: from what the kernel pooled for it where the run did
+    (the same numbers, without reading the whole maps again), else from the maps themselves."""
+    row, shape = options.scale_mode == "row", (result.config.seq_q, result.config.lkv)
+    held = None if result.screen_maps is None else result.screen_maps.serving(
+        stage, shape, screen_px(options.max_px, shape, row))
+    if held is not None:
+        return pool_maps(held[b], allowed, empty, options.max_px, signed, row=row, shape=shape)
+    return pool_maps(getattr(result, stage)[b], allowed, empty, options.max_px, signed, row=row)
 
 
 def tensor_kept(result: RunResult, name: str) -> bool:

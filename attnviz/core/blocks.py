@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from . import buffers, progress, slab
+from . import buffers, progress, screen, slab
 from .buffers import Scratch
 
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
@@ -99,6 +99,8 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
     rows = block_rows(q, lkv)
+    shown = screen.current()  # the maps a view shows, pooled here as they are made (screen.py)
+    rows = rows if shown is None else shown.block_rows(rows, mask)
     if rows >= lq:
         return None
     record = frozenset(getattr(trace, "record", ())) - INPUT_STAGES
@@ -138,20 +140,26 @@ def _scratch() -> tuple[Scratch, Scratch]:
 def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, int],
                  cells: tuple[int, int, int, int]) -> None:
     """Copy a block's kept stages into the whole maps (made at the first block), filling its left-out keys.
-    A stage that is another stage's very tensor (dropped = weights in eval mode) stays one tensor."""
+    A stage that is another stage's very tensor (dropped = weights in eval mode) stays one tensor. The maps a
+    view shows are pooled for it from the block here, while it is in the cache (screen.py)."""
     r0, r1, k0, k1 = cells
-    first: dict[int, str] = {}
+    names: dict[int, list[str]] = {}
     for name, t in block_trace.items():
-        twin = first.setdefault(id(t), name)
-        if twin != name:
-            whole.setdefault(name, whole[twin])
-            continue
+        names.setdefault(id(t), []).append(name)
+    shown = screen.current()
+    for twins in names.values():
+        name, t = twins[0], block_trace[twins[0]]
         if name not in whole:  # every cell is written; a model's weights into its every-layer slab (slab.py)
             size = (*t.shape[:2], *shape)
             held = slab.take(size, t.dtype, t.device) if name == "weights" else None
             whole[name] = held if held is not None else buffers.empty(size, t.dtype, t.device)
+            for twin in twins[1:]:
+                whole[twin] = whole[name]
         out = whole[name][:, :, r0:r1]
         out[..., k0:k1] = t
         fill = FILL.get(name, 0.0)
         out[..., :k0] = fill
         out[..., k1:] = fill
+        pooled = [n for n in twins if n in screen.POOLED_STAGES]
+        if shown is not None and pooled:
+            shown.write(pooled, t, cells, shape)

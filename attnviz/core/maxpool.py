@@ -8,6 +8,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def ceil_div(n: int, d: int) -> int:
+    """ceil(n / d): the pooling factor that fits n cells into d, or the pooled cells of n at factor d."""
+    return -(-n // d)
+
+
 def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
     """Reduce runs of `factor` along `dim` with op (torch.amax / torch.amin); a short last run too."""
     n = t.shape[dim]

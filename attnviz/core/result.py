@@ -10,6 +10,7 @@ import numpy as np
 
 from .config import RunConfig
 from .progress import Cancelled
+from .screen import ScreenMaps
 
 __all__ = ["Cancelled", "NonFiniteResult", "RunResult"]  # Cancelled is defined with the kernel's checkpoints
 
@@ -47,6 +48,7 @@ class RunResult:
     pool_factor: tuple[int, int] | None = None
     exact_stats: dict[str, np.ndarray] | None = None
     region: np.ndarray | None = None
+    screen_maps: ScreenMaps | None = None  # the shown weights max-pooled by the kernel to a view's size
 
     # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
 

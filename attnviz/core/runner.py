@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import screen
 from .ablation import ablating
 from .backed import ablation_plan, backed_stages, check_region, run_forward
 from .config import ConfigError, RunConfig
@@ -175,6 +176,7 @@ def run(
     config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
     record: Iterable[str] | None = None, on_step: Callable[[int, Callable[[], RunResult]], None] | None = None,
     region: tuple[int, int, int, int] | None = None, progress: Callable[[int, int], None] | None = None,
+    screen_px: tuple[int, int] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
@@ -192,6 +194,8 @@ def run(
     holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that block of the
     exact map as result.region. progress(attention calls done, of how many) is called after each (a model:
     one per layer), and `cancel` is also polled between the blocks of a call (progress.py).
+    screen_px: the (rows, cols) a view shows the weights at; a seed run then also keeps them max-pooled to that
+    size (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache.
     """
 
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
@@ -204,9 +208,12 @@ def run(
     config = files.config
     device = resolve_device(config.device)
     keep, pool = _planned(config, device, memory_budget, record, region)
+    shown = None if pool is not None else screen.planned(screen_px, (config.seq_q, config.lkv),
+                                                         config.spec.head_factor > 1)
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
-        with watching(Watch(cancel, None if progress is None else (lambda n: progress(n, 1)))):
+        with watching(Watch(cancel, None if progress is None else (lambda n: progress(n, 1)))), \
+                screen.screen_pooling(shown):
             trace, compute = _seed_forward(config, files, device, keep, pool, cancel)
         if pool is not None:
             stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
@@ -222,8 +229,17 @@ def run(
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
             compute_time_s=compute, total_time_s=time.perf_counter() - started,
             notes=tuple(notes) + ((pool_note(pool.calls[0]),) if pool is not None else ()),
-            files=files.records, **pooled)
+            files=files.records, screen_maps=_screen_maps(shown), **pooled)
     return result
+
+
+def _screen_maps(shown: screen.ScreenPooling | None) -> screen.ScreenMaps | None:
+    """What the kernel pooled for the view, as NumPy (a stage that is another's tensor shares its array)."""
+    if shown is None or not shown.maps:
+        return None
+    arrays: dict[int, np.ndarray] = {}
+    maps = {name: arrays.setdefault(id(t), to_numpy(t)) for name, t in shown.maps.items()}
+    return screen.ScreenMaps(shown.factors, maps)
 
 
 def _planned(config: RunConfig, device: torch.device, budget: int | None, record: Iterable[str] | None,

@@ -36,9 +36,10 @@ from ..core.runner import (
     require_stage,
     run_stages,
 )
+from ..core.screen import POOLED_STAGES
 from ..core.stages import ALL_STAGES, DEFAULT_RECORD
 from ..explain import LATE_EXTRAS, head_score_frames, late_extras, render_extras
-from ..frames import Frames, PoolCache, ViewOptions, render, view_stage
+from ..frames import Frames, PoolCache, ViewOptions, render, screen_px, view_stage
 from ..system import lower_priority, model_threads, set_torch_threads, thread_policy
 from .cpushare import CpuShare
 from .lanes import Lane
@@ -62,6 +63,13 @@ def window_record(config: RunConfig, needed: frozenset[str]) -> frozenset[str]:
     the window's run writes one full map fewer (at 1,024 tokens and 12 heads, 48 MB)."""
     record = DEFAULT_RECORD | needed
     return record if config.spec.backed or "scores" in needed else record - {"scores"}
+
+
+def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int] | None:
+    """The size a run pools the shown weights to as it makes them (core/screen.py), when the view draws them."""
+    if view_stage(options.view) not in POOLED_STAGES:
+        return None
+    return screen_px(options.max_px, (config.seq_q, config.lkv), options.scale_mode == "row")
 
 
 def complete_stages(result: RunResult) -> RunResult:
@@ -612,7 +620,8 @@ class Worker(QObject):
             if reused is None and generating(request.config):
                 reused, stopped = self._generate(request, needed)
             self._last = reused or self._run(request.config, needed, cancel=self._forward_cancel(request),
-                                             progress=self._progress_of(request))
+                                             progress=self._progress_of(request),
+                                             screen_px=kernel_screen_px(request.config, request.options))
             self._last_request = request.config
             self._freeze_loaded(request.config)
             self._zoomer.keep_for(self._last)
