@@ -14,7 +14,7 @@ import gc
 import math
 import time
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -53,6 +53,10 @@ from .worker import Failure, Outcome, Request, Worker, generating
 
 TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in a cramped window
 DEFAULT_GENERATE = 20  # tokens the Generate button writes while the count is off
+# The busy bar appears once the worker has been busy this long (at once for a counted forward or generation):
+# a quick run never animates it. Its repaints woke the GUI thread during the forward, and each wake-up held up
+# one of the forward's two threads while the other waited for it (a seed change at M: 57 against 48 ms).
+BUSY_SHOW_MS = 250
 MODEL_VIEW_PARTIAL_S = 0.5  # while a generation streams, the model view follows at most this often
 HOVER_HINT = ("Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back); "
               "drag a rectangle on a map to see that block exactly.")
@@ -182,6 +186,10 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.busyIndicator.setMaximumWidth(150)  # room for "layer 12 / 30" and "40 / 40 tokens"
         self.busyIndicator.setToolTip("Computing in the background; the window stays usable")
         self.busyIndicator.hide()
+        self._busy_timer = QTimer(self)
+        self._busy_timer.setSingleShot(True)
+        self._busy_timer.setInterval(BUSY_SHOW_MS)
+        self._busy_timer.timeout.connect(self.busyIndicator.show)
         self.statusBar().addWidget(self.statusLabel, 1)
         self.statusBar().addPermanentWidget(self.busyIndicator)
 
@@ -426,6 +434,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         if rid != self.delivery.latest_id or total <= 1 or self.delivery.generating_id:
             return
         self._forward_id = rid
+        self.busyIndicator.show()
         self.busyIndicator.setRange(0, total)
         self.busyIndicator.setValue(done)
         self.busyIndicator.setFormat(f"layer {done} / {total}")
@@ -459,6 +468,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     def _show_progress(self, outcome: Outcome) -> None:
         if outcome.partial and outcome.generated is not None:
             n, total = outcome.generated
+            self.busyIndicator.show()
             self.busyIndicator.setRange(0, total)
             self.busyIndicator.setValue(n)
             self.busyIndicator.setFormat(f"{n} / {total} tokens")
@@ -573,9 +583,12 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.outputView.set_stale(False)
 
     def _on_busy(self, busy: bool) -> None:
-        self.busyIndicator.setVisible(busy)
-        if not busy:
-            self._end_forward()
+        if busy:
+            self._busy_timer.start()  # see BUSY_SHOW_MS
+            return
+        self._busy_timer.stop()
+        self.busyIndicator.hide()
+        self._end_forward()
 
     def _end_forward(self) -> None:
         """A forward's layer count is over: the bar spins again when next busy, Stop is for generations."""

@@ -837,3 +837,52 @@ def test_hover_on_a_pooled_map_names_the_block_of_cells_and_its_maximum(qtbot, m
     w.headGrid._hovered(w.headGrid.cell_scene_pos(1, 60.0, 2.0))  # above the diagonal: all masked
     assert "every cell masked" in texts[-1]
     w.close()
+
+
+class _Shows:
+    """Counts a widget's show events (QWidget has no signal for them)."""
+
+    def __init__(self, widget: QWidget):
+        from PySide6.QtCore import QEvent, QObject
+
+        outer = self
+
+        class Filter(QObject):
+            def eventFilter(self, obj, event):  # noqa: N802 (Qt's name)
+                if event.type() == QEvent.Type.Show:
+                    outer.count += 1
+                return False
+
+        self.count = 0
+        self.filter = Filter()
+        widget.installEventFilter(self.filter)
+
+
+def test_the_busy_bar_shows_only_for_a_run_that_takes_a_while(qtbot):
+    """A quick run never animates the busy bar (its repaints woke the GUI thread in the middle of the forward);
+    once a run has taken BUSY_SHOW_MS it appears, and it goes when the run ends."""
+    from attnviz.ui.main_window import BUSY_SHOW_MS
+
+    delay = {"s": 0.0}
+
+    def compute(config, cancel=None, **kwargs):
+        time.sleep(delay["s"])
+        return run(config, cancel=cancel, **kwargs)
+
+    w = MainWindow(compute=compute)
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    shows = _Shows(w.busyIndicator)
+    seed = w.panel.widgets["seed"]
+    seed.setValue(seed.value() + 1)
+    wait_shown(qtbot, w)
+    assert shows.count == 0 and not w.busyIndicator.isVisible()
+
+    delay["s"] = 3 * BUSY_SHOW_MS / 1000
+    seed.setValue(seed.value() + 1)
+    qtbot.waitUntil(lambda: w.busyIndicator.isVisible(), timeout=5000)
+    wait_shown(qtbot, w)
+    qtbot.waitUntil(lambda: not w.busyIndicator.isVisible(), timeout=2000)  # sigBusy(False) follows the result
+    assert shows.count == 1
+    w.close()
