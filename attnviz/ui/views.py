@@ -580,8 +580,9 @@ class TensorView(CountsPaints, pg.PlotWidget):
         self.result, self.frames = result, frames
         heat = frames.tensor
         kept = heat is not None  # else this layer of a long pooled run holds its maps only: say so
-        for side in ("left", "bottom"):
-            self.plot.showAxis(side, kept)
+        if kept != self.plot.getAxis("left").isVisible():  # showing an axis re-lays out and redraws it (2 ms)
+            for side in ("left", "bottom"):
+                self.plot.showAxis(side, kept)
         if not kept:
             self.image.clear()
             self.plot.setTitle(not_kept_note(result, frames.options.tensor, "<br>"), size="9pt")
