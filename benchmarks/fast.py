@@ -75,11 +75,12 @@ def _engine(size, tile_px: tuple[int, int], tensor_px: tuple[int, int] | None = 
         with torch.inference_mode():
             return seed(x, mask)
 
-    def one_run():
-        return run(config.replace(seed=next(seeds)), record=record)
+    def one_run(mode: str = "log"):  # as the worker runs it: the weights also pooled for the view (core/screen.py)
+        shown = frames.screen_px(tile_px, (config.seq_q, config.lkv), mode == "row")
+        return run(config.replace(seed=next(seeds)), record=record, screen_px=shown)
 
     def render(mode: str):
-        result = one_run()  # fresh: nothing of it pooled yet (not timed)
+        result = one_run(mode)  # fresh: nothing of it pooled by frames yet (not timed)
         options = dataclasses.replace(frames.ViewOptions(), scale_mode=mode, grid_pixels=True, max_px=tile_px,
                                       tensor_px=tensor_px or frames.ViewOptions().tensor_px)
         t0 = time.perf_counter()
@@ -98,6 +99,20 @@ def _timed(fn):
     return sample
 
 
+def _on_lane(lane, fn, threads: int):
+    """fn run on the window's compute lane at `threads` torch threads, timed there: every forward of the process on
+    one thread, as in a user's window. A forward on a second thread starts a second OpenMP team, and with more
+    OpenMP threads than cores libgomp barely spins at its barriers: the window's forward at M took 57 against
+    44 ms once the main thread had run a single parallel op, and its render 8 against 5 ms."""
+    from attnviz.system import torch_threads
+
+    def timed():
+        with torch_threads(threads):
+            return _timed(fn)()
+
+    return lambda: lane.call(timed)
+
+
 def _rounds(contenders: dict, rounds: int) -> dict[str, list[float]]:
     """interleaved() on figures that may time themselves (render excludes the run that feeds it)."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
@@ -113,13 +128,18 @@ def _rounds(contenders: dict, rounds: int) -> dict[str, list[float]]:
 
 
 def bench_size(size, rounds: int) -> dict:
+    import torch
+
     from .gui import Harness, _view_only
 
-    h = Harness(size)
+    h = Harness(size, stall_timer=False)  # the latency of a window as a user has it: no 5 ms timer of ours
     try:
         grid = h.window.headGrid
         tile_px = grid.tile_pixels(size.seq, size.seq, size.heads)
-        engine = _engine(size, tile_px, h.window.outputView.pixels())  # the window's own sizes
+        threads = torch.get_num_threads()  # torch's default, the anchor's; the window's forwards choose their own
+        lane = h.window.worker.lanes["quiet"]  # where the window ran its forwards so far
+        parts = lane.call(lambda: _engine(size, tile_px, h.window.outputView.pixels()))  # the window's own sizes
+        engine = {name: _on_lane(lane, fn, threads) for name, fn in parts.items()}
         seed_spin = h.panel.widgets["seed"]
 
         def window_change():

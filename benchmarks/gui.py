@@ -170,7 +170,8 @@ def _make_classes():
 class Harness:
     """One offscreen MainWindow showing `size`, with a stall monitor and a recorder attached."""
 
-    def __init__(self, size: Size, timeout_s: float = 900, window_cls=None, on_first_compute=None):
+    def __init__(self, size: Size, timeout_s: float = 900, window_cls=None, on_first_compute=None,
+                 stall_timer: bool = True):
         from PySide6.QtCore import QCoreApplication, QEvent
 
         from attnviz.ui import MainWindow
@@ -186,7 +187,8 @@ class Harness:
         self.window.show()
         self.recorder = Recorder(self.window)
         self.monitor = StallMonitor(5)
-        self.monitor.start()
+        if stall_timer:  # its ticks wake the GUI thread every 5 ms, which slows a forward (see benchmarks.fast)
+            self.monitor.start()
         self.settle("the default configuration")
         self.window.panel.set_config(size.config())
         self.settle(f"size {size.name}")
