@@ -31,6 +31,7 @@ class Trace(dict):
     def __init__(self, record=()):
         super().__init__()
         self.record = frozenset(record)
+        self.context_sum: Tensor | None = None  # the call's context summed (backed._check_finite reads it)
 
     def __getattr__(self, name: str) -> Tensor:
         try:
@@ -145,6 +146,7 @@ def attention(
     if trace.record:
         trace["mask"] = mask if mask is not None else torch.ones(1, 1, q.shape[2], k.shape[2], dtype=torch.bool,
                                                                  device=q.device)
+    trace.context_sum = context.sum()  # a 0-d tensor: no wait for the device here
     progress.call_done()
     # an ablated head's context is knocked out here, before any output projection (ablation.py)
     return knock_out(context), trace

@@ -269,3 +269,31 @@ def test_a_huge_config_json_is_refused_before_it_is_parsed(tiny_models, tmp_path
     config = json.loads((f / "config.json").read_text())
     (f / "config.json").write_text(json.dumps({**config, "padding": "x" * (17 << 20)}))
     _fails(f, match="config.json is 17 MiB, far larger than a model's", tmp_path=tmp_path)
+
+
+def test_a_finite_context_vouches_for_its_layers_map_and_a_non_finite_one_has_the_map_read():
+    """The kernel's context sum stands in for a layer's map only where it is finite (a NaN or infinite weight
+    makes its row's context non-finite); elsewhere the map itself decides, and names the layer."""
+    import numpy as np
+    import torch
+
+    from attnviz.core.backed import _check_finite
+    from attnviz.core.kernel import attention
+    from attnviz.core.result import NonFiniteResult
+
+    info = type("Info", (), {"name": "m"})()
+    unread = [object(), object()]  # torch.from_numpy of one of these raises: a vouched map is never read
+    _check_finite(unread, info, [torch.tensor(1.0), torch.tensor(-3.0)])
+    with pytest.raises(TypeError):
+        _check_finite(unread, info, [torch.tensor(1.0), None])  # a layer the kernel did not run: its map is read
+    maps = np.zeros((2, 1, 1, 2, 2), np.float32)
+    _check_finite(maps, info, [torch.tensor(1.0), torch.tensor(float("inf"))])  # inf context, finite map: fine
+    maps[1, 0, 0, 1, 0] = np.nan
+    with pytest.raises(NonFiniteResult, match="layer 1's"):
+        _check_finite(maps, info, [torch.tensor(1.0), torch.tensor(float("nan"))])
+
+    q = torch.randn(1, 2, 5, 4)
+    k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    q[0, 1, 3, 0] = float("inf")  # one query's scores overflow: its row of weights is NaN
+    context, trace = attention(q, k, v, record=("weights",))
+    assert torch.isnan(trace.weights).any() and not torch.isfinite(trace.context_sum)
