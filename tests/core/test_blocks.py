@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from seeds import Seed002CausalSelfAttention, seed002_generate_mask
 
-from attnviz.core import CausalSelfAttention, RunConfig, run
+from attnviz.core import CausalSelfAttention, RunConfig, kernel, run
 from attnviz.core import blocks as blocks_module
 from attnviz.core.blocks import KeySpans
 from attnviz.core.kernel import attention
@@ -98,6 +98,30 @@ def test_blocked_seed_module_matches_the_tutorial(block_bytes):
         out, trace = ours(x, mask, return_trace=True)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     assert blocks_module.block_rows(torch.empty(2, 6, 70, 8), 70) < 70  # the run did use blocks
+
+
+def test_calls_given_the_same_mask_share_its_work_and_a_changed_mask_gets_its_own(block_bytes):
+    """A model's layers pass one mask: its key spans and bias are worked out once (MaskWork). Another mask,
+    or the same one changed in place, is worked out again, and every call's maps and context stay exact."""
+    block_bytes(TINY_BLOCKS)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8)
+    i, j = torch.arange(40).view(-1, 1), torch.arange(40).view(1, -1)
+    causal = (j <= i)[None, None].clone()
+    work = blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)
+    assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is work
+    assert blocks_module.mask_work(causal.clone(), 40, torch.float32, True, kernel.mask_bias) is not work
+    for allowed in (causal, causal, (j <= i) & (i - j <= 3)):  # the same mask twice, then another
+        context, _ = attention(q, k, v, mask=allowed if allowed.dim() == 4 else allowed[None, None])
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        torch.testing.assert_close(context, expected, atol=1e-5, rtol=1e-5)
+    work = blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)  # held again
+    attention(q, k, v, mask=causal)
+    causal[..., 30:, :25] = False  # changed in place: the spans of the old mask no longer hold
+    assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is not work
+    context, _ = attention(q, k, v, mask=causal)
+    torch.testing.assert_close(context, F.scaled_dot_product_attention(q, k, v, attn_mask=causal),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_key_spans_are_the_keys_some_row_may_see():
