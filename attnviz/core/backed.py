@@ -34,6 +34,7 @@ from torch import Tensor
 from . import buffers
 from .ablation import ABLATIONS, Plan, ablating
 from .ablation import parse as parse_ablation
+from .blocks import sharing_masks
 from .config import ConfigError, RunConfig
 from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
@@ -332,7 +333,7 @@ def _slab_ran(ran: Ran, maps: MapSlab) -> Ran:
 
 def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, device: torch.device) -> Ran:
     ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
-    with torch.inference_mode(), ablating(plan):
+    with torch.inference_mode(), ablating(plan), sharing_masks():
         hidden, traces = model.forward(ids, keep)
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
 from . import buffers, progress, screen, slab
 from .buffers import Scratch
+from .current import ThreadCurrent
 
 BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
@@ -101,7 +103,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     lkv = k.shape[2]
     rows = block_rows(q, lkv)
     shown = screen.current()  # the maps a view shows, pooled here as they are made (screen.py)
-    rows = rows if shown is None else shown.block_rows(rows, mask)
+    rows = rows if shown is None else shown.block_rows(rows, mask, b)
     if rows >= lq:
         return None
     record = frozenset(getattr(trace, "record", ())) - INPUT_STAGES
@@ -130,8 +132,9 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
 
 class MaskWork:
     """What the blocks need of one mask: the keys each block may see, the mask's 0 / -inf bias and each block's
-    share of it, worked out once for every attention call given that very mask (a model's layers share theirs:
-    at 512 tokens of a 30-layer model that was ~14 ms of NumPy reductions and a bias made 30 times)."""
+    share of it, worked out once for every attention call given that very mask inside sharing_masks() (a model's
+    layers share theirs: at 512 tokens of a 30-layer model that was ~14 ms of NumPy reductions and a bias made
+    30 times)."""
 
     def __init__(self, mask: Tensor | None, key: tuple, bias_of: Callable):
         self.mask = None if mask is None else weakref.ref(mask)
@@ -155,18 +158,32 @@ class MaskWork:
 
 
 def _version(mask: Tensor | None) -> int | None:
-    """The mask's in-place change count (an inference-mode tensor keeps none: nothing changes one in place)."""
+    """The mask's in-place change count; an inference-mode tensor keeps none, so inside sharing_masks() a mask is
+    taken to stay as it is (transformers builds a forward's masks once, before its layers)."""
     return None if mask is None or mask.is_inference() else mask._version
 
 
+_sharing = ThreadCurrent()  # this thread's [MaskWork or None] while a forward shares its masks' work
+
+
+@contextmanager
+def sharing_masks() -> Iterator[None]:
+    """Inside the block the attention calls of this thread given the very same mask share its MaskWork (a model's
+    forward over its layers); after it the work, and the bias it holds, is let go."""
+    with _sharing.using([None]):
+        yield
+
+
 def mask_work(mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, bias_of: Callable) -> MaskWork:
-    """This thread's MaskWork for `mask` (trimmed: the blocks keep only the keys their rows may see)."""
+    """The MaskWork for `mask` (trimmed: the blocks keep only the keys their rows may see): the one the calls
+    before made for it inside sharing_masks(), else a new one."""
     key = (lkv, dtype, trimmed, bias_of)
-    held = getattr(_held, "mask_work", None)
-    if held is None or not held.serves(mask, key):
-        held = MaskWork(mask, key, bias_of)
-        _held.mask_work = held if mask is not None else None
-    return held
+    held = _sharing.value
+    if held is None:
+        return MaskWork(mask, key, bias_of)
+    if held[0] is None or not held[0].serves(mask, key):
+        held[0] = MaskWork(mask, key, bias_of)
+    return held[0]
 
 
 def _scratch() -> tuple[Scratch, Scratch]:

@@ -238,8 +238,10 @@ def _screen_maps(shown: screen.ScreenPooling | None) -> screen.ScreenMaps | None
     if shown is None or not shown.maps:
         return None
     arrays: dict[int, np.ndarray] = {}
-    maps = {name: arrays.setdefault(id(t), to_numpy(t)) for name, t in shown.maps.items()}
-    return screen.ScreenMaps(shown.factors, maps)
+    for t in shown.maps.values():
+        if id(t) not in arrays:
+            arrays[id(t)] = to_numpy(t)
+    return screen.ScreenMaps(shown.factors, {name: arrays[id(t)] for name, t in shown.maps.items()})
 
 
 def _planned(config: RunConfig, device: torch.device, budget: int | None, record: Iterable[str] | None,

@@ -34,33 +34,53 @@ class ScreenPooling:
     """While a forward runs: the pooling factors asked for and the pooled maps made so far."""
 
     factors: tuple[int, int]  # (query rows, key columns) per pooled cell
-    keyless: bool = False  # some query row has no key: its NaN is pooled as 0 (set by the kernel from the mask)
+    # the batch items with a query row that has no key: their NaN is pooled as 0 (set by the kernel from the mask)
+    keyless: tuple[int, ...] = ()
+    active: bool = True  # False: this map's blocks are too short for the row factor; nothing is pooled
     maps: dict[str, Tensor] = field(default_factory=dict)  # stage -> (B, H, ceil(Lq / fq), ceil(Lkv / fk))
 
-    def block_rows(self, rows: int, mask: Tensor | None) -> int:
-        """Query rows per block for the blocks of one map, a multiple of the row factor (every block pools
-        whole row groups); notes from the map's mask whether some query row has no key."""
-        flat = None if mask is None else mask.reshape(-1, mask.shape[-1]).cpu().numpy()  # NumPy: torch's bool
-        self.keyless = flat is not None and not flat.any(-1).all()  # reductions are slower
-        return max(self.factors[0], rows // self.factors[0] * self.factors[0])
+    def block_rows(self, rows: int, mask: Tensor | None, batch: int) -> int:
+        """Query rows per block for the blocks of one map: a multiple of the row factor, so every block pools
+        whole row groups (a block shorter than one group pools nothing: the view pools the whole map). Notes
+        from the mask which batch items have a query row with no key (frames asks that of the first head)."""
+        fq = self.factors[0]
+        self.active = rows >= fq
+        if mask is not None:
+            first = mask[:, :1].reshape(mask.shape[0], -1, mask.shape[-1]).cpu().numpy()  # NumPy: torch's bool
+            keyless = [int(i) for i in (~first.any(-1)).any(-1).nonzero()[0]]  # reductions are slower
+            self.keyless = tuple(range(batch)) if keyless and mask.shape[0] == 1 else tuple(keyless)
+        return rows // fq * fq if self.active else rows
 
     def write(self, names: list[str], block: Tensor, cells: tuple[int, int, int, int], shape: tuple[int, int]) -> None:
         """Pool a block: `block` (B, H, r1 - r0, k1 - k0) holds the keys k0..k1 of rows r0..r1 (r0 a multiple of
         the row factor) of a (Lq, Lkv) map whose other keys are 0; its pooled cells go to every stage in `names`."""
+        if not self.active:
+            return
         r0, r1, k0, k1 = cells
         fq, fk = self.factors
         if names[0] not in self.maps:
             pooled = block.new_empty((*block.shape[:2], ceil_div(shape[0], fq), ceil_div(shape[1], fk)))
             self.maps.update((name, pooled) for name in names)
         rows = self.maps[names[0]][:, :, r0 // fq: ceil_div(r1, fq)]
-        if self.keyless and fq > 1:
-            block = torch.nan_to_num(block, nan=0.0)  # before the rows are pooled: as frames pools a no-key row
         if fq > 1:
-            block = reduce_blocks(block, block.dim() - 2, fq, torch.amax)
+            block = reduce_blocks(_no_key_as_zero(block, self.keyless), block.dim() - 2, fq, torch.amax)
         c0, c1 = k0 // fk, ceil_div(k1, fk)
         rows[..., :c0] = 0.0
         rows[..., c1:] = 0.0
         rows[..., c0:c1] = _pooled_columns(block, k0, fk)
+
+
+def _no_key_as_zero(block: Tensor, items: tuple[int, ...]) -> Tensor:
+    """The block with the NaN of these batch items (those holding a query row without a key) as 0, before its
+    rows are pooled: as frames pools such an item."""
+    if not items:
+        return block
+    if len(items) == block.shape[0]:
+        return torch.nan_to_num(block, nan=0.0)
+    out = block.clone()
+    for i in items:
+        out[i] = torch.nan_to_num(block[i], nan=0.0)
+    return out
 
 
 def _pooled_columns(block: Tensor, k0: int, f: int) -> Tensor:

@@ -190,6 +190,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self._busy_timer.setSingleShot(True)
         self._busy_timer.setInterval(BUSY_SHOW_MS)
         self._busy_timer.timeout.connect(self.busyIndicator.show)
+        self._busy = False  # the worker's last sigBusy
         self.statusBar().addWidget(self.statusLabel, 1)
         self.statusBar().addPermanentWidget(self.busyIndicator)
 
@@ -434,7 +435,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         if rid != self.delivery.latest_id or total <= 1 or self.delivery.generating_id:
             return
         self._forward_id = rid
-        self.busyIndicator.show()
+        self._show_busy_now()
         self.busyIndicator.setRange(0, total)
         self.busyIndicator.setValue(done)
         self.busyIndicator.setFormat(f"layer {done} / {total}")
@@ -468,7 +469,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     def _show_progress(self, outcome: Outcome) -> None:
         if outcome.partial and outcome.generated is not None:
             n, total = outcome.generated
-            self.busyIndicator.show()
+            self._show_busy_now()
             self.busyIndicator.setRange(0, total)
             self.busyIndicator.setValue(n)
             self.busyIndicator.setFormat(f"{n} / {total} tokens")
@@ -583,12 +584,21 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.outputView.set_stale(False)
 
     def _on_busy(self, busy: bool) -> None:
+        self._busy = busy  # sigBusy(True) comes with every request, sigBusy(False) once the worker is idle
         if busy:
-            self._busy_timer.start()  # see BUSY_SHOW_MS
+            if not self._busy_timer.isActive() and not self.busyIndicator.isVisible():
+                self._busy_timer.start()  # see BUSY_SHOW_MS; a stream of requests must not keep postponing it
             return
         self._busy_timer.stop()
         self.busyIndicator.hide()
         self._end_forward()
+
+    def _show_busy_now(self) -> None:
+        """A counted forward or a generation shows its count at once, while the worker is still at it (a partial
+        result painted after the worker went idle must not bring the bar back)."""
+        if self._busy:
+            self._busy_timer.stop()
+            self.busyIndicator.show()
 
     def _end_forward(self) -> None:
         """A forward's layer count is over: the bar spins again when next busy, Stop is for generations."""

@@ -108,6 +108,13 @@ def test_calls_given_the_same_mask_share_its_work_and_a_changed_mask_gets_its_ow
     q, k, v = torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8)
     i, j = torch.arange(40).view(-1, 1), torch.arange(40).view(1, -1)
     causal = (j <= i)[None, None].clone()
+    assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is not \
+        blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)  # shared only inside a forward
+    with blocks_module.sharing_masks():
+        _shares_the_work_of_one_mask(causal, q, k, v, i, j)
+
+
+def _shares_the_work_of_one_mask(causal, q, k, v, i, j) -> None:
     work = blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)
     assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is work
     assert blocks_module.mask_work(causal.clone(), 40, torch.float32, True, kernel.mask_bias) is not work

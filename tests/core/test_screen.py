@@ -87,3 +87,37 @@ def test_nothing_is_pooled_for_signed_maps_a_map_that_fits_or_no_size():
     assert _run(config, frames.ViewOptions(max_px=(1024, 1024))).screen_maps is None
     assert _run(config, frames.ViewOptions(max_px=None)).screen_maps is None
     assert _run(config, frames.ViewOptions(view="scores", max_px=(100, 100))).screen_maps is None
+
+
+def test_only_the_batch_items_with_a_keyless_row_pool_their_nan_as_zero():
+    """Item 0 has a query row with no key (NaN, drawn as no-key); item 1 has a NaN of its own (an overflow, say),
+    which a max keeps: the kernel pools each item as frames does."""
+    from attnviz.core import screen
+
+    torch.manual_seed(0)
+    b, h, n = 2, 2, 40
+    w = torch.rand(b, h, n, n)
+    w[0, :, 5, :] = float("nan")
+    w[1, 0, 10, 10] = float("nan")
+    mask = torch.ones(b, 1, n, n, dtype=torch.bool)
+    mask[0, :, 5, :] = False
+    pooling = screen.ScreenPooling(screen.factors((n, n), (10, 10)))
+    rows = pooling.block_rows(8, mask, b)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        pooling.write(["weights"], w[:, :, r0:r1], (r0, r1, 0, n), (n, n))
+    empty = (~mask.any(-1)).numpy()
+    for item in range(b):
+        got = frames.pool_maps(pooling.maps["weights"][item].numpy(), mask[item].numpy(), empty[item][:1], (10, 10),
+                               False, shape=(n, n))
+        want = frames.pool_maps(w[item].numpy(), mask[item].numpy(), empty[item][:1], (10, 10), False)
+        np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())  # NaN where want has NaN
+    assert torch.isnan(pooling.maps["weights"][1]).any() and not torch.isnan(pooling.maps["weights"][0]).any()
+
+
+def test_blocks_shorter_than_a_row_group_leave_the_pooling_to_the_view():
+    config = CONFIGS["causal"]  # blocks of ~200 rows: a 2-pixel tile's row groups are 320 rows
+    options = frames.ViewOptions(max_px=(2, 2))
+    result = _run(config, options)
+    assert result.screen_maps is None
+    assert frames.render(result, options).heads[0].image.shape == (2, 2)

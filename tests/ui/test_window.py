@@ -886,3 +886,21 @@ def test_the_busy_bar_shows_only_for_a_run_that_takes_a_while(qtbot):
     qtbot.waitUntil(lambda: not w.busyIndicator.isVisible(), timeout=2000)  # sigBusy(False) follows the result
     assert shows.count == 1
     w.close()
+
+
+def test_the_busy_bar_counts_from_the_first_of_a_stream_of_requests_and_stays_away_once_idle(window, qtbot):
+    """sigBusy(True) comes with every request: a stream of them must not keep postponing the bar; a partial
+    result painted after the worker went idle must not bring it back."""
+    from attnviz.ui.main_window import BUSY_SHOW_MS
+
+    window._on_busy(True)
+    qtbot.wait(150)
+    window._on_busy(True)  # the next request of a stream
+    assert window._busy_timer.isActive() and window._busy_timer.remainingTime() < BUSY_SHOW_MS - 50
+    qtbot.waitUntil(lambda: window.busyIndicator.isVisible(), timeout=2000)
+    window._on_busy(True)
+    assert window.busyIndicator.isVisible() and not window._busy_timer.isActive()
+    window._on_busy(False)
+    assert not window.busyIndicator.isVisible()
+    window._show_busy_now()  # e.g. a generation's partial result, painted late
+    assert not window.busyIndicator.isVisible()
