@@ -11,7 +11,10 @@ order in one offscreen MainWindow (1280 x 820):
   weights and input, in inference mode: what the tutorial's reader runs.
 - `run`: core.run() with the window's record (ui.worker.window_record), a new seed each round.
 - `render_<mode>`: frames.render of a fresh result (an empty pool cache) at the window's own tile and output
-  view sizes, for each scale mode.
+  view sizes, for each scale mode; the result run as the worker runs it for that view (the kernel pools the
+  weights for the tile, core/screen.py).
+- Every forward (the anchor, run, render's runs) runs on the window's compute lane at the anchor's torch thread
+  count, as every forward of a user's window does (_on_lane); the harness's 5 ms stall timer is off.
 - `window_log`, `window_linear`: the seed spin toggled -> every head of the grid painted (gui.Harness.change:
   sigShown, then a forced repaint unless the loop painted already), with the weights' default scale (log)
   and with linear. The toggle flips between two seeds, whose weights and inputs the run keeps drawn
