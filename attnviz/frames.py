@@ -613,11 +613,11 @@ def _square_tiles(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px
     were 78 MB at 8,192 tokens, made by a NumPy call that holds the GIL: the window froze for 170 ms)."""
     layers, _, heads, lq, lkv = layer_weights.shape
     w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, Lq, Lkv)
-    maps = torch.cat([w, torch.nan_to_num(w, nan=0.0).mean(1, keepdim=True)], 1)
     tiles = []
-    for n in range(layers):
+    for n in range(layers):  # a layer's heads and their mean at a time: no every-layer copy (315 MB at 512 tokens)
+        maps = torch.cat([w[n], torch.nan_to_num(w[n], nan=0.0).mean(0, keepdim=True)])
         mask = None if allowed is None else allowed[min(n, allowed.shape[0] - 1)][None]
-        images, _ = quantise_maps(maps[n], mask, None, (tile_px, tile_px), False, shared=False)
+        images, _ = quantise_maps(maps, mask, None, (tile_px, tile_px), False, shared=False)
         h, width = images[0].shape
         rows, cols = np.arange(tile_px) * h // tile_px, np.arange(tile_px) * width // tile_px
         tiles += [image[rows][:, cols] for image in images]
