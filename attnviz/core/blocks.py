@@ -136,11 +136,10 @@ class MaskWork:
     layers share theirs: at 512 tokens of a 30-layer model that was ~14 ms of NumPy reductions and a bias made
     30 times)."""
 
-    def __init__(self, mask: Tensor | None, key: tuple, bias_of: Callable):
+    def __init__(self, mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, bias_of: Callable):
         self.mask = None if mask is None else weakref.ref(mask)
         self.version = _version(mask)
-        self.key = key
-        lkv, dtype, trimmed = key[:3]
+        self.key = (lkv, dtype, trimmed, bias_of)
         self.spans = KeySpans(mask if trimmed else None, lkv)
         self.bias = None if mask is None else bias_of(mask, dtype)
         self._narrowed: dict[tuple, dict] = {}
@@ -177,12 +176,11 @@ def sharing_masks() -> Iterator[None]:
 def mask_work(mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, bias_of: Callable) -> MaskWork:
     """The MaskWork for `mask` (trimmed: the blocks keep only the keys their rows may see): the one the calls
     before made for it inside sharing_masks(), else a new one."""
-    key = (lkv, dtype, trimmed, bias_of)
     held = _sharing.value
     if held is None:
-        return MaskWork(mask, key, bias_of)
-    if held[0] is None or not held[0].serves(mask, key):
-        held[0] = MaskWork(mask, key, bias_of)
+        return MaskWork(mask, lkv, dtype, trimmed, bias_of)
+    if held[0] is None or not held[0].serves(mask, (lkv, dtype, trimmed, bias_of)):
+        held[0] = MaskWork(mask, lkv, dtype, trimmed, bias_of)
     return held[0]
 
 

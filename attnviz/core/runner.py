@@ -234,14 +234,10 @@ def run(
 
 
 def _screen_maps(shown: screen.ScreenPooling | None) -> screen.ScreenMaps | None:
-    """What the kernel pooled for the view, as NumPy (a stage that is another's tensor shares its array)."""
+    """What the kernel pooled for the view, as NumPy."""
     if shown is None or not shown.maps:
         return None
-    arrays: dict[int, np.ndarray] = {}
-    for t in shown.maps.values():
-        if id(t) not in arrays:
-            arrays[id(t)] = to_numpy(t)
-    return screen.ScreenMaps(shown.factors, {name: arrays[id(t)] for name, t in shown.maps.items()})
+    return screen.ScreenMaps(shown.factors, _shared_numpy(shown.maps))
 
 
 def _planned(config: RunConfig, device: torch.device, budget: int | None, record: Iterable[str] | None,
@@ -361,12 +357,15 @@ def recorded_stages(config: RunConfig, record: Iterable[str] | None = None) -> f
 
 
 def _stage_arrays(trace) -> dict[str, np.ndarray]:
-    """Each kept stage as NumPy, in pipeline order; a stage that *is* another (dropped = weights in
-    eval mode) shares its array instead of a copy."""
-    arrays: dict[str, np.ndarray] = {}
-    seen: dict[int, np.ndarray] = {}
-    for name in STAGE_NAMES:
-        if name in trace:
-            tensor = trace[name]
-            arrays[name] = seen.setdefault(id(tensor), to_numpy(tensor))
-    return arrays
+    """Each kept stage as NumPy, in pipeline order (see _shared_numpy)."""
+    return _shared_numpy({name: trace[name] for name in STAGE_NAMES if name in trace})
+
+
+def _shared_numpy(tensors: dict[str, Tensor]) -> dict[str, np.ndarray]:
+    """Each tensor as NumPy, in the same order; a stage that *is* another (dropped = weights in eval mode) shares
+    its array instead of a copy, converted once."""
+    arrays: dict[int, np.ndarray] = {}
+    for t in tensors.values():
+        if id(t) not in arrays:
+            arrays[id(t)] = to_numpy(t)
+    return {name: arrays[id(t)] for name, t in tensors.items()}
