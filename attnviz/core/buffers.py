@@ -109,6 +109,21 @@ class Scratch:
         self._t = None
 
 
+class Into:
+    """Scratch's face for one given place: an op's out= is then the memory its result is kept in (a block of
+    whole heads in the whole map), where the shape, dtype and device agree; else fresh memory."""
+
+    def __init__(self, place: torch.Tensor):
+        self.place = place
+
+    def empty(self, shape, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        p = self.place
+        if p.dtype == dtype and p.device == torch.device(device) and p.numel() == math.prod(shape) \
+                and p.is_contiguous():
+            return p.view(shape)
+        return torch.empty(shape, dtype=dtype, device=device)
+
+
 def reusable() -> bool:
     """Whether ops may write into reused memory (out=): autograd writes no out= tensor, so a forward that
     records gradients makes its own."""

@@ -139,7 +139,8 @@ def attention(
         return knock_out(context), trace
     context = None
     if dropout_p == 0.0:  # dropout draws its random numbers in the whole map's order: that path only
-        context = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv, mask_bias)
+        context = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv, mask_bias,
+                                    heads_apart=combine is None and sink is None and not score_mods)
     if context is None:
         dropped, mask = _map(q, k, mask, trace=trace, dropout_p=dropout_p, **options)
         context = torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))

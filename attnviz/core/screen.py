@@ -51,17 +51,20 @@ class ScreenPooling:
             self.keyless = tuple(range(batch)) if keyless and mask.shape[0] == 1 else tuple(keyless)
         return rows // fq * fq if self.active else rows
 
-    def write(self, names: list[str], block: Tensor, cells: tuple[int, int, int, int], shape: tuple[int, int]) -> None:
+    def write(self, names: list[str], block: Tensor, cells: tuple[int, int, int, int], shape: tuple[int, int],
+              heads: tuple[int, int, int] | None = None) -> None:
         """Pool a block: `block` (B, H, r1 - r0, k1 - k0) holds the keys k0..k1 of rows r0..r1 (r0 a multiple of
-        the row factor) of a (Lq, Lkv) map whose other keys are 0; its pooled cells go to every stage in `names`."""
+        the row factor) of a (Lq, Lkv) map whose other keys are 0; its pooled cells go to every stage in `names`.
+        heads (h0, h1, of): the block holds the heads h0..h1 of `of` (blocks of whole heads); None: every head."""
         if not self.active:
             return
         r0, r1, k0, k1 = cells
+        h0, h1, of = heads or (0, block.shape[1], block.shape[1])
         fq, fk = self.factors
         if names[0] not in self.maps:
-            pooled = block.new_empty((*block.shape[:2], ceil_div(shape[0], fq), ceil_div(shape[1], fk)))
+            pooled = block.new_empty((block.shape[0], of, ceil_div(shape[0], fq), ceil_div(shape[1], fk)))
             self.maps.update((name, pooled) for name in names)
-        rows = self.maps[names[0]][:, :, r0 // fq: ceil_div(r1, fq)]
+        rows = self.maps[names[0]][:, h0:h1, r0 // fq: ceil_div(r1, fq)]
         if fq > 1:
             block = reduce_blocks(_no_key_as_zero(block, self.keyless), block.dim() - 2, fq, torch.amax)
         c0, c1 = k0 // fk, ceil_div(k1, fk)

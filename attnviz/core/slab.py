@@ -58,3 +58,8 @@ def take(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Te
     """This thread's slab's next place for a map (None without a slab, or where it does not fit)."""
     current = _current.value
     return None if current is None else current.take(shape, dtype, device)
+
+
+def active() -> bool:
+    """Whether a slab is current for this thread (a model's forward is running here)."""
+    return _current.value is not None

@@ -171,3 +171,85 @@ def test_a_learnable_score_mod_trains_through_the_blocks(monkeypatch):
     context, _ = attention(q, k, v, score_mods=[ScoreMod("biased", lambda s, b, h, i, j: s + bias[h] * j)])
     context.sum().backward()
     assert bias.grad is not None and torch.isfinite(bias.grad).all() and bias.grad.abs().sum() > 0
+
+
+HEAD_CASES = {
+    "causal": dict(mask="causal"),
+    "no mask": dict(),
+    "grouped keys": dict(mask="causal", kv_heads=2),
+    "keyless row, safe softmax": dict(mask="keyless", safe_softmax=True),
+}
+
+
+def _head_case(case: dict, n: int = 32):
+    torch.manual_seed(1)
+    q = torch.randn(1, 4, n, 8)
+    k, v = (torch.randn(1, case.get("kv_heads", 4), n, 8) for _ in range(2))
+    allowed = None
+    if case.get("mask"):
+        allowed = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+        if case["mask"] == "keyless":
+            allowed = allowed.clone()
+            allowed[..., 5, :] = False
+    options = dict(mask=allowed, safe_softmax=case.get("safe_softmax", False))
+    return q, k, v, options
+
+
+@pytest.mark.parametrize("record", [{"weights"}, {"scores", "weights", "dropped"}], ids=["weights", "three"])
+@pytest.mark.parametrize("name", HEAD_CASES)
+def test_blocks_of_whole_heads_in_a_models_forward_give_the_whole_maps_in_its_slab(name, record, block_bytes):
+    """In a model's forward (a slab current) one batch item's map runs in blocks of whole heads, written straight
+    into the slab: the numbers are the one-block path's, the context SDPA's."""
+    from attnviz.core.slab import MapSlab, slab
+
+    q, k, v, options = _head_case(HEAD_CASES[name])
+    with torch.no_grad():
+        block_bytes(WHOLE)
+        want_context, want = attention(q, k, v, record=record, **options)
+        block_bytes(TINY_BLOCKS)  # one head's 32 x 32 map per block, 8 rows per block of rows
+        calls = []
+        by_heads = blocks_module._by_heads
+        with slab(MapSlab(1)) as maps, pytest.MonkeyPatch.context() as patch:
+            patch.setattr(blocks_module, "_by_heads", lambda *a: calls.append(by_heads(*a)) or calls[-1])
+            context, got = attention(q, k, v, record=record, **options)
+    assert calls == [True]
+    assert got["weights"].data_ptr() == maps.tensor.data_ptr()  # written in place, no copy of its own
+    for stage in record:
+        same(got[stage], want[stage])
+    same(context, want_context)
+    reference = F.scaled_dot_product_attention(q, kernel.repeat_kv(k, 4), kernel.repeat_kv(v, 4),
+                                               attn_mask=options["mask"])
+    finite = ~reference.isnan()
+    torch.testing.assert_close(context[finite], reference[finite], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("per_head", ["sink", "alibi"])
+def test_a_per_head_sink_or_score_mod_keeps_blocks_of_rows_in_a_models_forward(per_head, block_bytes):
+    """A head's map that depends on its index (a sink logit, ALiBi's slope) needs every head in each block."""
+    from attnviz.core.mods import alibi
+    from attnviz.core.slab import MapSlab, slab
+
+    q, k, v, options = _head_case(HEAD_CASES["causal"])
+    extra = dict(sink=torch.linspace(-1, 1, 4)) if per_head == "sink" else dict(score_mods=[alibi(4)])
+    with torch.no_grad():
+        block_bytes(WHOLE)
+        _, want = attention(q, k, v, record={"weights"}, **options, **extra)
+        block_bytes(TINY_BLOCKS)
+        with slab(MapSlab(1)):
+            _, got = attention(q, k, v, record={"weights"}, **options, **extra)
+    same(got["weights"], want["weights"])
+
+
+def test_blocks_of_whole_heads_pool_the_screen_maps_as_max_pool2d(block_bytes):
+    from attnviz.core.screen import planned, screen_pooling
+    from attnviz.core.slab import MapSlab, slab
+
+    q, k, v, options = _head_case(HEAD_CASES["causal"])
+    block_bytes(TINY_BLOCKS)
+    shown = planned((10, 7), (32, 32), signed=False)
+    with torch.no_grad(), slab(MapSlab(1)), screen_pooling(shown):
+        _, trace = attention(q, k, v, record={"weights"}, **options)
+    fq, fk = shown.factors
+    assert (fq, fk) == (4, 5)
+    torch.testing.assert_close(shown.maps["weights"], F.max_pool2d(trace.weights, (fq, fk), ceil_mode=True),
+                               atol=0, rtol=0)
