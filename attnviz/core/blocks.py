@@ -114,7 +114,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     work = mask_work(mask, lkv, q.dtype, not record & PRE_MASK, bias_of)
     keys_t = repeat(k, h).transpose(-2, -1)
     if heads_apart and _by_heads(q, lkv, mask, record):
-        return _head_blocks(q, repeat(v, h), mask, trace, record, (map_rows, keys_t, work))
+        return _head_blocks(q, keys_t, repeat(v, h), mask, trace, record, map_rows, work)
     values = context = None
     whole: dict[str, Tensor] = {}
     scratch = _scratch() if buffers.reusable() else None  # (a learnable score mod needs grad, q and k not)
@@ -143,23 +143,21 @@ def _by_heads(q: Tensor, lkv: int, mask: Tensor | None, record: frozenset[str]) 
     """Whether a call runs in blocks of whole heads: in a model's forward (its weights go to the slab) of one
     batch item, where one head's whole map fits a block and the kept map stages are those written in place."""
     b, _, lq, _ = q.shape
-    block_stages = record & (PRE_MASK | HEAD_STAGES | {"combined"})
     return (slab.active() and b == 1 and buffers.reusable() and "weights" in record
-            and block_stages <= HEAD_STAGES and lq * lkv * q.element_size() <= BLOCK_BYTES
+            and not record & (PRE_MASK | {"combined"}) and lq * lkv * q.element_size() <= BLOCK_BYTES
             and (mask is None or mask.dim() < 3 or mask.shape[-3] == 1))
 
 
-def _head_blocks(q: Tensor, values: Tensor, mask: Tensor | None, trace: dict, record: frozenset[str],
-                 parts: tuple[Callable, Tensor, MaskWork]) -> Tensor:
+def _head_blocks(q: Tensor, keys_t: Tensor, values: Tensor, mask: Tensor | None, trace: dict,
+                 record: frozenset[str], map_rows: Callable, work: MaskWork) -> Tensor:
     """blocked_attention in blocks of whole heads, every row and key: for one batch item a block's place in a
     whole map is one contiguous run, so the scores and the softmax are written straight there (the weights into
     the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: at 512 tokens
     of a 30-layer model ~100 ms of a ~1.3 s forward. The masked cells are computed too (-inf, 0), as in the
-    whole path. values: v repeated to q's heads; parts: (map_rows, keys_t, work) as blocked_attention's."""
-    map_rows, keys_t, work = parts
+    whole path. keys_t, values: k and v repeated to q's heads (keys transposed); the rest as blocked_attention's."""
     b, h, lq, _ = q.shape
     lkv = keys_t.shape[-1]
-    whole = _head_places((b, h, lq, lkv), q, record)
+    whole = {name: _whole_map(name, (b, h, lq, lkv), q.dtype, q.device) for name in record & {"scores", "weights"}}
     per = max(1, BLOCK_BYTES // (lq * lkv * q.element_size()))
     context = q.new_empty((b, h, lq, values.shape[-1]))
     bias = work.narrow_bias(mask, block_cells(mask, 0, lq, 0, lkv))
@@ -186,13 +184,11 @@ def _head_blocks(q: Tensor, values: Tensor, mask: Tensor | None, trace: dict, re
     return context
 
 
-def _head_places(shape: tuple[int, ...], q: Tensor, record: frozenset[str]) -> dict[str, Tensor]:
-    """The whole maps a head-block call writes into: the weights' place in the slab, the scores' own buffer."""
-    weights = slab.take(shape, q.dtype, q.device)
-    whole = {"weights": weights if weights is not None else buffers.empty(shape, q.dtype, q.device)}
-    if "scores" in record:
-        whole["scores"] = buffers.empty(shape, q.dtype, q.device)
-    return whole
+def _whole_map(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The memory a stage's whole map is written into: a model's weights' place in its every-layer slab
+    (slab.py), else a buffer of its own."""
+    held = slab.take(shape, dtype, device) if name == "weights" else None
+    return held if held is not None else buffers.empty(shape, dtype, device)
 
 
 class MaskWork:
@@ -271,9 +267,7 @@ def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, 
     for twins in names.values():
         name, t = twins[0], block_trace[twins[0]]
         if name not in whole:  # every cell is written; a model's weights into its every-layer slab (slab.py)
-            size = (*t.shape[:2], *shape)
-            held = slab.take(size, t.dtype, t.device) if name == "weights" else None
-            whole[name] = held if held is not None else buffers.empty(size, t.dtype, t.device)
+            whole[name] = _whole_map(name, (*t.shape[:2], *shape), t.dtype, t.device)
             for twin in twins[1:]:
                 whole[twin] = whole[name]
         out = whole[name][:, :, r0:r1]
