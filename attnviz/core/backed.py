@@ -85,6 +85,7 @@ class ModelForward:
     prompt_length: int | None = None  # a generation: the prompt's tokens; the rest of `tokens` were generated
     picture: object | None = None  # a vision model's input as it saw it (models/vision.py Picture), else None
     pooled: tuple = ()  # a pooled forward (pooling.py): each layer's PooledCall (its maps above are pooled)
+    recipes: tuple = ()  # per layer: how its kernel call made the scores (mods.ScoreRecipe), None for another call
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -108,7 +109,8 @@ class ModelForward:
             config=config, stages=stages, mask=mask, fully_masked_rows=rows, device=self.device,
             compute_time_s=self.compute_time_s, total_time_s=self.total_time_s, notes=self.notes,
             token_ids=self.token_ids, **self.labels(layer), layer_weights=self.layer_weights, source=self,
-            outputs=self.outputs, prompt_length=self.prompt_length, **pooled)
+            outputs=self.outputs, prompt_length=self.prompt_length,
+            score_recipe=self.recipes[layer] if self.recipes else None, **pooled)
 
     def kept(self, layer: int) -> frozenset[str]:
         """The stages `layer`'s result holds (a pooled forward keeps its per-token stages for one layer)."""
@@ -354,7 +356,7 @@ def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], dev
         tokens=ran.tokens, token_ids=np.asarray(ran.ids, dtype=np.int64), device=str(device),
         layer_tokens=ran.layer_tokens, notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
         compute_time_s=compute, total_time_s=time.perf_counter() - started, prompt_length=ran.prompt_length,
-        pooled=ran.pooled,
+        pooled=ran.pooled, recipes=tuple(getattr(t, "recipe", None) for t in ran.traces),
         picture=getattr(model, "picture", None),
         outputs=Outputs(model, ids, ran.hidden, ran.residuals, config.top_k, plan is not None))
 

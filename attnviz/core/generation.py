@@ -128,6 +128,7 @@ def _layer(length: int, rows: list[Trace]) -> Trace:
             trace[name] = rows[-1][name]
     trace.update(maps)
     trace["mask"] = mask
+    trace.recipe = rows[0].recipe  # every step of a layer makes its scores alike
     return trace
 
 

@@ -20,6 +20,7 @@ from . import progress
 from .ablation import knock_out
 from .blocks import blocked_attention
 from .buffers import Scratch
+from .mods import ScoreRecipe
 from .pooling import SoftmaxStats, current_pooling, softmax_stats
 from .stages import DEFAULT_RECORD
 
@@ -32,6 +33,7 @@ class Trace(dict):
         super().__init__()
         self.record = frozenset(record)
         self.context_sum: Tensor | None = None  # the call's context summed (backed._check_finite reads it)
+        self.recipe: ScoreRecipe | None = None  # a model's call: how its scores were made (hover recomputes them)
 
     def __getattr__(self, name: str) -> Tensor:
         try:

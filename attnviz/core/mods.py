@@ -21,6 +21,17 @@ class ScoreMod:
     fn: Callable[..., Tensor]  # (score, b, h, q_idx, kv_idx) -> score
 
 
+@dataclass(frozen=True)
+class ScoreRecipe:
+    """How a model's attention call made its scores from q·k, which hover recomputes one cell with
+    (core/cells.py): the scale, the logit cap, and whether a bias (a position bias, a float mask) was
+    added. One cell of an added bias cannot be recomputed without the bias itself."""
+
+    scale: float
+    softcap: float | None = None
+    biased: bool = False
+
+
 def rope(x: Tensor, base: float = 10000.0, interleaved: bool = False, positions: Tensor | None = None) -> Tensor:
     """Rotary position embedding of x (..., L, d) at positions 0..L-1 (or `positions`).
 

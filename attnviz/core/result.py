@@ -49,6 +49,7 @@ class RunResult:
     exact_stats: dict[str, np.ndarray] | None = None
     region: np.ndarray | None = None
     screen_maps: ScreenMaps | None = None  # the shown weights max-pooled by the kernel to a view's size
+    score_recipe: Any = None  # a model's layer: how its scores were made (mods.ScoreRecipe), for hover
 
     # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
 

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ..core.ablation import knock_out
 from ..core.kernel import Trace, attention, merge_heads
-from ..core.mods import ScoreMod
+from ..core.mods import ScoreMod, ScoreRecipe
 from ..core.pooling import keeps_tokens
 from ..core.predictions import Residuals
 
@@ -180,13 +180,15 @@ def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
     sink = kwargs.get("s_aux")
     # The families' softmax runs in float32 whatever the checkpoint's dtype: so does the kernel here
     q, k, v = (t.float() for t in (query, key, value))
+    scale, softcap = scaling if scaling is not None else 1 / math.sqrt(q.shape[-1]), kwargs.get("softcap")
     context, trace = attention(
-        q, k, v, mask=allowed, scale=scaling if scaling is not None else 1 / math.sqrt(q.shape[-1]),
-        score_mods=_score_mods(bias, kwargs.get("softcap")), sink=None if sink is None else sink.float(),
+        q, k, v, mask=allowed, scale=scale,
+        score_mods=_score_mods(bias, softcap), sink=None if sink is None else sink.float(),
         dropout_p=dropout, training=module.training,
         record=(rec.record | {"weights"}) if rec and keeps_tokens() else {"weights"})  # pooled: maybe maps alone
     if rec is not None:
         trace.keep("context", merge_heads(context))
+        trace.recipe = ScoreRecipe(scale, softcap or None, biased=bias is not None)
         rec.add(module, trace)
     weights = trace.get("weights")  # absent from a pooled run: the maps went to its Pooling
     return context.transpose(1, 2).contiguous().to(dtype), None if weights is None else weights.to(dtype)

@@ -191,8 +191,12 @@ class ExportDialog(QDialog):
         self.progress.show()
         self.exportButton.setEnabled(False)
         result, options = self.window_.result, self.options()
-        full = format_of(path) == ".npz"  # an NPZ holds every default stage, also those the window's run left out
-        self.job.start(lambda: export(complete_stages(result) if full else result, path, options, replace_readonly))
+        # an NPZ holds every default stage, an image its map's: also those the window's run left out (the scores)
+        full = format_of(path) == ".npz"
+        shown = frozenset() if options.what == "output" else frozenset({options.map_view})
+        missing = full or not shown <= result.stages.keys()
+        self.job.start(lambda: export(complete_stages(result, shown) if missing else result, path, options,
+                                      replace_readonly))
 
     def _done(self, path) -> None:
         path = str(path)

@@ -57,12 +57,13 @@ def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
 
 
 def window_record(config: RunConfig, needed: frozenset[str]) -> frozenset[str]:
-    """What the window's run keeps: the default record and the needed stages, less a seed variant's
-    pre-softmax scores unless a view draws them. Hover recomputes one cell's score from q and k
-    (cells.cell_path), and an NPZ export runs again for the whole default record (complete_stages), so
-    the window's run writes one full map fewer (at 1,024 tokens and 12 heads, 48 MB)."""
+    """What the window's run keeps: the default record and the needed stages, less the pre-softmax scores
+    unless a view draws them. Hover recomputes one cell's score from q and k (cells.cell_path), and an NPZ
+    export runs again for the whole default record (complete_stages), so the window's run writes one full
+    map fewer (at 1,024 tokens and 12 heads, 48 MB; a 30-layer model at 512 tokens, 283 MB). A generation
+    keeps them: its export would have to write the tokens again."""
     record = DEFAULT_RECORD | needed
-    return record if config.spec.backed or "scores" in needed else record - {"scores"}
+    return record if "scores" in needed or generating(config) else record - {"scores"}
 
 
 def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int] | None:
@@ -72,14 +73,17 @@ def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int]
     return screen_px(options.max_px, (config.seq_q, config.lkv), options.scale_mode == "row")
 
 
-def complete_stages(result: RunResult) -> RunResult:
-    """`result` with every stage of the default record its configuration has: a seed variant's run again
-    (the same seed, the same numbers) when the window's run left some out (window_record). On a worker
-    thread only."""
-    wanted = (DEFAULT_RECORD | result.stages.keys()) & frozenset(run_stages(result.config))
-    if result.config.spec.backed or result.pool_factor is not None or wanted <= result.stages.keys():
+def complete_stages(result: RunResult, also: frozenset[str] = frozenset()) -> RunResult:
+    """`result` with every stage of the default record (and `also`) its configuration has: run again (a
+    seed variant with the same seed, a model on the same text: the same numbers) when the window's run left
+    some out (window_record). A pooled run's or a generation's stays as it is. On a worker thread only."""
+    wanted = (DEFAULT_RECORD | also | result.stages.keys()) & frozenset(run_stages(result.config))
+    if result.source is not None:
+        wanted &= frozenset(backed_stages(result.source.info))
+    if result.pool_factor is not None or generating(result.config) or wanted <= result.stages.keys():
         return result
-    return run(result.config, record=wanted)
+    config = result.config if result.source is None else result.source.key.replace(layer=result.config.layer)
+    return run(config, record=wanted)
 
 
 def producible(needed: frozenset[str], source) -> frozenset[str]:

@@ -187,3 +187,32 @@ def test_a_broken_config_json_is_one_status_message_and_nothing_on_stderr(model_
     assert w.result is shown  # the last good view stays
     err = capfd.readouterr().err
     assert "Traceback" not in err and "layer_norm_epsilon" not in err
+
+
+def test_a_model_window_leaves_the_scores_out_until_a_view_draws_them(model_window, qtbot):
+    """The forward behind the weights view keeps no scores (a 30-layer model at 512 tokens: 283 MB fewer
+    written); hover still says each cell's score, the scores view runs the model once more for them, and an
+    NPZ export gets them back (complete_stages)."""
+    from attnviz.core.cells import cell_path
+    from attnviz.core.stages import BY_NAME
+    from attnviz.ui.worker import complete_stages
+
+    w = model_window
+    assert "scores" not in w.result.stages and "scores" not in w.result.source.stages
+    full = run(w.result.source.key.replace(layer=w.result.config.layer))
+    i, j = 3, 2
+    assert cell_path(w.result, 0, 1, i, j)["scores"] == pytest.approx(float(full.scores[0, 1, i, j]), abs=1e-5)
+    assert f"→ {BY_NAME['scores'].title} " in w.headGrid.cell_text(1, i, j)
+    completed = complete_stages(w.result)
+    np.testing.assert_array_equal(completed.scores, full.scores)
+    np.testing.assert_array_equal(completed.weights, w.result.weights)
+    n = len(w.compute.calls)
+    w.viewCombo.setCurrentIndex(w.viewCombo.findData("scores"))
+    settle(qtbot, w)
+    assert len(w.compute.calls) == n + 1
+    np.testing.assert_array_equal(w.result.scores, full.scores)
+    w.panel.widgets["layer"].setValue(0)  # the forward's other layers have their scores too
+    settle(qtbot, w)
+    w.viewCombo.setCurrentIndex(w.viewCombo.findData("weights"))
+    settle(qtbot, w)
+    assert len(w.compute.calls) == n + 1 and w.result.config.layer == 0

@@ -112,3 +112,17 @@ def test_save_and_open_configuration(window, qtbot, tmp_path):
     window.open_config(str(path))
     wait_shown(qtbot, window)
     assert window.result.config.heads == 2 and window.result.config.seq_q == 9
+
+
+def test_a_scores_image_from_a_window_that_left_the_scores_out(window, qtbot, tmp_path):
+    """The window's run keeps no scores unless a view draws them; the dialog's scores grid runs again for them
+    (the same numbers as a run that kept them) instead of failing."""
+    from attnviz.core import run
+    from attnviz.export import ExportOptions, png_bytes
+
+    assert "scores" not in window.result.stages
+    ok, path = run_export(open_dialog(window, qtbot), qtbot, tmp_path / "scores.png", what="scores", scale=4)
+    assert ok, path
+    expected = png_bytes(run(window.result.config), ExportOptions.from_view(
+        window.frames.options, what="scores", scale=4))
+    assert (tmp_path / "scores.png").read_bytes() == expected
