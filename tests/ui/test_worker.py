@@ -244,7 +244,7 @@ def test_the_reaper_trims_the_heap_only_once_results_stop_coming(qapp, monkeypat
     trims: list[float] = []
     monkeypatch.setattr(worker_module, "_malloc_trim", lambda: lambda pad: trims.append(time.monotonic()))
     reaper = Reaper()
-    reaper.HOLD_S = 0.3
+    reaper.HOLD_S = reaper.IDLE_S = 0.3
     for _ in range(5):  # a drag: each result replaces the previous one within HOLD_S
         reaper.drop(Big([]))
         time.sleep(0.05)
@@ -252,7 +252,7 @@ def test_the_reaper_trims_the_heap_only_once_results_stop_coming(qapp, monkeypat
     deadline = time.monotonic() + 10
     while not trims and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(trims) == 1  # the last replaced result freed after HOLD_S, then one trim
+    assert len(trims) == 1  # the last replaced result freed after HOLD_S, one trim IDLE_S later
     reaper.drop(Big([]))
     assert reaper.flush() and len(trims) == 2  # flush() asks for memory: it trims before returning
 
@@ -389,6 +389,29 @@ def test_the_window_leaves_scores_out_and_an_npz_export_gets_them_back():
     assert set(full.stages) == {"x", "q", "k", "v", "scores", "weights", "dropped", "context", "output"}
     np.testing.assert_array_equal(full.scores, run(config).scores)
     np.testing.assert_array_equal(full.weights, shown.weights)
+
+
+def test_a_short_pause_keeps_the_memory_the_next_edit_writes_into(qapp, monkeypatch):
+    """The replaced result is freed after HOLD_S, but its map buffers and the heap's pages stay until IDLE_S
+    more has passed without a result (or a flush asks): the next edit after a pause maps nothing anew."""
+    from attnviz.core import buffers
+
+    trims: list[int] = []
+    monkeypatch.setattr(worker_module, "_malloc_trim", lambda: trims.append)
+    monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 10)
+    monkeypatch.setattr(worker_module, "PAUSE_KEEP_BYTES", 0)
+    buffers.release()
+    log: list = []
+    reaper = Reaper()
+    reaper.HOLD_S, reaper.IDLE_S = 0.05, 60.0
+    reaper.drop(Big(log), buffers.empty((1000, 10), torch.float32))  # a result and the maps it holds
+    deadline = time.monotonic() + 10
+    while not log and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert [what for what, _, _ in log] == ["freed"]
+    assert buffers.idle_bytes() == 40_000 and trims == []  # freed, kept for the next run
+    assert not reaper.flush() and buffers.idle_bytes() == 0 and trims == [0]
 
 
 def test_the_reaper_gives_free_map_buffers_back_on_a_flush(monkeypatch):
