@@ -399,7 +399,6 @@ def test_a_short_pause_keeps_the_memory_the_next_edit_writes_into(qapp, monkeypa
     trims: list[int] = []
     monkeypatch.setattr(worker_module, "_malloc_trim", lambda: trims.append)
     monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 10)
-    monkeypatch.setattr(worker_module, "PAUSE_KEEP_BYTES", 0)
     buffers.release()
     log: list = []
     reaper = Reaper()
