@@ -1,6 +1,8 @@
 """The `attnviz` command: the GUI by default, `attnviz render` for headless export.
 
     attnviz                      open the app (arguments go to Qt)
+    attnviz PATH                 open the app on a model folder, .gguf, .json or .npz
+    attnviz --install-desktop    the application menu entry (Linux)
     attnviz --version
     attnviz render -o maps.png [--preset NAME | --config FILE.json] [config flags] [view flags]
     attnviz render --model DIR --text "..." --layer N [--head H] [--view ...] -o out.png|svg|npz [--all-layers]
@@ -47,6 +49,13 @@ def _build_config(args: argparse.Namespace):
         return config
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
+    if "maps" in flags and "variant" not in flags:  # --maps FILE.npz: the maps as saved, at the file's layer
+        from .core.config import MAPS_SUFFIX
+        from .core.saved import MAPS_VARIANT, saved_layer
+
+        flags["variant"] = MAPS_VARIANT
+        if str(flags["maps"]).lower().endswith(MAPS_SUFFIX):  # else the configuration says what is wrong
+            flags.setdefault("layer", saved_layer(flags["maps"]))
     # the variant's own defaults (its seed's mask and biases), then the flags
     config = RunConfig.for_variant(flags.pop("variant"), **flags) if "variant" in flags else RunConfig(**flags)
     _refuse_ignored(config, flags)
@@ -336,11 +345,14 @@ def _no_display() -> bool:
             and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
 
 
-TOP_HELP = f"""usage: {PROG} [--version] [-h] [render ...] [Qt options]
+TOP_HELP = f"""usage: {PROG} [--version] [-h] [--install-desktop] [PATH] [render ...] [Qt options]
 
 See attention: a desktop app that runs hand-written attention modules and shows every head live.
 
   {PROG}                  open the app
+  {PROG} PATH             open the app on PATH: a model folder, a .gguf file, a saved
+                          configuration (.json) or exported maps (.npz)
+  {PROG} --install-desktop  add attnviz to the application menu (Linux), opening .gguf and .npz
   {PROG} render -o FILE   run one configuration headless and write PNG, SVG or NPZ
                           ('{PROG} render --help' lists the options)
   {PROG} --version        print the version
@@ -384,6 +396,12 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(TOP_HELP, end="")
         return EXIT_OK
+    if argv[:1] == ["--install-desktop"]:
+        return _install_desktop()
+    path = argv[0] if argv and not argv[0].startswith("-") else None
+    if path is not None and not os.path.exists(path):
+        return _fail(EXIT_USAGE, f"{PROG}: error: {path}: no such file or folder. Fix: give a model folder, a .gguf "
+                                 f"file, a saved configuration (.json) or exported maps (.npz)")
     if _no_display():
         return _fail(EXIT_FAILURE, f"{PROG}: error: no display to open the app on (DISPLAY and WAYLAND_DISPLAY "
                                    f"are unset); use '{PROG} render' headless, or set QT_QPA_PLATFORM")
@@ -393,7 +411,23 @@ def _dispatch(argv: list[str]) -> int:
     except ImportError as exc:
         return _fail(EXIT_FAILURE, f"{PROG}: error: the app cannot start ({exc}); "
                                    f"'{PROG} render' still works without it")
-    return run_app(argv)
+    return run_app(argv[1:] if path else argv, open_path=path)
+
+
+def _install_desktop() -> int:
+    from .desktop import install
+
+    try:
+        written = install()
+    except RuntimeError as exc:  # macOS, Windows: what to do instead
+        print(f"{PROG}: {exc}")
+        return EXIT_OK
+    except OSError as exc:
+        return _fail(EXIT_FAILURE, f"{PROG}: error: the menu entry cannot be written ({exc})")
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{PROG} is in the application menu (as 'attnviz'), and opens .gguf and .npz files")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ class RunResult:
     region: np.ndarray | None = None
     screen_maps: ScreenMaps | None = None  # the shown weights max-pooled by the kernel to a view's size
     score_recipe: Any = None  # a model's layer: how its scores were made (mods.ScoreRecipe), for hover
+    opened: str = ""  # maps read from a file (saved.py): its path; nothing can be computed again for it
+    model_name: str = ""  # maps read from a file: the model's name as titles gave it (no source to ask)
 
     # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
 
 from PySide6.QtCore import QSettings
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 
-def run_app(argv: list[str] | None = None) -> int:
-    """Open the main window (restoring the last session) and run until it closes."""
+def run_app(argv: list[str] | None = None, open_path: str | None = None) -> int:
+    """Open the main window (restoring the last session, or on `open_path`: see MainWindow) and run until it
+    closes."""
     from .lifecycle import install_sigint_handler
     from .main_window import MainWindow
 
@@ -18,7 +21,8 @@ def run_app(argv: list[str] | None = None) -> int:
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
     sigint_timer = install_sigint_handler(app)  # from here Ctrl+C closes the windows (settings saved), quits
-    window = MainWindow(settings=QSettings())
+    app.setWindowIcon(QIcon(str(resources.files("attnviz.resources") / "icons" / "attnviz.png")))
+    window = MainWindow(settings=QSettings(), open_path=open_path)
     window.show()
     code = app.exec()
     sigint_timer.stop()

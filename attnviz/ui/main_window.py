@@ -47,6 +47,7 @@ from .window_actions import WindowActions
 from .window_files import WindowFiles
 from .window_layout import WindowLayout
 from .window_model import WindowModel
+from .window_open import PathDrop, WindowOpen
 from .window_settings import WindowSettings
 from .window_zoom import WindowZoom
 from .worker import Failure, Outcome, Request, Worker, generating
@@ -66,9 +67,11 @@ def _delivered(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.delivery, name), doc=doc)
 
 
-class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowZoom, WindowLayout, QMainWindow):
+class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowModel, WindowZoom, WindowLayout,
+                 QMainWindow):
     """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
-    pass a QSettings to restore and save parameters, view choices and geometry."""
+    pass a QSettings to restore and save parameters, view choices and geometry, and `open_path` to start on
+    a model folder, .gguf, .json, .npz, picture or text file instead of the last session's configuration."""
 
     sigShown = Signal(int)  # the request id whose (final) result is now on screen
     sigPartialShown = Signal(int, int)  # a generation still running: (request id, generated tokens on screen)
@@ -79,7 +82,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     stopped_id = _delivered("stopped_id", "newest request stopped before it had anything to show")
     generating_id = _delivered("generating_id", "the newest request whose generation may still run (0: none)")
 
-    def __init__(self, settings: QSettings | None = None, compute=run, parent: QWidget | None = None):
+    def __init__(self, settings: QSettings | None = None, compute=run, parent: QWidget | None = None,
+                 open_path: str | None = None):
         super().__init__(parent)
         self.setWindowTitle("attnviz")
         self.settings = settings
@@ -101,6 +105,9 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
             self._restore(settings)
+        self.pathDrop = PathDrop(self)
+        if open_path:
+            self.open_path(open_path)
         self.request()
         # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
         # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.

@@ -38,7 +38,7 @@ from ..core.userfiles import file_fields
 from ..style import RED
 from .choices import add_choice
 from .field_widgets import object_name
-from .file_chooser import FileChooser, named
+from .file_chooser import FileChooser, MapsChooser, PathChooser, named
 from .model_chooser import ModelChooser
 from .patch_view import ImageChooser
 
@@ -205,6 +205,9 @@ class ParameterPanel(QWidget):
         elif name == "image":  # a vision model's picture: Open… (or a file dropped onto the window)
             w = ImageChooser()
             w.sigChanged.connect(self._edited)
+        elif name == "maps":  # an .npz of maps written by attnviz: Open… (or a file dropped onto the window)
+            w = MapsChooser()
+            w.sigChanged.connect(self._edited)
         elif name in FILE_FIELDS:  # your own weights / inputs: Random or From file
             w = FileChooser(name, name, WEIGHT_SUFFIXES if name == "weights" else INPUT_SUFFIXES)
             w.sigChanged.connect(self._edited)
@@ -236,7 +239,7 @@ class ParameterPanel(QWidget):
             return w.value()
         if isinstance(w, ModelChooser):
             return w.folder()
-        if isinstance(w, (FileChooser, ImageChooser)):
+        if isinstance(w, (FileChooser, PathChooser)):
             return w.path()
         if name != "kv_lengths":
             return w.text()
@@ -264,7 +267,7 @@ class ParameterPanel(QWidget):
             w.setValue(value)
         elif isinstance(w, ModelChooser):
             w.set_folder(value)
-        elif isinstance(w, (FileChooser, ImageChooser)):
+        elif isinstance(w, (FileChooser, PathChooser)):
             w.set_path(value)
         else:
             w.setText(", ".join(str(v) for v in value) if isinstance(value, tuple) else value)
@@ -430,7 +433,7 @@ class ParameterPanel(QWidget):
         self._error_field = field
         if field in self.widgets:
             w = self.widgets[field]
-            choosers = (FileChooser, ImageChooser)
+            choosers = (FileChooser, PathChooser)
             (w.fileLabel if isinstance(w, choosers) else w).setStyleSheet(ERROR_STYLE)  # one box, not each part
             w.setToolTip(message)
         self.errorLabel.setText(message)
@@ -478,7 +481,7 @@ class ParameterPanel(QWidget):
     def clear_error(self) -> None:
         if self._error_field in self.widgets:
             w = self.widgets[self._error_field]
-            (w.fileLabel if isinstance(w, (FileChooser, ImageChooser)) else w).setStyleSheet("")
+            (w.fileLabel if isinstance(w, (FileChooser, PathChooser)) else w).setStyleSheet("")
             w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()

@@ -45,8 +45,10 @@ class WindowActions:
         self.copyAction = act("Copy image", "Ctrl+Shift+C", self.copy_image,
                               "Copy the head grid as an image to the clipboard", menu, "copyButton")
         menu.addSeparator()
-        self.openAction = act("Open configuration…", "Ctrl+O", self.open_dialog,
-                              "Open a saved configuration (JSON)", menu, "openButton")
+        self.openAction = act("Open…", "Ctrl+O", self.open_any_dialog,
+                              "Open a .gguf model, a saved configuration (.json), exported maps (.npz), a picture or a "
+                              "text file; drop any of them, or a model folder, onto the window", menu, "openButton")
+        self._make_recent_menu(menu)
         self.saveAction = act("Save configuration…", "Ctrl+S", self.save_dialog,
                               "Save the configuration as JSON (the preset format)", menu, "saveButton")
         self.openTextAction = act("Open text file…", "Ctrl+Shift+O", self.open_text_dialog,

@@ -76,12 +76,12 @@ def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int]
 def complete_stages(result: RunResult, also: frozenset[str] = frozenset()) -> RunResult:
     """`result` with every stage of the default record (and `also`) its configuration has: run again (a
     seed variant with the same seed, a model on the same text: the same numbers) when the window's run left
-    some out (window_record). A pooled run's or a generation's stays as it is. On a worker thread only."""
+    some out (window_record). A pooled run's, a generation's or a file's stays as it is. On a worker thread only."""
     wanted = (DEFAULT_RECORD | also | result.stages.keys()) & frozenset(run_stages(result.config))
     if result.source is not None:
         wanted &= frozenset(backed_stages(result.source.info))
-    if result.pool_factor is not None or generating(result.config) or wanted <= result.stages.keys():
-        return result
+    if result.pool_factor is not None or generating(result.config) or result.opened or wanted <= result.stages.keys():
+        return result  # (maps opened from a file: nothing to run, the file's stages are all there is)
     config = result.config if result.source is None else result.source.key.replace(layer=result.config.layer)
     return run(config, record=wanted)
 
