@@ -253,7 +253,8 @@ class RunConfig:
         return replace(self, **changes)
 
     def shapes_text(self) -> str:
-        return f"B={self.batch} H={self.heads} Lq={self.seq_q} Lkv={self.lkv} d_head={self.head_dim}"
+        shapes = f"B={self.batch} H={self.heads} Lq={self.seq_q} Lkv={self.lkv}"
+        return shapes if self.spec.read is not None else f"{shapes} d_head={self.head_dim}"  # a file's: no widths
 
     # --- validation --------------------------------------------------------------------------
 
