@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import stat
 import zipfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -201,9 +202,45 @@ def _result(config: RunConfig, arrays: dict[str, np.ndarray], path: str) -> RunR
         region=arrays.get("region"), opened=path, model_name=" ".join(_labels(arrays, "model_name")))
 
 
+MAPS_ONLY = "the file holds maps only: nothing is computed again"
+
+
+def opened_note(result: RunResult, what: str) -> str:
+    """Why a view of maps opened from a file has nothing to show: `what` needs a model or a run."""
+    return f"{Path(result.opened).name}: no {what} ({MAPS_ONLY}); open the model itself to see it"
+
+
+@dataclass(frozen=True)
+class SavedLayers:
+    """What the model view draws of maps opened from a file with every layer's weights (layer_weights): its
+    layers x heads, no model behind them (no stacks, no ablation)."""
+
+    layer_weights: np.ndarray  # (layers, 1, H, Lq, Lkv)
+    mask: np.ndarray  # (1, 1, Lq, Lkv), the saved layer's, taken for every layer
+    stacks: tuple = ()
+    stack: str = ""
+
+    @property
+    def info(self) -> SimpleNamespace:
+        return SimpleNamespace(layers=len(self.layer_weights))
+
+    def blocks(self) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+        allowed = self.mask[0, 0]
+        shown = None if allowed.all() else np.broadcast_to(allowed, (len(self.layer_weights), *allowed.shape))
+        return [("", self.layer_weights, shown)]
+
+
+def saved_layers(result: RunResult) -> SavedLayers | None:
+    """The model view's picture of an opened file's layers, or None (one layer, or not from a file)."""
+    if not result.opened or result.layer_weights is None:
+        return None
+    return SavedLayers(result.layer_weights, result.mask)
+
+
 def _labels(arrays: dict[str, np.ndarray], key: str) -> tuple[str, ...]:
     a = arrays.get(key)
     return () if a is None or a.dtype.kind != "U" else tuple(str(t) for t in a.reshape(-1))
 
 
-__all__ = ["MAPS_VARIANT", "maps_config", "read_maps", "saved_layer"]
+__all__ = ["MAPS_ONLY", "MAPS_VARIANT", "SavedLayers", "maps_config", "opened_note", "read_maps", "saved_layer",
+           "saved_layers"]

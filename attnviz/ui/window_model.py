@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget
 
 from ..core.config import field_meta
+from ..core.saved import saved_layers
 from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
 
 
@@ -44,16 +45,17 @@ class WindowModel:
     def _show_model(self, result) -> None:
         """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
         layer_spin = self.panel.widgets["layer"]
-        if result.source is None:  # random weights: no model behind these maps
+        source = result.source or saved_layers(result)  # a model's forward, or an opened file's every layer
+        if source is None:  # random weights: no model behind these maps
             layer_spin.setMaximum(int(field_meta("layer")["maximum"]))
             # The dock stays, saying so: hiding it and showing it again with the next model resized
             # every view in the window, twice per switch between a trained and a random variant.
             self.modelView.show_none()
             return
-        layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
+        layer_spin.setMaximum(source.info.layers - 1)  # a preset or file may widen it again (panel)
         if self.modelDock.isVisible() and self.model_view_wanted():  # a tab behind waits: composing every
             # layer's tiles took 25-45 ms of the GUI thread on a 30-layer model
-            self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
+            self.modelView.show_source(source, result.config.layer, self.colormapCombo.currentData())
 
     def _show_heads(self, result, frames, late: frozenset[str] = frozenset()) -> None:
         """What the heads do: the predictions strip; the model view's crossed (ablated) heads and badges.
