@@ -59,7 +59,7 @@ def mime_package() -> str:
 def install() -> list[Path]:
     """Write the entry, the icons and the MIME package; refresh the caches where their tools exist. Returns the
     files written. Raises OSError (e.g. a read-only home) and RuntimeError off freedesktop systems."""
-    if sys.platform == "darwin" or os.name == "nt":
+    if sys.platform == "darwin" or sys.platform.startswith(("win", "cygwin")):
         raise RuntimeError(other_systems())
     icons = resources.files("attnviz.resources") / "icons"
     home = data_home()
