@@ -28,6 +28,7 @@ from dataclasses import fields
 
 from . import __version__
 from .cli_flags import RENDER_PROG, UsageError, flag_of, render_parser, stage_names, text_file
+from .system import no_display
 
 PROG = "attnviz"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -339,12 +340,6 @@ def _fail(code: int, line: str) -> int:
     return code
 
 
-def _no_display() -> bool:
-    """Linux without X11 or Wayland and no platform chosen: Qt would abort, so say so instead."""
-    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
-            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
-
-
 TOP_HELP = f"""usage: {PROG} [--version] [-h] [--install-desktop] [PATH] [render ...] [Qt options]
 
 See attention: a desktop app that runs hand-written attention modules and shows every head live.
@@ -402,7 +397,7 @@ def _dispatch(argv: list[str]) -> int:
     if path is not None and not os.path.exists(path):
         return _fail(EXIT_USAGE, f"{PROG}: error: {path}: no such file or folder. Fix: give a model folder, a .gguf "
                                  f"file, a saved configuration (.json) or exported maps (.npz)")
-    if _no_display():
+    if no_display():
         return _fail(EXIT_FAILURE, f"{PROG}: error: no display to open the app on (DISPLAY and WAYLAND_DISPLAY "
                                    f"are unset); use '{PROG} render' headless, or set QT_QPA_PLATFORM")
     try:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .core import ConfigError, RunResult
 from .core.saved import maps_config
+from .system import no_display
 
 ROW_SUM_TOLERANCE = 1e-3  # softmax rows in float16/bfloat16 sum to 1 within ~1e-3
 PATTERN_KEY = re.compile(r"blocks\.(\d+)\.attn\.hook_pattern$")  # TransformerLens' attention patterns
@@ -175,9 +176,7 @@ def _write(result: RunResult) -> Path:
 
 def open_window(path: str | os.PathLike) -> Shown:
     """Start `python -m attnviz PATH`: its own process, its output in a log beside the file."""
-    from .cli import _no_display
-
-    if _no_display():
+    if no_display():
         raise RuntimeError(f"no display to open attnviz on (DISPLAY and WAYLAND_DISPLAY are unset); the maps are "
                            f"saved in {path}: attnviz render --maps {path} -o maps.png draws them headless")
     log = open(Path(path).with_suffix(".log"), "wb")  # noqa: SIM115 - the child writes to it after we return

@@ -170,9 +170,10 @@ def test_npz_holds_every_array_and_the_config(cross, tmp_path):
     with np.load(path) as data:
         expected = {"config", "mask", "fully_masked_rows", *run_stages(cross.config)} & (
             {"config", "mask", "fully_masked_rows"} | DEFAULT_RECORD)
-        assert set(data.files) == expected
+        assert set(data.files) == expected | {"device"}
         for name in expected - {"config"}:
             np.testing.assert_array_equal(data[name], getattr(cross, name))
+        assert str(data["device"]) == cross.device == "cpu"  # what titles say the maps were computed on
         assert RunConfig.from_json(str(data["config"])) == cross.config
 
 
