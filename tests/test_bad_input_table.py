@@ -1,0 +1,235 @@
+"""Every bad input in one table: what is given, the exit status it must get, and the words its one line must hold.
+
+A row's `make(work, models)` prepares its files in the empty folder `work` and returns either the arguments of
+`attnviz render` (a list) or a function calling the Python API (a ConfigError there counts as exit 2). The test
+runs it and checks: the exit status, one line on stderr with no traceback, every word of the row in that line,
+and `work` exactly as it was (nothing written, nothing removed). Rows without `computes` also fail if a forward
+pass starts: they must be refused before any compute.
+
+A new feature's bad inputs go here as new rows (GGUF files have their own marked section).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from attnviz.cli import main
+from attnviz.core import ConfigError, RunConfig
+
+SMALL = ["--d-model", "8", "--heads", "2", "--seq-q", "4"]
+Make = Callable[[Path, Callable[[str], Path]], Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    make: Make
+    code: int
+    words: tuple[str, ...]
+    computes: bool = False  # the refusal may come from the run itself (a model's files, a sampled token)
+
+
+def cli(*argv: str) -> Make:
+    """`attnviz render` with these arguments; "{work}" stands for the row's folder."""
+    return lambda work, models: [a.replace("{work}", str(work)) for a in argv]
+
+
+def api(call: Callable[[], Any]) -> Make:
+    return lambda work, models: call
+
+
+def write(name: str, data: bytes | str, *argv: str) -> Make:
+    """A file `name` in the row's folder holding `data`, then `attnviz render` with `argv` ("{work}" as above)."""
+    def make(work: Path, models):
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        (work / name).write_bytes(raw)
+        return [a.replace("{work}", str(work)) for a in argv]
+    return make
+
+
+def fifo(name: str, *argv: str) -> Make:
+    def make(work: Path, models):
+        os.mkfifo(work / name)
+        return [a.replace("{work}", str(work)) for a in argv]
+    return make
+
+
+def folder(name: str, *argv: str) -> Make:
+    def make(work: Path, models):
+        (work / name).mkdir()
+        return [a.replace("{work}", str(work)) for a in argv]
+    return make
+
+
+def saved_config(config: dict | str) -> str:
+    body = config if isinstance(config, str) else json.dumps(config)
+    return f'{{"format": "attnviz-config", "version": 1, "config": {body}}}'
+
+
+# --- the run configuration: values of the wrong kind, out of range, malformed ---------------------------------
+
+CONFIG_ROWS = [
+    Row("api-heads-true", api(lambda: RunConfig(heads=True)), 2, ("heads = True", "an integer, not a bool")),
+    Row("api-heads-np-bool", api(lambda: RunConfig(heads=np.bool_(True))), 2, ("an integer, not a bool",)),
+    Row("api-heads-string", api(lambda: RunConfig(heads="4")), 2, ("heads = '4'", "an integer, not a string")),
+    Row("api-heads-fraction", api(lambda: RunConfig(heads=4.5)), 2, ("heads = 4.5", "whole number")),
+    Row("api-seq-none", api(lambda: RunConfig(seq_q=None)), 2, ("seq_q = None", "an integer, not null")),
+    Row("api-dropout-bool", api(lambda: RunConfig(dropout=True)), 2, ("dropout", "a number, not a bool")),
+    Row("api-dropout-string", api(lambda: RunConfig(dropout="0.1")), 2, ("dropout", "a number, not a string")),
+    Row("api-train-string", api(lambda: RunConfig(train="yes")), 2, ("train = 'yes'", "true or false")),
+    Row("api-mask-int", api(lambda: RunConfig(mask=3)), 2, ("mask = 3", "must be text")),
+    Row("api-np-heads-not-dividing", api(lambda: RunConfig(d_model=64, heads=np.int64(6))), 2,
+        ("heads = 6", "4 or 8")),  # converted first, then checked as any int
+    Row("api-dropout-np-nan", api(lambda: RunConfig(dropout=np.float32("nan"), train=True)), 2, ("finite",)),
+    Row("api-dropout-range", api(lambda: RunConfig(dropout=1.5)), 2, ("dropout = 1.5", "Fix: set dropout")),
+    Row("api-seed-negative", api(lambda: RunConfig(seed=-1)), 2, ("seed = -1", "at least 0")),
+    Row("api-d-model-huge", api(lambda: RunConfig(d_model=1 << 17)), 2, ("d_model", "at most")),
+    *[Row(f"api-device-{name}", api(lambda name=name: RunConfig(device=name)), 2,
+          (f"device = '{name}'", "cpu, cuda, cuda:N or auto")) for name in ("gpu", "cuda:", "CPU", "mps")],
+    Row("cli-dropout-nan", cli(*SMALL, "--train", "--dropout=nan", "-o", "{work}/o.png"), 2,
+        ("--dropout nan: must be a finite number", "Fix:")),
+    Row("cli-dropout-inf", cli(*SMALL, "--train", "--dropout=-inf", "-o", "{work}/o.png"), 2, ("finite",)),
+    Row("cli-heads-negative", cli("--heads", "-4", "-o", "{work}/o.npz"), 2, ("--heads -4: must be at least 1",)),
+]
+
+# --- files given by flag: the configuration, the text --------------------------------------------------------
+
+FILE_ROWS = [
+    Row("config-nan", write("c.json", saved_config('{"dropout": NaN, "train": true}'),
+                            "--config", "{work}/c.json", "-o", "{work}/o.png"), 2,
+        ("--config", "c.json", "dropout", "finite")),
+    Row("config-deep", write("c.json", "[" * 100_000 + "]" * 100_000, "--config", "{work}/c.json", "-o",
+                             "{work}/o.png"), 2, ("nested too deeply",)),
+    Row("config-big", write("c.json", b" " * ((1 << 20) + 10), "--config", "{work}/c.json", "-o", "{work}/o.png"),
+        2, ("larger than 1 MiB",)),
+    Row("config-binary", write("c.json", bytes(range(256)) * 16 + b"\0", "--config", "{work}/c.json", "-o",
+                               "{work}/o.png"), 2, ("binary", "UTF-8")),
+    Row("config-empty", write("c.json", " \n", "--config", "{work}/c.json", "-o", "{work}/o.png"), 2,
+        ("is empty", "Save configuration")),
+    Row("config-latin1", write("c.json", '{"format": "attnviz-config", "description": "Zürich", "config": {}}'
+                               .encode("latin-1"), "--config", "{work}/c.json", "-o", "{work}/o.png"), 2,
+        ("not UTF-8", "save it as UTF-8")),
+    Row("config-dev-zero", cli("--config", "/dev/zero", "-o", "{work}/o.png"), 2,
+        ("--config /dev/zero", "character device")),
+    Row("text-file-dev-zero", cli(*SMALL, "--text-file", "/dev/zero", "-o", "{work}/o.png"), 2,
+        ("--text-file /dev/zero", "exists but is a character device", "not a regular file", "Fix:")),
+    Row("text-file-folder", folder("d", *SMALL, "--text-file", "{work}/d", "-o", "{work}/o.png"), 2,
+        ("exists but is a folder", "not a regular file", "Fix:")),
+    Row("text-file-fifo", fifo("t.txt", *SMALL, "--text-file", "{work}/t.txt", "-o", "{work}/o.png"), 2,
+        ("exists but is a pipe (FIFO)", "not a regular file", "Fix:")),
+    Row("text-file-missing", cli(*SMALL, "--text-file", "{work}/nope.txt", "-o", "{work}/o.png"), 2,
+        ("no such file", "check the path")),
+]
+
+# --- where the output goes -----------------------------------------------------------------------------------
+
+OUTPUT_ROWS = [
+    Row("output-folder-missing", cli(*SMALL, "-o", "{work}/no-such-folder/maps.png"), 2,
+        ("no-such-folder", "does not exist", "create it")),
+    Row("output-folder-is-a-file", write("afile", "x", *SMALL, "-o", "{work}/afile/maps.npz"), 2,
+        ("is a file, not a folder; choose another folder",)),
+]
+
+# --- GGUF files ----------------------------------------------------------------------------------------------
+# The GGUF reader's rows (empty, wrong magic, truncated, header counts past the file, tensor offsets) go here.
+GGUF_ROWS: list[Row] = []
+
+ROWS = CONFIG_ROWS + FILE_ROWS + OUTPUT_ROWS + GGUF_ROWS
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """kind -> a tiny random checkpoint folder (tests/models/tiny.py), built once per module."""
+    sys.path.insert(0, str(Path(__file__).parent / "models"))
+    from tiny import BUILDERS
+
+    root, built = tmp_path_factory.mktemp("tiny"), {}
+
+    def get(kind: str) -> Path:
+        if kind not in built:
+            pytest.importorskip("transformers")
+            built[kind] = root / kind
+            built[kind].mkdir()
+            BUILDERS[kind](built[kind])
+        return built[kind]
+    return get
+
+
+def snapshot(work: Path) -> dict[str, tuple]:
+    """Every entry under `work` with its kind, size and modification time (links not followed)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(work):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.relpath(os.path.join(dirpath, name), work)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def outcome(what: Any, capsys) -> tuple[int, str]:
+    """(exit status, the one line) of a command line or an API call."""
+    if isinstance(what, list):
+        code = main(["render", *what])
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert "Traceback" not in err and len(lines) <= 1, err
+        return code, lines[0] if lines else ""
+    try:
+        what()
+    except ConfigError as exc:
+        assert len(str(exc).splitlines()) == 1 and ". Fix: " in str(exc), str(exc)
+        return 2, str(exc)
+    return 0, ""
+
+
+@pytest.fixture
+def forbid_compute(monkeypatch):
+    """A forward pass that starts fails the row (run() is looked up from attnviz.core at call time)."""
+    import attnviz.core
+    from attnviz.core import runner
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("run() was called: the bad input was not refused before compute")
+
+    def apply():
+        monkeypatch.setattr(runner, "run", forbidden)
+        monkeypatch.setattr(attnviz.core, "run", forbidden)
+    return apply
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_bad_input(row: Row, tmp_path, capsys, models, forbid_compute, qapp):
+    work = tmp_path / "work"
+    work.mkdir()
+    what = row.make(work, models)
+    if not row.computes:
+        forbid_compute()
+    before = snapshot(work)
+    code, line = outcome(what, capsys)
+    assert code == row.code, line
+    for word in row.words:
+        assert word in line, f"{word!r} not in {line!r}"
+    assert snapshot(work) == before, "a refused input wrote or removed something"
+
+
+def test_numpy_scalars_and_whole_floats_are_taken_as_python_values():
+    """The other side of the api-* rows: what is a whole number, a number or a truth value is accepted, as
+    Python's own type (a saved configuration writes it as JSON, a tuple of lengths compares equal)."""
+    config = RunConfig(heads=np.int64(4), seq_q=np.int32(8), seed=5.0, dropout=np.float32(0.25), train=np.bool_(True),
+                       rope_base=np.int64(500000), mask="padding", kv_lengths=np.array([3]))
+    assert config == RunConfig(heads=4, seq_q=8, seed=5, dropout=0.25, train=True, rope_base=500000, mask="padding",
+                               kv_lengths=(3,))
+    for name, kind in (("heads", int), ("seq_q", int), ("seed", int), ("dropout", float), ("train", bool),
+                       ("rope_base", int)):
+        assert type(getattr(config, name)) is kind, name
+    assert type(config.kv_lengths[0]) is int
+    assert json.loads(config.to_json())["config"]["heads"] == 4
+    assert RunConfig.from_json(config.to_json()) == config
