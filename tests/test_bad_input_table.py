@@ -118,6 +118,10 @@ FILE_ROWS = [
     Row("config-latin1", write("c.json", '{"format": "attnviz-config", "description": "Zürich", "config": {}}'
                                .encode("latin-1"), "--config", "{work}/c.json", "-o", "{work}/o.png"), 2,
         ("not UTF-8", "save it as UTF-8")),
+    Row("preset-path", write("evil.json", saved_config({"d_model": 8, "heads": 2, "seq_q": 4}),
+                             "--preset", "{work}/evil", "-o", "{work}/o.npz"), 2,
+        ("--preset", "not a preset name", "use one of")),
+    Row("preset-relative-path", cli("--preset", "../../x", "-o", "{work}/o.npz"), 2, ("not a preset name",)),
     Row("config-dev-zero", cli("--config", "/dev/zero", "-o", "{work}/o.png"), 2,
         ("--config /dev/zero", "character device")),
     Row("text-file-dev-zero", cli(*SMALL, "--text-file", "/dev/zero", "-o", "{work}/o.png"), 2,

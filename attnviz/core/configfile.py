@@ -24,7 +24,8 @@ class ConfigFileError(ValueError):
         super().__init__(f"{problem}. Fix: {fix}")
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words: a folder, a character device, a pipe (FIFO)..."""
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe (FIFO)"),
                        (stat.S_ISSOCK, "a socket")):
@@ -50,7 +51,7 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     try:
         mode = os.fstat(fd).st_mode  # before fdopen, which refuses a folder with its own less telling error
         if not stat.S_ISREG(mode):
-            raise NotRegularFile(_kind(mode))
+            raise NotRegularFile(file_kind(mode))
         f = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -197,7 +197,7 @@ def _load_pickle(path: Path) -> dict[str, Tensor]:
 
 def model_name(path: Path) -> str:
     """'models--org--name/snapshots/<hash>' -> 'org/name'; else the folder's own name."""
-    parts = path.resolve().parts
+    parts = Path(os.path.realpath(path)).parts  # never raises on a link loop (resolve does)
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
         return parts[-3][len("models--"):].replace("--", "/")
     if path.name.lower() in GENERIC_NAMES and len(parts) >= 2:  # e.g. a package's .../all_minilm/model

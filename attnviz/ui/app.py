@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 
@@ -13,13 +12,18 @@ def run_app(argv: list[str] | None = None) -> int:
     """Open the main window (restoring the last session) and run until it closes."""
     from .lifecycle import install_sigint_handler
     from .main_window import MainWindow
+    from .window_settings import open_settings
 
     app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
     sigint_timer = install_sigint_handler(app)  # from here Ctrl+C closes the windows (settings saved), quits
-    window = MainWindow(settings=QSettings())
+    settings, note = open_settings()  # None (and why) when a settings file is a FIFO, a device, huge
+    window = MainWindow(settings=settings)
     window.show()
+    if note:
+        print(f"attnviz: {note}", file=sys.stderr)
+        window.statusBar().showMessage(note, 30000)
     code = app.exec()
     sigint_timer.stop()
     # the window stopped the worker when it closed, but an event handled after that (a late result's

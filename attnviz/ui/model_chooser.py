@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QToolButton, QWidget
 
-from ..models.discover import find_model_folders, hub_cache, supported_text
+from ..models.discover import discover_models, hub_cache, supported_text
 from .choices import add_choice
 
 
@@ -26,9 +26,11 @@ class ModelChooser(QWidget):
         self.combo.setAccessibleName("modelCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setMinimumContentsLength(4)  # the panel column fits at its 300 px minimum (tests check)
-        self.combo.setToolTip(f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders or .gguf files "
-                              "separated by the path separator), and GGUF models in Ollama's and LM Studio's stores. "
-                              f"Opens {supported_text()}. Nothing is downloaded.")
+        self.notes: list[str] = []  # what the last look skipped (a FIFO, a loop, an unlistable folder)
+        self.tooltip = (f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders or .gguf files "
+                        "separated by the path separator), and GGUF models in Ollama's and LM Studio's stores. "
+                        f"Opens {supported_text()}. Nothing is downloaded.")
+        self.combo.setToolTip(self.tooltip)
         self.openButton = QToolButton()
         self.openButton.setObjectName("openModelButton")
         self.openButton.setAccessibleName("openModelButton")
@@ -52,9 +54,13 @@ class ModelChooser(QWidget):
         self.combo.blockSignals(True)
         self.combo.clear()
         self.combo.addItem("(choose a model folder)", "")
-        for label, path in find_model_folders():
+        found, self.notes = discover_models()  # bounded: a hostile store never holds the window
+        for label, path in found:
             add_choice(self.combo, label, str(path), str(path))
         self.combo.blockSignals(False)
+        more = f" (and {len(self.notes) - 1} more)" if len(self.notes) > 1 else ""
+        self.combo.setToolTip(f"{self.tooltip}\n\nSkipped while looking: {self.notes[0]}{more}" if self.notes
+                              else self.tooltip)
         self.set_folder(current, emit=False)
 
     def folder(self) -> str:
