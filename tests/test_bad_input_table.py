@@ -70,6 +70,35 @@ def folder(name: str, *argv: str) -> Make:
     return make
 
 
+FIFO, DEV_ZERO = "<fifo>", "<link to /dev/zero>"
+GPT2_CONFIG = b'{"model_type": "gpt2"}'
+
+
+def safetensors(header: Any, data: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + data
+
+
+def model(files: dict[str, bytes | str], *argv: str) -> Make:
+    """A model folder `m` holding `files` (bytes, FIFO, DEV_ZERO, or ("sparse", size)), then
+    `attnviz render --model m --text hi -o o.png` with `argv` added."""
+    def make(work: Path, models):
+        folder = work / "m"
+        folder.mkdir()
+        for name, data in files.items():
+            if data == FIFO:
+                os.mkfifo(folder / name)
+            elif data == DEV_ZERO:
+                (folder / name).symlink_to("/dev/zero")
+            elif isinstance(data, tuple):
+                with open(folder / name, "wb") as f:
+                    f.truncate(data[1])
+            else:
+                (folder / name).write_bytes(data)
+        return ["--model", str(folder), "--text", "hi", "-o", str(work / "o.png"), *argv]
+    return make
+
+
 def saved_config(config: dict | str) -> str:
     body = config if isinstance(config, str) else json.dumps(config)
     return f'{{"format": "attnviz-config", "version": 1, "config": {body}}}'
@@ -134,6 +163,39 @@ FILE_ROWS = [
         ("no such file", "check the path")),
 ]
 
+# --- a model's own files: checked before they are read, every damage named ------------------------------------
+
+WITH_WEIGHTS = {"tokenizer.json": b"{}", "model.safetensors": safetensors({})}
+MODEL_ROWS = [
+    Row("config-json-fifo", model({"config.json": FIFO, **WITH_WEIGHTS}), 2,
+        ("config.json exists but is a pipe (FIFO)", "not a regular file"), computes=True),
+    Row("config-json-dev-zero", model({"config.json": DEV_ZERO, **WITH_WEIGHTS}), 2,
+        ("config.json exists but is a character device",), computes=True),
+    Row("config-json-5gb", model({"config.json": ("sparse", 5 << 30), **WITH_WEIGHTS}), 2,
+        ("config.json is 5120 MiB", "far larger than a model's"), computes=True),
+    Row("config-json-nested", model({"config.json": b"[" * 100_000 + b"]" * 100_000, **WITH_WEIGHTS}), 2,
+        ("config.json is nested too deeply",), computes=True),
+    Row("shard-index-empty", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
+                                    "model.safetensors.index.json": b'{"weight_map": {}}'}), 2,
+        ("the shard index has no weight_map", "empty"), computes=True),
+    Row("shard-index-list", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
+                                   "model.safetensors.index.json": b'{"weight_map": ["a.safetensors"]}'}), 2,
+        ("no weight_map", "list"), computes=True),
+    Row("shard-index-not-an-object", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
+                                            "model.safetensors.index.json": b"[1]"}), 2,
+        ("no weight_map",), computes=True),
+    Row("shard-index-path", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
+                                   "model.safetensors.index.json": b'{"weight_map": {"w": "../../x.safetensors"}}'}),
+        2, ("the shard index names '../../x.safetensors', not a file in the folder",), computes=True),
+    *[Row(f"safetensors-header-{name}", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
+                                               "model.safetensors": safetensors(header, b"xxxx")}), 2,
+          ("corrupt or truncated safetensors file", *words), computes=True)
+      for name, header, words in (
+          ("list", [], ("not a JSON object",)), ("null", None, ("not a JSON object",)),
+          ("shape-abc", {"w": {"dtype": "F32", "shape": "abc", "data_offsets": [0, 4]}}, ("'w'", "shape")),
+          ("offsets-backwards", {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}, ("data_offsets",)))],
+]
+
 # --- where the output goes -----------------------------------------------------------------------------------
 
 OUTPUT_ROWS = [
@@ -147,7 +209,7 @@ OUTPUT_ROWS = [
 # The GGUF reader's rows (empty, wrong magic, truncated, header counts past the file, tensor offsets) go here.
 GGUF_ROWS: list[Row] = []
 
-ROWS = CONFIG_ROWS + FILE_ROWS + OUTPUT_ROWS + GGUF_ROWS
+ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + OUTPUT_ROWS + GGUF_ROWS
 
 
 @pytest.fixture(scope="module")
