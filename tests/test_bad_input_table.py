@@ -99,6 +99,17 @@ def model(files: dict[str, bytes | str], *argv: str) -> Make:
     return make
 
 
+def links(chain: dict[str, str], *argv: str) -> Make:
+    """Symbolic links name -> target in the row's folder (a target "real.*" is made as a file first)."""
+    def make(work: Path, models):
+        for name, target in chain.items():
+            if target.startswith("real"):
+                (work / target).write_bytes(b"keep")
+            (work / name).symlink_to(work / target)
+        return [a.replace("{work}", str(work)) for a in argv]
+    return make
+
+
 def saved_config(config: dict | str) -> str:
     body = config if isinstance(config, str) else json.dumps(config)
     return f'{{"format": "attnviz-config", "version": 1, "config": {body}}}'
@@ -201,6 +212,20 @@ MODEL_ROWS = [
 OUTPUT_ROWS = [
     Row("output-folder-missing", cli(*SMALL, "-o", "{work}/no-such-folder/maps.png"), 2,
         ("no-such-folder", "does not exist", "create it")),
+    Row("output-link", links({"link.png": "real.png"}, *SMALL, "-o", "{work}/link.png"), 2,
+        ("-o", "link.png: is a symbolic link", "real.png", "give the file's own path")),
+    Row("output-dangling-link", links({"link.png": "gone.png"}, *SMALL, "-o", "{work}/link.png"), 2,
+        ("is a symbolic link",)),
+    Row("output-link-chain", links({"a.npz": "b.npz", "b.npz": "real.npz"}, *SMALL, "-o", "{work}/a.npz"), 2,
+        ("is a symbolic link",)),
+    Row("stats-link", links({"s.csv": "real.csv"}, *SMALL, "--stats", "{work}/s.csv"), 2,
+        ("--stats", "is a symbolic link")),
+    Row("output-trailing-slash", cli(*SMALL, "-o", "{work}/o.png/"), 2, ("ends with a slash", "give a file name")),
+    Row("tables-same-file", cli("--variant", "toy-induction", "--predictions", "{work}/t.csv", "--head-scores",
+                                "{work}/t.csv"), 2, ("--predictions and --head-scores name the same file",)),
+    Row("tables-same-file-by-another-path", folder("d", "--variant", "toy-induction", "--stats", "{work}/t.csv",
+                                                   "--predictions", "{work}/d/../t.csv"), 2,
+        ("--stats and --predictions name the same file",)),
     Row("output-folder-is-a-file", write("afile", "x", *SMALL, "-o", "{work}/afile/maps.npz"), 2,
         ("is a file, not a folder; choose another folder",)),
 ]
