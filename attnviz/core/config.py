@@ -439,6 +439,14 @@ class RunConfig:
             raise ConfigError("format", doc.get("format") if isinstance(doc, dict) else type(doc).__name__,
                               "not an attnviz configuration",
                               f'use a file with "format": "{FORMAT_TAG}" and a "config" object')
+        version = doc.get("version", FORMAT_VERSION)  # files from before versions were written are version 1
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+            newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+            raise ConfigError("version", version,
+                              f"saved by a newer attnviz (format version {version}; this one reads "
+                              f"{FORMAT_VERSION})" if newer else "not a format version of attnviz's",
+                              "update attnviz" if newer else f'give "version": {FORMAT_VERSION}, or save the '
+                              "configuration again")
         return cls.from_dict(doc["config"])
 
 
