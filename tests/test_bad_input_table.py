@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from attnviz.core import ConfigError, RunConfig
+from attnviz.core import ConfigError, RunConfig, run
 
 SMALL = ["--d-model", "8", "--heads", "2", "--seq-q", "4"]
 Make = Callable[[Path, Callable[[str], Path]], Any]
@@ -135,6 +135,14 @@ CONFIG_ROWS = [
     Row("api-d-model-huge", api(lambda: RunConfig(d_model=1 << 17)), 2, ("d_model", "at most")),
     *[Row(f"api-device-{name}", api(lambda name=name: RunConfig(device=name)), 2,
           (f"device = '{name}'", "cpu, cuda, cuda:N or auto")) for name in ("gpu", "cuda:", "CPU", "mps")],
+    Row("api-record-unknown", api(lambda: run(RunConfig.for_variant("toy-induction"), record={"bogus"})), 2,
+        ("stage = 'bogus'", "no such stage")),
+    Row("api-record-string", api(lambda: run(RunConfig(seq_q=4), record="weights")), 2,
+        ("record = 'weights'", "not a collection of stage names")),
+    Row("api-region-fraction", api(lambda: run(RunConfig(seq_q=4), region=(0.5, 2, 0, 3))), 2,
+        ("region = (0.5, 2, 0, 3)", "four whole numbers")),
+    Row("api-region-three", api(lambda: run(RunConfig.for_variant("toy-induction"), region=(0, 2, 0))), 2,
+        ("four whole numbers",)),
     Row("cli-dropout-nan", cli(*SMALL, "--train", "--dropout=nan", "-o", "{work}/o.png"), 2,
         ("--dropout nan: must be a finite number", "Fix:")),
     Row("cli-dropout-inf", cli(*SMALL, "--train", "--dropout=-inf", "-o", "{work}/o.png"), 2, ("finite",)),
@@ -293,16 +301,19 @@ def outcome(what: Any, capsys) -> tuple[int, str]:
 
 @pytest.fixture
 def forbid_compute(monkeypatch):
-    """A forward pass that starts fails the row (run() is looked up from attnviz.core at call time)."""
+    """A forward pass that starts fails the row (run() is looked up from attnviz.core at call time; the API's
+    rows call run() itself, which may check its arguments but must not reach a forward)."""
     import attnviz.core
     from attnviz.core import runner
 
     def forbidden(*args, **kwargs):
-        raise AssertionError("run() was called: the bad input was not refused before compute")
+        raise AssertionError("a forward pass started: the bad input was not refused before compute")
 
     def apply():
         monkeypatch.setattr(runner, "run", forbidden)
         monkeypatch.setattr(attnviz.core, "run", forbidden)
+        for name in ("run_forward", "_seed_forward"):
+            monkeypatch.setattr(runner, name, forbidden)
     return apply
 
 
@@ -334,3 +345,22 @@ def test_numpy_scalars_and_whole_floats_are_taken_as_python_values():
     assert type(config.kv_lengths[0]) is int
     assert json.loads(config.to_json())["config"]["heads"] == 4
     assert RunConfig.from_json(config.to_json()) == config
+
+
+def test_a_tiny_temperature_samples_the_greedy_token(tmp_path, capsys, qapp):
+    """--temperature 1e-40 is valid (near greedy): it once divided the logits into inf - inf = NaN, which
+    torch.multinomial refused with a bare RuntimeError. Its limit, the greedy token, is what it picks."""
+    import torch
+
+    from attnviz.core.generation import choose
+
+    logits = torch.tensor([1.0, 3.0, -2.0, 2.5])
+    for temperature in (1e-40, 1e-30, 5e-324):
+        assert choose(logits, temperature, 0, torch.Generator().manual_seed(0)) == 1
+        assert choose(logits, temperature, 2, torch.Generator().manual_seed(0)) == 1
+    out = tmp_path / "t.npz"
+    args = ["render", "--variant", "toy-induction", "--generate", "2", "-o", str(out)]
+    assert main([*args, "--temperature", "1e-40"]) == 0 and out.exists()
+    sampled = np.load(out)["weights"]
+    assert main(args) == 0  # greedy
+    assert np.array_equal(np.load(out)["weights"], sampled)
