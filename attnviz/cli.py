@@ -341,7 +341,8 @@ def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
 def _fail(code: int, line: str) -> int:
     if os.environ.get("ATTNVIZ_DEBUG"):
         traceback.print_exc()
-    print(" ".join(line.split()), file=sys.stderr)
+    line = " ".join(line.split()).encode("utf-8", "backslashreplace").decode("utf-8")  # an argument's stray bytes
+    print(line, file=sys.stderr)  # (surrogates) written as \udcff, not an error of their own
     return code
 
 

@@ -188,6 +188,10 @@ FILE_ROWS = [
         ("exists but is a folder", "not a regular file", "Fix:")),
     Row("text-file-fifo", fifo("t.txt", *SMALL, "--text-file", "{work}/t.txt", "-o", "{work}/o.png"), 2,
         ("exists but is a pipe (FIFO)", "not a regular file", "Fix:")),
+    Row("text-invalid-utf8", cli("--model", "{work}/m", "--text", "caf\udce9 au lait", "-o", "{work}/o.png"), 2,
+        ("--text", "not valid UTF-8 text: byte 0xe9 at character 3", "Fix:")),
+    Row("text-file-invalid-utf8", write("t.txt", b"caf\xe9", "--model", "{work}/m", "--text-file", "{work}/t.txt",
+                                        "-o", "{work}/o.png"), 2, ("--text-file", "not UTF-8 text (byte 3)", "Fix:")),
     Row("text-file-missing", cli(*SMALL, "--text-file", "{work}/nope.txt", "-o", "{work}/o.png"), 2,
         ("no such file", "check the path")),
 ]
@@ -364,3 +368,29 @@ def test_a_tiny_temperature_samples_the_greedy_token(tmp_path, capsys, qapp):
     sampled = np.load(out)["weights"]
     assert main(args) == 0  # greedy
     assert np.array_equal(np.load(out)["weights"], sampled)
+
+
+def test_an_svg_of_a_text_with_control_characters_is_well_formed(models, tmp_path, capsys, qapp):
+    """Token labels holding control characters (ESC, U+0001, DEL) are drawn as their pictures (␛ ␁ ␡): XML 1.0
+    cannot hold them, and an SVG that did was no longer readable."""
+    from xml.etree import ElementTree
+
+    out = tmp_path / "maps.svg"
+    text = "The cat\x01 sat\x1b[31m on\x7f the mat."
+    assert main(["render", "--model", str(models("gpt2")), "--text", text, "-o", str(out)]) == 0
+    root = ElementTree.parse(out).getroot()  # raises on a document that is not well-formed
+    labels = "".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    assert "␁" in labels and "␛" in labels and "␡" in labels
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text(models, tmp_path, capsys, qapp):
+    """Notepad's UTF-8 starts with U+FEFF: from --text, a text file or the API, it is dropped, not three tokens."""
+    folder = str(models("gpt2"))
+    plain = run(RunConfig(variant="pretrained", model=folder, text="The cat sat."))
+    marked = RunConfig(variant="pretrained", model=folder, text="\ufeffThe cat sat.")
+    assert marked.text == "The cat sat." and run(marked).tokens == plain.tokens
+    text_file = tmp_path / "bom.txt"
+    text_file.write_bytes(b"\xef\xbb\xbfThe cat sat.")
+    out = tmp_path / "o.npz"
+    assert main(["render", "--model", folder, "--text-file", str(text_file), "-o", str(out)]) == 0
+    assert json.loads(str(np.load(out)["config"]))["config"]["text"] == "The cat sat."
