@@ -60,8 +60,16 @@ def is_read_only(path: str | os.PathLike) -> bool:
 def check_target(path: str | os.PathLike, replace_readonly: bool = False) -> None:
     """Raise ExportError (BadPath, MissingFolder, ReadOnlyTarget) when `path` cannot or should not be written.
 
-    Cheap: callers run it before any compute, so a bad path costs nothing.
+    Cheap: callers run it before any compute, so a bad path costs nothing. A name the system refuses to look
+    at (longer than 255 bytes, ...) is a BadPath too.
     """
+    try:
+        _check_target(path, replace_readonly)
+    except OSError as exc:
+        raise BadPath(path, f"{_reason(exc)}; choose another name") from None
+
+
+def _check_target(path: str | os.PathLike, replace_readonly: bool) -> None:
     raw = os.fspath(path)
     if raw.endswith(("/", os.sep)):  # Path("o.png/") is o.png: the slash said a folder was meant
         raise MissingFolder(path, "the name ends with a slash, as a folder's does; give a file name (drop the "

@@ -195,7 +195,7 @@ def _plan_render(args: argparse.Namespace) -> tuple:
 def _check_targets(targets: dict[str, str | None]) -> None:
     """Each file to write: writable, not a symbolic link (the command line never writes through one: a link
     left in the folder could send the file anywhere), and no two flags naming the same file."""
-    from .atomic import check_target
+    from .atomic import BadPath, check_target
 
     seen: dict[str, str] = {}
     for flag, target in targets.items():
@@ -204,7 +204,10 @@ def _check_targets(targets: dict[str, str | None]) -> None:
         if os.path.islink(target):
             raise UsageError(f"{flag} {target}: is a symbolic link (to {os.readlink(target)}); give the file's own "
                              "path, or remove the link")
-        check_target(target)
+        try:
+            check_target(target)
+        except BadPath as exc:  # a bad argument: named by its flag
+            raise UsageError(f"{flag} {target}: {exc.reason}") from None
         key = os.path.normcase(os.path.realpath(target))
         if key in seen:
             raise UsageError(f"{seen[key]} and {flag} name the same file {target}: give each its own file")

@@ -248,6 +248,13 @@ OUTPUT_ROWS = [
     Row("tables-same-file-by-another-path", folder("d", "--variant", "toy-induction", "--stats", "{work}/t.csv",
                                                    "--predictions", "{work}/d/../t.csv"), 2,
         ("--stats and --predictions name the same file",)),
+    *[Row(f"long-name-{flag.strip('-')}", cli(*extra, flag, "{work}/" + "x" * 300 + suffix), 2,
+          (flag, "too long", "Fix:" if flag in ("--model", "--config", "--text-file") else "choose another name"),
+          computes=flag == "--model")
+      for flag, suffix, extra in (("-o", ".png", SMALL), ("--stats", ".csv", SMALL),
+                                  ("--model", "", ("--text", "hi", "-o", "{work}/o.png")),
+                                  ("--config", ".json", ("-o", "{work}/o.png")),
+                                  ("--text-file", ".txt", (*SMALL, "-o", "{work}/o.png")))],
     Row("output-folder-is-a-file", write("afile", "x", *SMALL, "-o", "{work}/afile/maps.npz"), 2,
         ("is a file, not a folder; choose another folder",)),
 ]

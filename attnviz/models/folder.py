@@ -71,6 +71,13 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(folder, "no model folder given", "choose a folder with config.json, *.safetensors and "
                          "tokenizer.json (e.g. one in the Hugging Face cache)")
     path = Path(folder).expanduser()
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass  # said below, with the fix
+    except (OSError, ValueError) as exc:  # a name longer than the system allows, a loop of links, no permission
+        raise ModelError(folder, f"cannot be looked at ({getattr(exc, 'strerror', None) or exc})",
+                         "check the path; it must be a local model folder or a .gguf file") from None
     if path.is_file() and is_gguf(path):  # a llama.cpp / LM Studio model file, or an Ollama blob
         return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
     if path.is_file():

@@ -61,7 +61,7 @@ def is_vision_folder(folder: str | os.PathLike) -> bool:
     config = Path(folder).expanduser() / "config.json"
     try:  # checked as read_folder checks it (a FIFO, /dev/zero or 5 GB is never read): the loader then says why
         return config.is_file() and _model_type(read_json(config)) in VISION_TYPES
-    except (ModelError, AttributeError):
+    except (ModelError, AttributeError, OSError, ValueError):  # the loader says what is wrong with the folder
         return False
 
 
