@@ -105,3 +105,39 @@ def test_the_window_opens(case, tmp_path):
     assert status_words in shown[0]
     if status_words:  # said on the terminal as well
         assert "attnviz.conf" in done.stderr and "Remove or rename it" in done.stderr
+
+
+def test_a_slow_look_for_models_does_not_hold_the_chooser(qtbot, monkeypatch, tmp_path):
+    """Discovery runs on its own thread: a look still going when the chooser is made leaves it usable, with the
+    models listed (and the skipped things in the tooltip) once the look ends."""
+    import threading
+
+    from attnviz.ui import model_chooser
+
+    release, started = threading.Event(), threading.Event()
+    found = [("slow-model", tmp_path / "slow-model")]
+
+    def slow(*args, **kwargs):
+        started.set()
+        assert release.wait(30), "never released"
+        return found, ["/somewhere/latest is a pipe (FIFO), not a manifest"]
+
+    monkeypatch.setattr(model_chooser, "discover_models", slow)
+    chooser = model_chooser.ModelChooser()  # returns after WAIT_S with the look still going
+    qtbot.addWidget(chooser)
+    assert started.is_set() and chooser.combo.count() == 1 and chooser.folder() == ""
+    chooser.set_folder("/picked/meanwhile", emit=False)  # the user (or the settings) chose one meanwhile
+    release.set()
+    qtbot.waitUntil(lambda: chooser.combo.findData(str(found[0][1])) >= 0, timeout=10_000)
+    assert chooser.folder() == "/picked/meanwhile"  # the choice made meanwhile is kept
+    assert "pipe (FIFO)" in chooser.combo.toolTip() and chooser.notes
+
+
+def test_a_quick_look_for_models_is_listed_at_once(qtbot, monkeypatch, tmp_path):
+    from attnviz.ui import model_chooser
+
+    monkeypatch.setattr(model_chooser, "discover_models", lambda *a, **k: ([("m", tmp_path / "m")], []))
+    chooser = model_chooser.ModelChooser()
+    qtbot.addWidget(chooser)
+    assert chooser.combo.count() == 2 and chooser.combo.itemData(1) == str(tmp_path / "m")
+    assert "Skipped" not in chooser.combo.toolTip()
