@@ -18,13 +18,15 @@ def run_app(argv: list[str] | None = None) -> int:
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
     sigint_timer = install_sigint_handler(app)  # from here Ctrl+C closes the windows (settings saved), quits
-    settings, note = open_settings()  # None (and why) when a settings file is a FIFO, a device, huge
+    settings, note = open_settings()  # scratch settings (and why) when the user's are a FIFO, a device, huge
     window = MainWindow(settings=settings)
     window.show()
     if note:
         print(f"attnviz: {note}", file=sys.stderr)
         window.statusBar().showMessage(note, 30000)
     code = app.exec()
+    if note:  # the scratch settings the window saved at closing: this session is not remembered
+        settings.scratch.remove()
     sigint_timer.stop()
     # the window stopped the worker when it closed, but an event handled after that (a late result's
     # re-render) may have started it again: stop it once more before deciding how to leave

@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTemporaryDir
 
 from ..core import ConfigError, RunConfig, load_preset
 from ..core.configfile import file_kind
@@ -43,14 +43,18 @@ def settings_problem(paths: list[Path]) -> str:
     return ""
 
 
-def open_settings() -> tuple[QSettings | None, str]:
-    """(QSettings(), "") for the window to restore and save; (None, a note naming the file and the fix) when a
-    settings file cannot be read: the window then opens with its defaults and remembers nothing this time."""
+def open_settings() -> tuple[QSettings, str]:
+    """(QSettings(), "") for the window to restore and save. When a settings file cannot be read: settings in a
+    scratch folder (the window opens as on a first launch, and forgets this session) and a note naming the file
+    and the fix."""
     problem = settings_problem(settings_files())
-    if problem:
-        return None, f"Settings not read: {problem}. Remove or rename it; this session starts from the defaults " \
-                     "and is not remembered"
-    return QSettings(), ""
+    if not problem:
+        return QSettings(), ""
+    scratch = QTemporaryDir()
+    settings = QSettings(scratch.filePath("attnviz.conf"), QSettings.IniFormat)
+    settings.scratch = scratch  # the folder lives as long as the settings do, then is removed
+    return settings, (f"Settings not read: {problem}. Remove or rename it; this session starts from the defaults and "
+                      "is not remembered")
 
 
 class WindowSettings:
