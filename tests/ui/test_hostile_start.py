@@ -103,6 +103,11 @@ def test_the_window_opens(case, tmp_path):
     assert done.returncode == 0 and len(shown) == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert status_words in shown[0]
+    if case != "no-presets-folder":  # a damaged settings file or store: the first launch's toy, as ever
+        from attnviz.core import load_preset
+        from attnviz.ui.window_settings import START_PRESET
+
+        assert shown[0].split()[1] == load_preset(START_PRESET).variant, shown[0]
     if status_words:  # said on the terminal as well
         assert "attnviz.conf" in done.stderr and "Remove or rename it" in done.stderr
 
