@@ -169,8 +169,6 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     """Everything checkable before any compute: the config, the export options, the stages to
     record, and the targets (a missing or unwritable folder, a read-only file). Raises what
     render_main reports."""
-    from .atomic import check_target
-
     tables = {"--stats": args.stats, "--predictions": args.predictions, "--head-scores": args.head_scores}
     if not args.output and not any(tables.values()):
         raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
@@ -200,10 +198,30 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     if (args.predictions or args.head_scores) and not config.spec.backed:
         flag = "--predictions" if args.predictions else "--head-scores"
         raise UsageError(f"{flag} needs a model: a trained toy (--variant toy-induction) or --model DIR")
-    for target in (args.output, *tables.values()):
-        if target:
-            check_target(target)
+    _check_targets({"-o": args.output, **tables})
     return config, options, record
+
+
+def _check_targets(targets: dict[str, str | None]) -> None:
+    """Each file to write: writable, not a symbolic link (the command line never writes through one: a link
+    left in the folder could send the file anywhere), and no two flags naming the same file."""
+    from .atomic import BadPath, check_target
+
+    seen: dict[str, str] = {}
+    for flag, target in targets.items():
+        if not target:
+            continue
+        if os.path.islink(target):
+            raise UsageError(f"{flag} {target}: is a symbolic link (to {os.readlink(target)}); give the file's own "
+                             "path, or remove the link")
+        try:
+            check_target(target)
+        except BadPath as exc:  # a bad argument: named by its flag
+            raise UsageError(f"{flag} {target}: {exc.reason}") from None
+        key = os.path.normcase(os.path.realpath(target))
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} name the same file {target}: give each its own file")
+        seen[key] = flag
 
 
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
@@ -336,7 +354,8 @@ def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
 def _fail(code: int, line: str) -> int:
     if os.environ.get("ATTNVIZ_DEBUG"):
         traceback.print_exc()
-    print(" ".join(line.split()), file=sys.stderr)
+    line = " ".join(line.split()).encode("utf-8", "backslashreplace").decode("utf-8")  # an argument's stray bytes
+    print(line, file=sys.stderr)  # (surrogates) written as \udcff, not an error of their own
     return code
 
 

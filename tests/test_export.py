@@ -330,3 +330,32 @@ def test_a_write_to_a_device_or_pipe_is_refused_before_anything_is_opened(tmp_pa
         assert main(["render", "--d-model", "8", "--heads", "2", "--stats", str(stats)]) == 2
     assert link.is_symlink() and os.readlink(link) == "/dev/full" and stat.S_ISFIFO(fifo.stat().st_mode)
     assert stats_link.is_symlink() and stat.S_ISFIFO(stats_fifo.stat().st_mode)
+
+
+def test_under_umask_000_a_new_export_is_readable_and_writable_by_all(tmp_path):
+    """umask 000 asks for 0666 files; it was once taken for 'unknown' and gave 0644."""
+    import os
+    import stat
+
+    from attnviz.atomic import write_bytes
+
+    old = os.umask(0)
+    try:
+        write_bytes(tmp_path / "open.csv", b"x")
+        os.umask(0o077)
+        write_bytes(tmp_path / "private.csv", b"x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "open.csv").stat().st_mode) == 0o666
+    assert stat.S_IMODE((tmp_path / "private.csv").stat().st_mode) == 0o600
+
+
+def test_a_dangling_link_is_refused_rather_than_creating_its_target(tmp_path):
+    from attnviz.atomic import BadPath, write_bytes
+
+    link = tmp_path / "maps.png"
+    link.symlink_to(tmp_path / "elsewhere" / "gone.png")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(BadPath, match="symbolic link to .*gone.png, which does not exist"):
+        write_bytes(link, b"x")
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and link.is_symlink()

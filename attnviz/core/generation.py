@@ -62,6 +62,8 @@ def choose(logits: Tensor, temperature: float, top_k: int, generator: torch.Gene
         cut = torch.topk(logits, min(top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < cut, float("-inf"))
     probs = torch.softmax(logits / temperature, dim=-1)
+    if not torch.isfinite(probs).all():  # a temperature so small (1e-40) that logits / temperature overflow:
+        return int(torch.argmax(logits))  # the sampling's limit is the greedy token (multinomial refuses NaN)
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
