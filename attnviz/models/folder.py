@@ -21,7 +21,7 @@ from torch import Tensor
 from ..core.device import MEMORY_FRACTION, available_memory
 from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
 from .errors import ModelError
-from .gguf_files import read_gguf
+from .gguf_files import gguf_header, read_gguf
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -69,7 +69,8 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(folder, "no model folder given", "choose a folder with config.json, *.safetensors and "
                          "tokenizer.json (e.g. one in the Hugging Face cache)")
     path = Path(folder).expanduser()
-    if path.is_file() and is_gguf(path):  # a llama.cpp / LM Studio model file, or an Ollama blob
+    if path.is_file() and (is_gguf(path) or path.suffix.lower() == ".gguf"):  # llama.cpp, LM Studio, an Ollama blob
+        gguf_header(path)  # an empty, foreign, cut or damaged file: refused here, naming what is wrong
         return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
     if path.is_file():
         raise ModelError(folder, "this is a file, not a model folder", "choose the folder that holds config.json, "

@@ -23,7 +23,8 @@ from ..core.kernel import Trace
 from ..core.masks import is_causal
 from ..core.stages import STAGE_NAMES
 from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
-from .gguf_files import read_gguf
+from .gguf_files import gguf_header, read_gguf
+from .gguf_model import build_config, build_model, fast_path
 from .hf_attention import ATTN_NAME, transformers
 from .layers import HOOKED, discover, stack_of
 from .outputs import find_output_side
@@ -90,7 +91,11 @@ def _config(folder: ModelFolder):
 
 
 def _gguf_config(tf, path):
-    read_gguf(path)  # readable, of an architecture transformers dequantises: else one clear line
+    summary = read_gguf(path)  # readable, of an architecture transformers dequantises: else one clear line
+    if fast_path(summary.architecture):  # from the header parsed once, as transformers builds it
+        config = build_config(gguf_header(path))
+        config._name_or_path = str(path.parent)
+        return config
     try:
         return tf.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - metadata transformers cannot map
@@ -208,9 +213,14 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
         check_pickle(folder)
     source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
     try:
-        model, loading = cls.from_pretrained(
-            str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
-            attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, **source)
+        if folder.gguf and fast_path(read_gguf(folder.gguf).architecture):  # attnviz's own reader (gguf_model.py)
+            model, loading = build_model(cls, gguf_header(folder.gguf), config, implementation)
+        else:
+            model, loading = cls.from_pretrained(
+                str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
+                attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, **source)
+    except ModelError:
+        raise
     except Exception as exc:  # noqa: BLE001 - size mismatches, corrupt files, a config the code rejects
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(folder.path, f"transformers cannot load the weights ({first_line})",
@@ -228,7 +238,8 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
         raise ModelError(extra[0], f"{len(extra)} layer weights in the checkpoint that a {config.model_type} model "
                          "built from config.json has no place for (more layers than it says?)",
                          "use the config.json saved with these weights", field_name="checkpoint key")
-    _check_finite_weights(model)
+    if not getattr(model, "attnviz_finite_checked", False):  # gguf_model.py checks each tensor as it reads it
+        _check_finite_weights(model)
     # a head whose weights are missing would predict at random: then the run has no predictions
     model.attnviz_trained_head = not any(not k.startswith(model.base_model_prefix + ".") and ".pooler." not in f".{k}"
                                          for k in loading.get("missing_keys") or [])
