@@ -145,7 +145,8 @@ def build_model(cls, header: GgufHeader, config, implementation: str, progress: 
     loaded = {t.data_ptr() for t in state.values()}  # a tied head shares the embeddings' storage once tied
     current = model.state_dict()
     loading = {"missing_keys": [k for k in result.missing_keys if current[k].data_ptr() not in loaded],
-               "unexpected_keys": [t.name for t in header.tensors if t.name not in names], "mismatched_keys": mismatched}
+               "unexpected_keys": [t.name for t in header.tensors if t.name not in names],
+               "mismatched_keys": mismatched}
     return model, loading
 
 
