@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..core import progress
 from .errors import ModelError
 from .gguf_dequant import dequantize
 from .gguf_reader import GgufHeader, TensorInfo, tensor_bytes
@@ -31,7 +31,6 @@ SPECIAL = frozenset({"t5", "t5encoder", "stablelm", "lfm2", "gpt-oss", "gpt_oss"
                      "qwen3moe", "gemma4", "bloom", "gpt2", "mamba"})
 NORM_PLUS_ONE = ("gemma2", "gemma3", "nemotron")  # norms stored as 1 + w (Gemma2TensorProcessor ...)
 TIED_ANYWAY = ("falcon", "bloom")  # tie_word_embeddings even with output.weight (load_gguf_checkpoint)
-Progress = Callable[[str, int, int], None]  # (stage, done, total): "tensors", 12, 272
 
 
 def fast_path(architecture: str) -> bool:
@@ -119,8 +118,8 @@ def build_tokenizer(header: GgufHeader):
                          "use a GGUF file written by llama.cpp's converter") from exc
 
 
-def build_model(cls, header: GgufHeader, config, implementation: str, progress: Progress | None = None,
-                dtype: torch.dtype = torch.float32) -> tuple[nn.Module, dict]:
+def build_model(cls, header: GgufHeader, config, implementation: str, dtype: torch.dtype = torch.float32
+                ) -> tuple[nn.Module, dict]:
     """The model of class `cls` with the file's weights (dequantised to `dtype`), and a loading-info dict like
     from_pretrained's (missing_keys, unexpected_keys, mismatched_keys)."""
     from transformers import initialization
@@ -130,7 +129,7 @@ def build_model(cls, header: GgufHeader, config, implementation: str, progress: 
     processor = _processor(header.architecture)(config=config_dict(header))
     names = weights_map(model)
     wanted = [t for t in header.tensors if t.name in names]
-    weights = _tensors(header, wanted, processor.config, dtype, progress)
+    weights = _tensors(header, wanted, processor.config, dtype)
     expected = model.state_dict()
     state, mismatched = {}, []
     for info, tensor in zip(wanted, weights):
@@ -186,11 +185,9 @@ def weights_map(model: nn.Module) -> dict[str, str]:
     return found
 
 
-def _tensors(header: GgufHeader, wanted: list[TensorInfo], config: dict, dtype: torch.dtype,
-             progress: Progress | None) -> list[torch.Tensor]:
+def _tensors(header: GgufHeader, wanted: list[TensorInfo], config: dict, dtype: torch.dtype) -> list[torch.Tensor]:
     """Every wanted tensor dequantised and transformed, largest first on a pool of threads (NumPy lets go of the
-    GIL); progress after each, in file order of completion."""
-    done = 0
+    GIL). Each one finished is reported (progress.stage "tensors", n of N) and Cancel stops the rest."""
 
     def one(info: TensorInfo) -> torch.Tensor:
         values = dequantize(tensor_bytes(header, info), info.qtype, info.shape)
@@ -202,13 +199,14 @@ def _tensors(header: GgufHeader, wanted: list[TensorInfo], config: dict, dtype: 
 
     order = sorted(range(len(wanted)), key=lambda i: -wanted[i].nbytes)
     results: list[torch.Tensor | None] = [None] * len(wanted)
-    with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 8)) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 8))
+    try:
         futures = {pool.submit(one, wanted[i]): i for i in order}
-        for future, i in futures.items():
+        for done, (future, i) in enumerate(futures.items(), 1):
             results[i] = future.result()
-            done += 1
-            if progress is not None:
-                progress("tensors", done, len(wanted))
+            progress.stage("tensors", done, len(wanted))  # on the opening thread: its watch, its Cancel
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # Cancel or an error: the tensors not started never start
     return results  # type: ignore[return-value]
 
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..core.kernel import Trace
 from ..core.masks import is_causal
+from ..core.progress import Cancelled
 from ..core.stages import STAGE_NAMES
 from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
 from .gguf_files import gguf_header, read_gguf
@@ -219,7 +220,7 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
             model, loading = cls.from_pretrained(
                 str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
                 attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, **source)
-    except ModelError:
+    except (ModelError, Cancelled):  # a damaged tensor named; Cancel while a GGUF's tensors dequantise
         raise
     except Exception as exc:  # noqa: BLE001 - size mismatches, corrupt files, a config the code rejects
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor, nn
 
+from ..core import progress
 from ..core.kernel import Trace
 from ..core.lru import LRU
 from ..core.value_weighted import value_weighted as weigh_by_values
@@ -213,13 +214,16 @@ class PretrainedModel:
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     size = weights_within_budget(folder, memory_budget)
-    with ThreadPoolExecutor(max_workers=1) as pool:  # a GGUF's tokenizer builds while its tensors dequantise
-        pending = pool.submit(_hf_tokenizer, folder)
-        name = folder.name if folder.gguf else model_name(folder.path)
-        try:
-            module, modules, stacks, info, side = load_transformers_model(folder, name, size)
-        finally:
-            hf_tokenizer = pending.result()  # its error, if any, once the model's own has had its say
+    pool = ThreadPoolExecutor(max_workers=1)  # a GGUF's tokenizer builds while its tensors dequantise
+    pending = pool.submit(_hf_tokenizer, folder)
+    name = folder.name if folder.gguf else model_name(folder.path)
+    try:
+        module, modules, stacks, info, side = load_transformers_model(folder, name, size)
+    finally:
+        pool.shutdown(wait=False)  # on Cancel or the model's own error: not kept waiting for the tokenizer
+    progress.stage("tokenizer", 0, 1)
+    hf_tokenizer = pending.result()  # its error, if any, once the model's own has had its say
+    progress.stage("tokenizer", 1, 1)
     if hf_tokenizer is not None:
         tokenizer = TextTokenizer.of(hf_tokenizer.backend_tokenizer, folder.tokenizer)
     else:
