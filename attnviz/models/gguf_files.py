@@ -1,4 +1,4 @@
-"""GGUF files (llama.cpp, Ollama, LM Studio) as models: read through transformers' GGUF support.
+"""GGUF files (llama.cpp, Ollama, LM Studio) as models: checked, summarised, and read once by attnviz itself.
 
 `read_gguf(path)` checks a `.gguf` file before anything is built: its header parses (gguf_reader.py:
 memory-mapped, every count and offset checked), its architecture is one transformers can dequantise, and
