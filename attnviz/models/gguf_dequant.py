@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-CHUNK_VALUES = 1 << 19  # values dequantised at once: the temporaries stay in the cache
+CHUNK_VALUES = 1 << 23  # values dequantised at once (few GIL hand-overs while a tokenizer builds beside)
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30
 SHIFT_4 = np.array([0, 4], dtype=np.uint8)
 SHIFT_8 = np.arange(8, dtype=np.uint8)

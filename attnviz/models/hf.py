@@ -23,6 +23,7 @@ from ..core.kernel import Trace
 from ..core.masks import is_causal
 from ..core.progress import Cancelled
 from ..core.stages import STAGE_NAMES
+from ..system import torch_threads
 from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
 from .gguf_files import gguf_header, read_gguf
 from .gguf_model import build_config, build_model, fast_path
@@ -50,6 +51,9 @@ POSITIVE_KEYS = frozenset({"rope_theta", "layer_norm_eps", "rms_norm_eps", "laye
                            "max_position_embeddings", "n_positions", "vocab_size", "hidden_size",
                            "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
                            "num_hidden_layers", "n_layer", "num_layers", "intermediate_size", "n_inner"})
+# The few-token forwards that find the attention layers and the output side: on a second thread every op waits
+# for a core another program holds (SmolLM2's two took 12 s at load 9.5 on 2 cores, under 1 s on one thread)
+SHORT_FORWARD_THREADS = 1
 IMPLIED_FACTOR, IMPLIED_SLACK = 8, 256 << 20  # a config may describe more than its file holds (tied, untrained head)
 
 
@@ -301,7 +305,8 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     stacks = [stack_of(names[m]) for m in modules]
     if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
         stacks = ["decoder" if is_causal(traces[0]["mask"][0, 0]) else "encoder"] * len(stacks)
-    side = find_output_side(model, modules, model.attnviz_trained_head)
+    with torch_threads(SHORT_FORWARD_THREADS):
+        side = find_output_side(model, modules, model.attnviz_trained_head)
     info = _info(folder, model, traces, stacks, name, size)
     if "v" in info.stages and all(m in side.out_weights for m in modules):
         info = replace(info, stages=tuple(s for s in STAGE_NAMES if s in info.stages or s == "value_weighted"))
@@ -330,7 +335,8 @@ def _load_with_kernel(cls, folder: ModelFolder, config):
 
 def _discover(model: nn.Module, interface: bool):
     try:
-        return discover(model.base_model, interface)
+        with torch_threads(SHORT_FORWARD_THREADS):
+            return discover(model.base_model, interface)
     except Exception as exc:  # noqa: BLE001 - a vision, audio or state-space model's forward on text ids
         raise ModelError(model.name_or_path, f"{type(model).__name__} cannot run on text alone ({type(exc).__name__}: "
                          f"{str(exc).strip()[:120]})", "choose a text model (attnviz reads a text, not images or "
