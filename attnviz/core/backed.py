@@ -242,13 +242,16 @@ def _layer_tokens(encoded) -> tuple | None:
 def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
                 record: Iterable[str] | None = None, on_step: Callable | None = None,
                 region: tuple[int, int, int, int] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> ModelForward:
+                progress: Callable[[int, int], None] | None = None,
+                stages: Callable[[str, int, int], None] | None = None) -> ModelForward:
     """Load (cached), encode the text, one traced forward over every layer (or, with config.generate, the
     generation's steps) -> ModelForward. on_step(tokens so far, build) streams a generation: build() is the
-    ModelForward of what ran so far."""
+    ModelForward of what ran so far. stages(step, done, total) hears the opening of a model that reports its
+    steps (a GGUF file: "tensors", 12, 272; "tokenizer", 1, 1), and `cancel` stops it between two."""
     started = time.perf_counter()
     device = resolve_device(config.device)
-    model = config.spec.load(config, memory_budget)
+    with watching(Watch(cancel, on_stage=stages)):  # a GGUF's tensors: Cancel between two of them
+        model = config.spec.load(config, memory_budget)
     check_layer(config, model.info)
     encoded = model.encode(config.text)
     count = generate_count(config, model, len(encoded.ids))

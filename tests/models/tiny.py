@@ -203,9 +203,10 @@ def _permute_for_gguf(w, heads: int):
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(folder, path, architecture: str = "llama") -> None:
-    """The tiny llama in `folder` (safetensors, config.json, tokenizer.json) as a float32 GGUF file, written
-    with the gguf package's own writer: llama.cpp's tensor names and metadata, the BPE vocabulary and merges."""
+def write_llama_gguf(folder, path, architecture: str = "llama", qtype: str = "F32") -> None:
+    """The tiny llama in `folder` (safetensors, config.json, tokenizer.json) as a GGUF file, written with the
+    gguf package's own writer: llama.cpp's tensor names and metadata, the BPE vocabulary and merges. `qtype`
+    (Q8_0, Q4_0 ...): its matrices quantised with gguf's own quantize where their rows hold whole blocks."""
     import json
 
     import gguf
@@ -239,15 +240,24 @@ def write_llama_gguf(folder, path, architecture: str = "llama") -> None:
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    w.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
-    w.add_tensor("output_norm.weight", state["model.norm.weight"])
-    w.add_tensor("output.weight", state["lm_head.weight"])
+    kind = gguf.GGMLQuantizationType[qtype]
+    block = gguf.GGML_QUANT_SIZES[kind][0]
+
+    def add(name, t):
+        if qtype == "F32" or t.ndim != 2 or t.shape[-1] % block:
+            w.add_tensor(name, t)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(t, kind), raw_dtype=kind)
+
+    add("token_embd.weight", state["model.embed_tokens.weight"])
+    add("output_norm.weight", state["model.norm.weight"])
+    add("output.weight", state["lm_head.weight"])
     for i in range(config["num_hidden_layers"]):
         for theirs, ours in names.items():
             t = state[f"model.layers.{i}.{theirs}.weight"]
             if ours in ("attn_q", "attn_k"):
                 t = _permute_for_gguf(t, heads if ours == "attn_q" else kv)
-            w.add_tensor(f"blk.{i}.{ours}.weight", t)
+            add(f"blk.{i}.{ours}.weight", t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
