@@ -67,7 +67,7 @@ def _norm(module: nn.Module, width: int) -> Norm:
         return Norm(module, scale, None if bias is None else bias.detach(), centred=True)
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     with torch.inference_mode():
-        scale = module(torch.full((1, width), 1e3, device=device)).float()[0] / 1e3
+        scale = module(torch.full((1, width), 1e3, device=device)).float()[0]  # a constant vector's rms is itself
     return Norm(module, scale, None, centred=False)
 
 
