@@ -138,9 +138,9 @@ def test_patch_heads_equals_copying_each_heads_slice_with_hooks(seeded, family):
     for layer, block in enumerate(blocks):
         dv = cached[layer].shape[-1] // heads
         for head in range(heads):
-            def patch(mod, args, layer=layer, head=head):
+            def patch(mod, args, layer=layer, cut=slice(head * dv, (head + 1) * dv)):
                 x = args[0].clone()
-                x[..., head * dv:(head + 1) * dv] = cached[layer][..., head * dv:(head + 1) * dv]
+                x[..., cut] = cached[layer][..., cut]
                 return (x,)
             handle = _out_proj(block).register_forward_pre_hook(patch)
             expected[layer, head] = (diff(corrupted) - d_corrupted) / (d_clean - d_corrupted)
