@@ -155,3 +155,11 @@ def patch_residual(config: RunConfig, corrupted_text: str, answer: str, wrong: s
     diffs = _patched(pair, chunks, _copying, cancel, progress, len(items))
     return ((diffs - corrupted) / (clean - corrupted)).reshape(len(layers), length)
 
+
+
+def patching_csv(scores: np.ndarray) -> str:
+    """One row per head: layer, head, the restored share of the logit difference."""
+    lines = ["layer,head,restored"]
+    lines += [f"{layer},{head},{float(scores[layer, head]):.6g}" for layer in range(scores.shape[0])
+              for head in range(scores.shape[1])]
+    return "\n".join(lines) + "\n"
