@@ -8,8 +8,9 @@ one, (patched - corrupted) / (clean - corrupted), as TransformerLens' get_act_pa
 `patch_residual` does the same for the residual stream entering each layer, one position at a time.
 
 Each batch row of a forward patches a different head (or layer and position): forward pre-hooks on the
-output projections (on the blocks) copy the clean slice into that row alone, so a model of 270 heads takes a
-few batched forwards, as head_effects does.
+output projections (on the blocks) copy the clean slice into that row alone, so a model of 270 heads takes one
+batched forward per layer, as head_effects batches its ablations; the layers before a batch's own run once, on
+one row (the corrupted run's), and the batch widens where its patches begin.
 """
 
 from __future__ import annotations
@@ -81,17 +82,20 @@ def _baselines(pair: Pair, modules) -> tuple[dict, float, float]:
     return seen.inputs, clean, corrupted
 
 
-def _patched(pair: Pair, chunks, hook_for, cancel, progress, total: int) -> np.ndarray:
-    """Run each chunk (module -> [(row, what to copy)]) as one batched corrupted forward; the rows' diffs."""
+def _patched(pair: Pair, chunks, cancel, progress, total: int) -> np.ndarray:
+    """Run each chunk (its first layer, {module: [(row, index, clean value)]}) as one corrupted forward of as many
+    rows as it patches; the rows' diffs. Up to its first layer every row is the corrupted run: that part runs
+    once, on one row, and the block of that layer widens it to the chunk's rows (half the work of a full batch)."""
     out, done = [], 0
-    for chunk in chunks:
+    for first, chunk in chunks:
         if cancel is not None and cancel():
             raise Cancelled
         rows = sum(len(v) for v in chunk.values())
-        handles = [m.register_forward_pre_hook(hook_for(patches), with_kwargs=True) for m, patches in chunk.items()]
+        widen = pair.parts.layers[first].block.register_forward_pre_hook(_widening(rows), with_kwargs=True)
+        handles = [widen] + [m.register_forward_pre_hook(_copying(p), with_kwargs=True) for m, p in chunk.items()]
         try:
             with torch.inference_mode():
-                out.append(pair.diffs(pair.corrupted.expand(rows, -1)).cpu())
+                out.append(pair.diffs(pair.corrupted).cpu())
         finally:
             for h in handles:
                 h.remove()
@@ -99,6 +103,14 @@ def _patched(pair: Pair, chunks, hook_for, cancel, progress, total: int) -> np.n
         if progress is not None:
             progress(done, total)
     return torch.cat(out).numpy()
+
+
+def _widening(rows: int):
+    """A pre-hook repeating a one-row residual stream `rows` times (the masks and positions broadcast)."""
+    def hook(module, args, kwargs):
+        x = hidden_states(args, kwargs)
+        return with_hidden_states(args, kwargs, x.expand(rows, *x.shape[1:]))
+    return hook
 
 
 def _copying(patches):
@@ -111,9 +123,16 @@ def _copying(patches):
     return hook
 
 
-def _chunks(items: list, length: int) -> list[list]:
+def _chunks(items: list[tuple[int, int]], length: int) -> list[list[tuple[int, int]]]:
+    """(layer, what) items in batches of one layer each, at most TOKENS_PER_BATCH tokens."""
     per = max(1, TOKENS_PER_BATCH // length)
-    return [items[i:i + per] for i in range(0, len(items), per)]
+    out: list[list[tuple[int, int]]] = []
+    for item in items:
+        if out and out[-1][0][0] == item[0] and len(out[-1]) < per:
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
 
 
 def patch_heads(config: RunConfig, corrupted_text: str, answer: str, wrong: str, *,
@@ -132,8 +151,8 @@ def patch_heads(config: RunConfig, corrupted_text: str, answer: str, wrong: str,
             cut = slice(h * dv, (h + 1) * dv)
             value = clean_in[layers[li].out_proj][0, :, cut]
             chunk.setdefault(layers[li].out_proj, []).append((row, (slice(None), cut), value))
-        chunks.append(chunk)
-    diffs = _patched(pair, chunks, _copying, cancel, progress, len(items))
+        chunks.append((part[0][0], chunk))
+    diffs = _patched(pair, chunks, cancel, progress, len(items))
     return ((diffs - corrupted) / (clean - corrupted)).reshape(len(layers), heads)
 
 
@@ -151,8 +170,8 @@ def patch_residual(config: RunConfig, corrupted_text: str, answer: str, wrong: s
         for row, (li, p) in enumerate(part):
             block = layers[li].block
             chunk.setdefault(block, []).append((row, (p,), clean_in[block][0, p]))
-        chunks.append(chunk)
-    diffs = _patched(pair, chunks, _copying, cancel, progress, len(items))
+        chunks.append((part[0][0], chunk))
+    diffs = _patched(pair, chunks, cancel, progress, len(items))
     return ((diffs - corrupted) / (clean - corrupted)).reshape(len(layers), length)
 
 

@@ -114,7 +114,7 @@ def test_logit_attribution_sums_to_transformers_logits_and_each_head_to_a_hand_c
                 assert attribution.heads[layer, head] == pytest.approx(expected, abs=1e-4)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma2"])
 def test_patch_heads_equals_copying_each_heads_slice_with_hooks(seeded, family):
     folder = seeded(family)
     scores = patch_heads(_config(folder), CORRUPTED, ANSWER, WRONG)
