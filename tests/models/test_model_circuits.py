@@ -237,3 +237,23 @@ def test_patching_bad_inputs(tiny_models):
         patch_heads(config, "The dog sat.", ANSWER, WRONG)
     with pytest.raises(ConfigError, match="the tokenizer makes 2 tokens of it"):
         patch_heads(config, CORRUPTED, " mat", WRONG)
+
+
+IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
+IOI_CORRUPTED = "When Mary and John went to the store, Tom gave a drink to"  # the second John: a third name
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("ATTNVIZ_TEST_MODEL"),
+                    reason="set ATTNVIZ_TEST_MODEL to a causal model folder or .gguf file (SmolLM2-135M)")
+def test_an_ioi_pair_gives_a_map_where_a_few_heads_carry_the_answer():
+    """The real model: patching the indirect-object pair restores the answer from a few heads, and the heads that
+    restore most are among those writing the answer's logit directly (SmolLM2-135M: L23 H3 both times)."""
+    config = _config(__import__("os").environ["ATTNVIZ_TEST_MODEL"], IOI_CLEAN)
+    scores = patch_heads(config, IOI_CORRUPTED, " Mary", " John")
+    ranked = np.argsort(-scores.ravel())
+    assert scores.ravel()[ranked[0]] > 0.3  # one head restores a third of the difference or more
+    assert np.median(np.abs(scores)) < 0.05  # most heads restore next to nothing: a sparse map
+    attribution = head_logit_attribution(config, token=" Mary", baseline=" John")
+    assert attribution.total > 0  # the model prefers the indirect object
+    direct = set(np.argsort(-attribution.heads.ravel())[:5].tolist())
+    assert ranked[0] in direct
