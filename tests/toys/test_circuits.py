@@ -124,3 +124,12 @@ def test_bad_inputs_say_which_and_how_to_fix(config):
         copying_scores(RunConfig.for_variant("toy-reverse"))
     with pytest.raises(ConfigError, match="positions 0..17"):
         head_logit_attribution(config, position=18)
+
+
+def test_the_factored_way_for_wide_models_gives_the_same_scores(config, composition, monkeypatch):
+    from attnviz.core import circuits
+
+    monkeypatch.setattr(circuits, "GRAM_BYTES", 0)  # as for a model whose d x d Gram matrices do not fit
+    factored = composition_scores(config)
+    for kind in ("q", "k", "v"):
+        np.testing.assert_allclose(factored[kind], composition[kind], rtol=1e-4, equal_nan=True)
