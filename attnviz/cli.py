@@ -169,7 +169,8 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     """Everything checkable before any compute: the config, the export options, the stages to
     record, and the targets (a missing or unwritable folder, a read-only file). Raises what
     render_main reports."""
-    tables = {"--stats": args.stats, "--predictions": args.predictions, "--head-scores": args.head_scores}
+    tables = {"--stats": args.stats, "--predictions": args.predictions, "--head-scores": args.head_scores,
+              "--patch-heads": args.patch_heads}
     if not args.output and not any(tables.values()):
         raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
     if args.output:
@@ -195,6 +196,10 @@ def _plan_render(args: argparse.Namespace) -> tuple:
         from .core.stages import ALL_STAGES
 
         record = ALL_STAGES
+    missing = [f for f, v in (("--corrupted-text", args.corrupted_text), ("--answer", args.answer),
+                              ("--wrong", args.wrong)) if args.patch_heads and v is None]
+    if missing:
+        raise UsageError(f"--patch-heads needs {', '.join(missing)}: the corrupted text and the two answer tokens")
     if (args.predictions or args.head_scores) and not config.spec.backed:
         flag = "--predictions" if args.predictions else "--head-scores"
         raise UsageError(f"{flag} needs a model: a trained toy (--variant toy-induction) or --model DIR")
@@ -321,6 +326,12 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
     if args.head_scores:
         write_bytes(args.head_scores, head_scores_csv(head_scores(result.config)).encode("utf-8"))
         print(f"wrote {args.head_scores}")
+    if args.patch_heads:
+        from .core.patching import patch_heads, patching_csv
+
+        scores = patch_heads(result.config, args.corrupted_text, args.answer, args.wrong)
+        write_bytes(args.patch_heads, patching_csv(scores).encode("utf-8"))
+        print(f"wrote {args.patch_heads}")
 
 
 def _run(run, config, record, truncate: bool, region=None):

@@ -199,6 +199,16 @@ def _add_extra_flags(p: argparse.ArgumentParser) -> None:
     heads.add_argument("--head-scores", metavar="FILE.csv",
                        help="also write each head's type scores (previous_token, first_token, self, duplicate_token, "
                             "induction); -o may then be left out")
+    heads.add_argument("--patch-heads", metavar="FILE.csv",
+                       help="also write activation patching: each head's share of the clean-minus-corrupted logit "
+                            "difference (--answer minus --wrong at the last position) restored when its output is "
+                            "copied from --text into --corrupted-text; -o may then be left out")
+    heads.add_argument("--corrupted-text", metavar="TEXT", help="with --patch-heads: the text with the part that "
+                       "decides the answer changed, as many tokens as --text")
+    heads.add_argument("--answer", metavar="TOKEN", help="with --patch-heads: the clean text's answer, one token "
+                       "(with its leading space where words have one, e.g. ' Mary')")
+    heads.add_argument("--wrong", metavar="TOKEN", help="with --patch-heads: the answer the corrupted text points to, "
+                       "one token")
     model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
     model.add_argument("--text-file", metavar="FILE",
                        help="read the text from a UTF-8 file (a long input) instead of --text")

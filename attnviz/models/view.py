@@ -101,6 +101,12 @@ class ModelView:
     def probe(self, half: int, seed: int) -> list[int]:
         return self.model.probe(half, seed)
 
+    def circuit_parts(self):
+        """Its weights and modules for circuits, logit attribution and patching (core/circuit_parts.py)."""
+        from .circuits import pretrained_parts
+
+        return pretrained_parts(self)
+
     def call_index(self, layer: int) -> int:
         """The attention call of this stack's layer in the whole forward (an encoder-decoder interleaves them)."""
         return [i for i, s in enumerate(self.model.stacks) if s == self.stack][layer]

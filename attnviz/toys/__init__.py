@@ -180,6 +180,12 @@ class ToyBacked:
         self.residuals = seen or None
         return logits, traces
 
+    def circuit_parts(self):
+        """Its weights and modules for circuits, logit attribution and patching (core/circuit_parts.py)."""
+        from .circuits import toy_parts
+
+        return toy_parts(self.toy)
+
     # --- the output head (core/predictions.py)
 
     has_head = True
