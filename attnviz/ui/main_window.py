@@ -364,7 +364,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             tensor_px=self.outputView.pixels(),
             mean=self.meanCheck.isChecked(),
             scale_mode=self.scaleCombo.currentData(),
-            grid_pixels=self.headGrid.focus is None,  # a focused head is drawn by its own PlotItem
+            grid_pixels=self.headGrid.focus is None,  # a focused head's one map: made on the GUI thread
             predictions=not self.predictionStrip.isHidden(),
             head_scores=self.model_view_wanted() or self.explain.shown("statsDock"),
             **self.explain.options(config, request),
