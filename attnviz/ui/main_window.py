@@ -39,7 +39,7 @@ from .captions import caption_for, run_key, status_text
 from .choices import add_choice
 from .delivery import Delivery, single_shot
 from .explain_views import ExplainViews
-from .generate import StepControls, continuation_html, generated_count
+from .generate import GenerateOnce, StepControls, continuation_html, generated_count
 from .panel import ParameterPanel, named
 from .predictions_view import PredictionStrip
 from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView, prepare_labels
@@ -84,6 +84,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.setWindowTitle("attnviz")
         self.settings = settings
         self._generate_count = DEFAULT_GENERATE  # what Generate writes while the count is off
+        self._once = GenerateOnce()  # a request generates once per click (or count set), not on every edit
         self._model_shown_at = -math.inf  # when a partial result last went into the model view
         self._model_run = None  # (request id, forward config) of the result the model view last got
         self._swap_s = 0.0  # the GUI-thread time the grid's pass took
@@ -101,6 +102,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
             self._restore(settings)
+        self._once.count = self.panel.widgets["generate"].value()  # a remembered count is not a click
         self.request()
         # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
         # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
@@ -381,6 +383,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             self.delivery.refused(rid)
             self._show_failure(str(exc), exc.field, exc.suggestions)
             return None
+        config, force = self._once.config_for(config, force)
         self._offer_views(config)
         self.delivery.sent(rid, config, force)
         if generating(config):
