@@ -97,9 +97,10 @@ class StepControls:
 
 class GenerateOnce:
     """Generate acts once per click: a request generates only when Generate was pressed or the count was just
-    set (the count off: the text alone). Any other request runs the plain forward of the panel's config, except one whose config is the shown
-    generation's (a view change, a panel opened): that asks for the generation again, and the worker reuses it
-    (or, where it cannot, runs the plain forward: it writes tokens only for a forced request)."""
+    set (the count off: the text alone). Any other request runs the plain forward of the panel's config, except
+    one whose config is the shown generation's (a view change, a panel opened): that asks for the generation
+    again, and the worker reuses it (or, where it cannot, runs the plain forward: it writes tokens only for a
+    forced request)."""
 
     def __init__(self) -> None:
         self.count = 0  # the count the last request saw

@@ -145,8 +145,8 @@ class ParameterPanel(QWidget):
         line.setContentsMargins(0, 0, 0, 0)
         self.generateButton = named(QPushButton("Generate"), "generateButton")
         self.generateButton.setToolTip("Let the model write the count of tokens after the text (Ctrl+G); with the "
-                                       "count off, writes 20. Each new token's attention streams in as it is made; "
-                                       "while the count is on, editing the text writes again")
+                                       "count off, writes 20. Each new token's attention streams in as it is made. "
+                                       "It writes once per click: editing the text afterwards shows the text alone")
         self.stopButton = named(QPushButton("Stop"), "stopButton")
         self.stopButton.setToolTip("Stop the model writing (Esc): what it wrote so far stays on screen; during a "
                                    "long forward, cancel it within its current layer")
