@@ -564,6 +564,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             self.statusBar().showMessage(f"{what}: the maps show the last run", 6000)
 
     def _show_failure(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
+        if self._prompt_for_model(field):
+            return
         self.last_error = message
         self.panel.show_error(message, field, suggestions)
         self.statusBar().showMessage(f"Not updated: {message}")

@@ -9,6 +9,9 @@ from PySide6.QtWidgets import QDockWidget
 from ..core.config import field_meta
 from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
 
+MODEL_PROMPT = ("Choose a model under Model folder: one found on this machine, a folder (Open…) or a .gguf file "
+                "(the arrow beside Open…).")
+
 
 class WindowModel:
     """The model dock of MainWindow (needs its panel, head grid, colormap box and schedule)."""
@@ -29,6 +32,20 @@ class WindowModel:
         self.modelView.sigRestoreAll.connect(lambda: self._set_ablation(()))
 
     _model_behind = False  # the model view open but behind another panel's tab (or the window minimised)
+
+    def _prompt_for_model(self, field: str | None) -> bool:
+        """No model chosen yet for a pretrained variant: a prompt, not an error (no red box, no stale banner);
+        the last maps stay, dimmed, until a model is chosen. False: another failure (shown as one)."""
+        if field != "model" or self.panel.widgets["model"].folder():
+            return False
+        self.last_error = MODEL_PROMPT  # the next result clears it (_clear_failure)
+        self.panel.clear_error()
+        self.staleLabel.hide()
+        self.captionLabel.set_caption(MODEL_PROMPT, True)
+        self.statusBar().showMessage(MODEL_PROMPT)
+        self.headGrid.set_stale(True)
+        self.outputView.set_stale(True)
+        return True
 
     def model_view_wanted(self) -> bool:
         """Whether results go into the model view: it is open and its tab in front (a window not shown yet
