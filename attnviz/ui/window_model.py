@@ -80,6 +80,8 @@ class WindowModel:
             self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
         elif "predictions" in late:
             self.predictionStrip.show_pending()
+        if "lens" in late:  # it comes with the predictions (sigExtras)
+            self.explain.lens.show_pending()
         if result.source is None:
             return
         heads = result.source.layer_weights.shape[2]
