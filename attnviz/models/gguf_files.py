@@ -25,7 +25,7 @@ class GgufSummary:
     architecture: str  # general.architecture: llama, gemma3, qwen2 ...
     elements: int  # weights in the file, all tensors
     layers: int  # 1 + the highest blk.N among the tensor names
-    quantization: str  # the most common tensor type (Q4_K, Q8_0, F16 ...)
+    quantization: str  # the file's own (general.file_type: Q4_K_M, Q8_0, F16 ...), else its most common tensor type
 
 
 def read_gguf(path: Path) -> GgufSummary:
@@ -56,7 +56,21 @@ def _summary(path: str, size: int, mtime_ns: int) -> GgufSummary:
                          "use a GGUF file of a common quantisation (F32, F16, BF16, Q8_0, Q4_K ...), or download it "
                          "again") from exc
     _check_architecture(path, architecture)
-    return GgufSummary(architecture, elements, max(blocks, default=-1) + 1, types.most_common(1)[0][0] if types else "")
+    quantization = file_type_name(reader) or (types.most_common(1)[0][0] if types else "")
+    return GgufSummary(architecture, elements, max(blocks, default=-1) + 1, quantization)
+
+
+def file_type_name(reader) -> str | None:
+    """The quantisation the file says it is (general.file_type, as llama.cpp names it: Q4_K_M, Q8_0, F16 ...), or
+    None where it says none. The most common tensor type misleads: a Q4_K_M file's many norms are F32."""
+    import gguf
+
+    field = reader.fields.get("general.file_type")
+    try:
+        name = gguf.LlamaFileType(int(field.parts[field.data[0]][0])).name
+    except (AttributeError, IndexError, TypeError, ValueError):  # absent, empty or a number gguf does not know
+        return None
+    return None if name == "GUESSED" else name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
 def _check_architecture(path: str, architecture: str) -> None:
