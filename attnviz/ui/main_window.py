@@ -384,6 +384,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             self._show_failure(str(exc), exc.field, exc.suggestions)
             return None
         config, force = self._once.config_for(config, force)
+        self._note_opening(config)
         self._offer_views(config)
         self.delivery.sent(rid, config, force)
         if generating(config):
@@ -513,6 +514,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             self._clear_failure()
         elif self.last_error is not None and d.failed_id == d.latest_id:
             self._mark_stale(self.last_error)  # the newest request failed before this older one came
+        self._opening = ""  # its maps are here (_note_opening)
         self._show_caption(outcome.result)  # before the grid: a caption that comes or goes resizes it
         zoom = self._grid_zoom(outcome)
         self.headGrid.show_frames(outcome.result, outcome.frames, zoom)
@@ -556,6 +558,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         """A request stopped before it had anything to show: it is over (the last view stays)."""
         forward = rid == self._forward_id
         self.modelView.end_partial()
+        self._end_opening()
         self._zoom_cancelled(rid)
         if forward:
             self._end_forward()

@@ -116,6 +116,7 @@ class Mosaic(QGraphicsWidget):
         self._columns = 1
         self._label_px = (0.0, 0.0)  # widest query and key label at the largest label size
         self.title_font = _font(9)
+        self.message = ""  # said in the middle while there are no maps (a model opening)
 
     # --- content and layout ------------------------------------------------------------------
 
@@ -131,6 +132,11 @@ class Mosaic(QGraphicsWidget):
             self._label_px = self._widest_labels()
         self._place()
         self.update()
+
+    def set_message(self, text: str) -> None:
+        if text != self.message:
+            self.message = text
+            self.update()
 
     def set_stale(self, stale: bool) -> None:
         if stale != self.stale:
@@ -211,6 +217,10 @@ class Mosaic(QGraphicsWidget):
     # --- painting ----------------------------------------------------------------------------
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
+        if self.message and not self.rects:
+            painter.setFont(_font(12))
+            painter.setPen(SOFT_INK)
+            painter.drawText(self.rect(), Qt.AlignCenter | Qt.TextWordWrap, self.message)
         painter.setRenderHint(QPainter.SmoothPixmapTransform, False)  # a cell is a block of one colour
         painter.setOpacity(STALE_OPACITY if self.stale else 1.0)
         for rect, image in zip(self.rects, self.pictures):

@@ -223,6 +223,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     def show_frames(self, result: RunResult, frames: Frames, zoom: ZoomFrames | None = None) -> None:
         """Show a result's maps; with `zoom`, that block of them instead (every head, exact, its tokens)."""
         self.result, self.frames, self.zoom = result, frames, zoom
+        self.mosaic.message = ""  # maps now: no "opening" line
         if zoom is not None:
             self._show_zoom(zoom, result.config)
             return
@@ -284,6 +285,10 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     def set_stale(self, stale: bool) -> None:
         self.stale = stale
         self.mosaic.set_stale(stale)
+
+    def set_message(self, text: str) -> None:
+        """A line in the middle of the grid while it has no maps (a model opening at launch); "" for none."""
+        self.mosaic.set_message(text)
 
     def set_focus(self, head: int | None) -> None:
         if head == -1 and not self.show_mean:

@@ -254,3 +254,63 @@ def test_an_error_marks_the_model_box_not_the_file_dialogs_it_opens(qtbot, tmp_p
     w.panel.show_error("not a model folder", "model")
     assert chooser.combo.styleSheet() and not chooser.styleSheet()  # a style sheet is inherited by children
     w.close()
+
+
+class Gated(Counting):
+    """The real engine; a pretrained model's run waits for `gate` (a model that takes long to open)."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.gate = threading.Event()
+
+    def __call__(self, config, cancel=None, **kw):
+        if config.variant == "pretrained":
+            self.gate.wait(30)
+        return super().__call__(config, cancel=cancel, **kw)
+
+
+def test_opening_a_model_says_so_until_its_maps_come(qtbot, tiny_models, tmp_path):
+    from attnviz.core import RunConfig
+    from attnviz.ui import MainWindow
+
+    compute = Gated()
+    w = MainWindow(compute=compute)
+    qtbot.addWidget(w)
+    w.show()
+    settle(qtbot, w)
+    folder = tiny_models("bert")
+    w.panel.set_config(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+    qtbot.waitUntil(lambda: f"Opening {folder.name}" in w.captionLabel.text(), timeout=5000)
+    assert not w.staleLabel.isVisible() and w.result.config.variant != "pretrained"  # the last maps, said so
+    compute.gate.set()
+    settle(qtbot, w)
+    assert w.result.config.variant == "pretrained" and "Opening" not in w.captionLabel.text()
+    w.close()
+
+
+def test_a_relaunch_on_a_remembered_model_says_it_is_opening_over_the_empty_grid(qtbot, tiny_models, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from attnviz.core import RunConfig
+    from attnviz.ui import MainWindow
+    from attnviz.ui.window_settings import SETTINGS_VERSION
+
+    folder = tiny_models("bert")
+    settings = QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat)
+    settings.setValue("version", SETTINGS_VERSION)
+    settings.setValue("config", RunConfig(variant="pretrained", model=str(folder), text=SENTENCE).to_json())
+    settings.sync()
+    compute = Gated()
+    w = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat), compute=compute)
+    qtbot.addWidget(w)
+    w.show()
+    mosaic = w.headGrid.mosaic
+    qtbot.waitUntil(lambda: mosaic.message.startswith(f"Opening {folder.name}"), timeout=5000)
+    assert w.result is None and mosaic.rects == [] and folder.name in w.captionLabel.text()
+    w.grab().save(str(tmp_path / "opening.png"))
+    compute.gate.set()
+    settle(qtbot, w)
+    assert mosaic.message == "" and len(mosaic.rects) == w.result.config.heads
+    w.close()
