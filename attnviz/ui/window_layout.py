@@ -40,11 +40,18 @@ class WindowLayout:
         docks are sized again (on the next loop pass, once) so the grid has its share."""
         if self._fitting or not self._fitted or self.height() <= 0:
             return
-        if dragged:
+        if dragged and self._bottom_docks() == self._docked:  # not a dock dragged out or in
             lo, hi = SHARE_RANGE
             self.grid_share = min(max(self.headGrid.height() / self.height(), lo), hi)
         elif abs(self.headGrid.height() - self.grid_share * self.height()) > 2:
             self._split_timer.start()
+
+    _docked: list = []  # the bottom docks at the last fit
+
+    def _bottom_docks(self) -> list[QDockWidget]:
+        """The docks shown in the bottom area (not floating)."""
+        return [d for d in self.findChildren(QDockWidget) if d.isVisible() and not d.isFloating()
+                and self.dockWidgetArea(d) == Qt.BottomDockWidgetArea]
 
     def _make_tensor_dock(self, tensor: QWidget) -> None:
         self.tensorDock = QDockWidget("Tensor: one tensor of the shown batch item", self)
@@ -70,8 +77,8 @@ class WindowLayout:
         self._fitting = True
         try:
             self.layout().activate()
-            docks = [d for d in self.findChildren(QDockWidget) if d.isVisible() and not d.isFloating()
-                     and self.dockWidgetArea(d) == Qt.BottomDockWidgetArea]
+            docks = self._bottom_docks()
+            self._docked = docks
             if docks:
                 bottom = docks[0]
                 spare = self.headGrid.height() - int(self.grid_share * self.height())
