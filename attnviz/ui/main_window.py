@@ -44,6 +44,7 @@ from .panel import ParameterPanel, named
 from .predictions_view import PredictionStrip
 from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView, prepare_labels
 from .window_actions import WindowActions
+from .window_failures import WindowFailures
 from .window_files import WindowFiles
 from .window_layout import WindowLayout
 from .window_model import WindowModel
@@ -66,7 +67,8 @@ def _delivered(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.delivery, name), doc=doc)
 
 
-class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowZoom, WindowLayout, QMainWindow):
+class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowZoom, WindowLayout, WindowFailures,
+                 QMainWindow):
     """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
     pass a QSettings to restore and save parameters, view choices and geometry."""
 
@@ -565,31 +567,6 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         if self.delivery.cancelled(rid):
             what = "Cancelled" if forward else "Stopped before the first token"
             self.statusBar().showMessage(f"{what}: the maps show the last run", 6000)
-
-    def _show_failure(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
-        if self._prompt_for_model(field):
-            return
-        self.last_error = message
-        self.panel.show_error(message, field, suggestions)
-        self.statusBar().showMessage(f"Not updated: {message}")
-        if self.result is not None:
-            self._mark_stale(message)
-
-    def _mark_stale(self, message: str) -> None:
-        self.staleLabel.setText("Stale: the maps show the last valid configuration. " + message)
-        self.staleLabel.show()
-        self.headGrid.set_stale(True)
-        self.outputView.set_stale(True)
-
-    def _clear_failure(self) -> None:
-        if self.last_error is None:
-            return
-        self.last_error = None
-        self.panel.clear_error()
-        self.statusBar().clearMessage()
-        self.staleLabel.hide()
-        self.headGrid.set_stale(False)
-        self.outputView.set_stale(False)
 
     def _on_busy(self, busy: bool) -> None:
         self._busy = busy  # sigBusy(True) comes with every request, sigBusy(False) once the worker is idle
