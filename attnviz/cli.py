@@ -122,7 +122,8 @@ def _export_options(args: argparse.Namespace):
         kw["colormap" if args.view in ("weights", "pipeline") else "diverging"] = args.colormap
     return ExportOptions(
         what=what, view=view, head=args.head or 0, scale=args.scale, title=not args.no_title,
-        colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
+        colorbar=not args.no_colorbar, axis_labels=not args.no_labels, all_labels=args.all_labels,
+        batch_index=args.batch_index,
         shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
         diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING), scale_mode=args.scale_mode,
         all_layers=args.all_layers,

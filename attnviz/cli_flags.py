@@ -180,6 +180,9 @@ def _add_view_flags(p: argparse.ArgumentParser) -> None:
     view.add_argument("--no-title", action="store_true", help="no title lines and no tile titles")
     view.add_argument("--no-colorbar", action="store_true", help="no colour bar")
     view.add_argument("--no-labels", action="store_true", help="no position ticks and axis labels")
+    view.add_argument("--all-labels", action="store_true",
+                      help="label every token (by default every k-th where the cells are smaller than a label); "
+                           "without --scale the cells are made tall enough for one")
     view.add_argument("--scale-mode", choices=list(SCALE_MODES), default="linear",
                       help="colour scale of the maps: " + "; ".join(SCALE_MODES.values()) + " (default: linear)")
     view.add_argument("--rollout", action="store_true",

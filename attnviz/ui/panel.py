@@ -145,8 +145,8 @@ class ParameterPanel(QWidget):
         line.setContentsMargins(0, 0, 0, 0)
         self.generateButton = named(QPushButton("Generate"), "generateButton")
         self.generateButton.setToolTip("Let the model write the count of tokens after the text (Ctrl+G); with the "
-                                       "count off, writes 20. Each new token's attention streams in as it is made; "
-                                       "while the count is on, editing the text writes again")
+                                       "count off, writes 20. Each new token's attention streams in as it is made. "
+                                       "It writes once per click: editing the text afterwards shows the text alone")
         self.stopButton = named(QPushButton("Stop"), "stopButton")
         self.stopButton.setToolTip("Stop the model writing (Esc): what it wrote so far stays on screen; during a "
                                    "long forward, cancel it within its current layer")
@@ -331,16 +331,14 @@ class ParameterPanel(QWidget):
                 self._set_value("in_bias", True)
             for name, value in spec.defaults.items():  # a toy's own input and layer
                 self._set_value(name, value)
-            if spec.backed and "model" in spec.fields:  # something to see at once: the first model found
+            if spec.backed and "model" in spec.fields:
                 self._start_backed()
         finally:
             self._loading = False
         self._edited()
 
     def _start_backed(self) -> None:
-        chooser = self.widgets["model"]
-        if not chooser.folder() and chooser.combo.count() > 1:
-            chooser.combo.setCurrentIndex(1)
+        """A text to run once a model is chosen (the model is the user's choice: none is opened unasked)."""
         if not self._value("text").strip():
             self._set_value("text", DEFAULT_TEXT)
 
@@ -433,8 +431,7 @@ class ParameterPanel(QWidget):
         self._error_field = field
         if field in self.widgets:
             w = self.widgets[field]
-            choosers = (FileChooser, PathChooser)
-            (w.fileLabel if isinstance(w, choosers) else w).setStyleSheet(ERROR_STYLE)  # one box, not each part
+            _marked(w).setStyleSheet(ERROR_STYLE)
             w.setToolTip(message)
         self.errorLabel.setText(message)
         for value in suggestions[:3]:
@@ -481,7 +478,7 @@ class ParameterPanel(QWidget):
     def clear_error(self) -> None:
         if self._error_field in self.widgets:
             w = self.widgets[self._error_field]
-            (w.fileLabel if isinstance(w, (FileChooser, PathChooser)) else w).setStyleSheet("")
+            _marked(w).setStyleSheet("")
             w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()
@@ -489,6 +486,14 @@ class ParameterPanel(QWidget):
             item = self.fixButtons.takeAt(0)
             if item.widget():
                 item.widget().deleteLater()
+
+
+def _marked(w: QWidget) -> QWidget:
+    """The part of a field's widget an error marks: one box, not each part, and never a parent of the file
+    dialogs a chooser opens (a style sheet is inherited by a widget's children, dialogs included)."""
+    if isinstance(w, (FileChooser, PathChooser)):
+        return w.fileLabel
+    return w.combo if isinstance(w, ModelChooser) else w
 
 
 def _device_combo() -> QComboBox:

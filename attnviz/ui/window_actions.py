@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu, QToolBar
+from PySide6.QtWidgets import QLineEdit, QMenu, QToolBar
+
+
+class ShortcutsFirst(QObject):
+    """Lets the window's Ctrl shortcuts through the panel's text boxes: a line edit claims some of them for itself
+    (on X11 Ctrl+E is "end of line"), and a claimed key never reaches the window's action. Their ShortcutOverride
+    is refused here, so the action fires; typing, and the edit keys (copy, paste, undo ...), stay the box's."""
+
+    def __init__(self, parent: QObject, keys: set) -> None:
+        super().__init__(parent)
+        self.keys = keys
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.ShortcutOverride and event.keyCombination() in self.keys:
+            event.ignore()
+            return True
+        return False
 
 
 class WindowActions:
@@ -37,6 +54,11 @@ class WindowActions:
         self.stopAction = self._action("Stop", "", self.stop_generation, "Stop the model writing (Esc); what it "
                                        "wrote so far stays on screen. During a long forward: cancel it within "
                                        "its current layer", run_menu)
+        keys = {a.shortcut()[0] for a in self.findChildren(QAction)
+                if not a.shortcut().isEmpty() and a.shortcut()[0].keyboardModifiers() & Qt.ControlModifier}
+        self._shortcuts_first = ShortcutsFirst(self, keys)
+        for box in self.panel.findChildren(QLineEdit):
+            box.installEventFilter(self._shortcuts_first)
 
     def _file_actions(self, menu: QMenu) -> None:
         act = self._action

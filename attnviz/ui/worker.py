@@ -635,9 +635,11 @@ class Worker(QObject):
             reused = None if request.force else self._from_source(request.config, needed)  # a model's other layer
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
-            if reused is None and generating(request.config):
+            if reused is None and generating(request.config) and request.force:
                 reused, stopped = self._generate(request, needed)
-            self._last = reused or self._run(request.config, needed, cancel=self._forward_cancel(request),
+            # a generation's view that its result cannot serve (a panel reading more): the plain forward
+            plain = request.config if request.force else request.config.replace(generate=0)
+            self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request),
                                              progress=self._progress_of(request),
                                              screen_px=kernel_screen_px(request.config, request.options))
             self._last_request = request.config
@@ -653,7 +655,7 @@ class Worker(QObject):
             return
         if recomputed and self.prepare is not None:
             self.prepare(self._last)
-        asked = request.config.generate if generating(request.config) else 0
+        asked = request.config.generate if generating(request.config) and self._last.prompt_length is not None else 0
         self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
                               generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom,
                               late=late), LATE_YIELD_MAX_S if late else None)
