@@ -9,6 +9,8 @@ import os
 from dataclasses import MISSING, fields
 
 RENDER_PROG = "attnviz render"
+# What a text flag takes, as its help line shows it (NAME for the rest: a stack, a device ...)
+STR_METAVARS = {"text": "TEXT", "decoder_text": "TEXT", "model": "DIR_OR_GGUF", "image": "FILE", "maps": "FILE.npz"}
 
 
 def view_text() -> dict[str, str]:
@@ -119,7 +121,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif f.type == "str":
             if f.name in choices:
                 kwargs["choices"] = choices[f.name]
-            kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}" if f.name in choices else "NAME"
+            kwargs["metavar"] = ("{" + ",".join(choices[f.name]) + "}" if f.name in choices
+                                 else STR_METAVARS.get(f.name, "NAME"))
         elif f.name == "kv_lengths":
             kwargs.update(type=_kv_lengths, metavar="N[,N...]")
         elif f.name == "ablate":

@@ -340,3 +340,12 @@ def test_the_readme_option_list_is_the_parser_s_own():
     block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of render options -->")]
     assert block == options_markdown()
     assert "`--view {" in block and "`--region Q0:Q1,K0:K1`" in block
+
+
+def test_text_and_path_flags_say_what_they_take():
+    from attnviz.cli_flags import render_parser
+
+    usage = render_parser().format_help()
+    for flag in ("--text TEXT", "--decoder-text TEXT", "--model DIR_OR_GGUF", "--image FILE", "--maps FILE.npz"):
+        assert flag in usage, flag
+    assert "--text NAME" not in usage and "--model NAME" not in usage

@@ -5,7 +5,7 @@ from .circuits import HeadCircuits, composition_scores, copying_scores, head_cir
 from .config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig
 from .differential import DifferentialAttention
 from .heads import HEAD_TYPES, THRESHOLDS, head_effects, head_scores
-from .kernel import AttentionTrace, Trace, attention, multihead_attention, repeat_kv
+from .kernel import Trace, attention, multihead_attention, repeat_kv
 from .masks import MASKS, causal_mask, fully_masked_rows, generate_mask, matrix_mask, padding_mask, window_mask
 from .mods import POSITIONS, AttentionOptions, alibi_slopes, rope
 from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
@@ -18,7 +18,7 @@ from .variants import VARIANTS, VariantSpec
 
 __all__ = [
     "DTYPES", "HEAD_TYPES", "MAP_STAGES", "MASKS", "MASK_KINDS", "POSITIONS", "POSITION_KINDS", "STAGES",
-    "STAGE_NAMES", "THRESHOLDS", "VARIANTS", "AttentionOptions", "AttentionTrace", "CausalSelfAttention",
+    "STAGE_NAMES", "THRESHOLDS", "VARIANTS", "AttentionOptions", "CausalSelfAttention",
     "ConfigError", "ContextCrossAttention", "CrossAttention", "DifferentialAttention", "RunConfig", "RunResult",
     "SelfAttention", "Stage", "HeadCircuits", "LogitAttribution", "composition_scores", "copying_scores",
     "head_circuits", "head_logit_attribution", "patch_heads", "patch_residual", "Trace", "VariantSpec",

@@ -34,8 +34,6 @@ MAX_HEADER_BYTES = 100 << 20  # a safetensors header (tensor names and shapes), 
 VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 PICKLE_WEIGHTS = "pytorch_model.bin"
 GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}  # a folder named for its role
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 @dataclass(frozen=True)

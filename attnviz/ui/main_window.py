@@ -140,6 +140,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.panel.generateButton.clicked.connect(self.generate)
         self.panel.stopButton.clicked.connect(self.stop_generation)
         self.panel.sigChanged.connect(self.schedule)
+        self.panel.resetButton.clicked.connect(lambda: self.viewCombo.setCurrentIndex(0))  # Reset: the weights too
         self.panel.sigBatchIndexChanged.connect(self.schedule)
         self.headGrid.sigHover.connect(self._show_hover)
         self.outputView.sigHover.connect(self._show_hover)
@@ -403,11 +404,16 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         return rid
 
     def _offer_views(self, config: RunConfig) -> None:
-        """The View box offers only the stages this configuration has (e.g. biased needs ALiBi)."""
+        """The View box offers only the stages this configuration has (e.g. biased needs ALiBi); a change that
+        takes away the stage shown falls back to the weights, saying so, rather than refusing the change."""
         have = set(run_stages(config))
         items = self.viewCombo.model()
         for i in range(self.viewCombo.count()):
             items.item(i).setEnabled(view_stage(self.viewCombo.itemData(i)) in have)
+        shown = self.viewCombo.currentData()
+        if view_stage(shown) not in have:
+            self.viewCombo.setCurrentIndex(0)  # weights: every configuration has them (its scale follows)
+            self.statusBar().showMessage(f"View: weights, since this configuration has no {shown} stage", 8000)
 
     # --- generation: Generate, Stop, streamed partial results, the step slider ------------------
 

@@ -132,9 +132,6 @@ class PatchCanvas(QWidget):
         self.setToolTip(text)
         QToolTip.showText(event.globalPosition().toPoint(), text, self)
 
-    def patch_tip(self, token: int) -> str:
-        return self.frames.tokens[token] if self.frames is not None else ""
-
 
 class PatchView(QWidget):
     """patchView: the query's attention over the picture (focused head, mean or rollout) and the head strip."""
