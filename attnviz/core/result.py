@@ -38,6 +38,7 @@ class RunResult:
     tokens: tuple[str, ...] = ()  # query token labels, Lq of them
     key_tokens: tuple[str, ...] = ()  # key token labels where keys differ from queries (cross-attention)
     token_ids: np.ndarray | None = None  # (Lq,) int ids of the queries' tokens
+    key_token_ids: np.ndarray | None = None  # (Lkv,) the keys' ids where they are not the queries' (cross)
     layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
     source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
     files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run

@@ -9,8 +9,9 @@ generation, attnviz.show() of a model's attention) shows any layer; the per-toke
 exist for the layer it was saved at only.
 
 The arrays' names are the writer's (export/npz.py): the stage names of stages.py, mask, fully_masked_rows,
-tokens, key_tokens, token_ids, device, model_name, layer_weights, prompt_length; a pooled run's weights_pooled,
-pool_factor, stats_<name> and region. NumPy reads the archive with allow_pickle=False: a file can hold arrays only.
+tokens, key_tokens, token_ids, key_token_ids, device, model_name, layer_weights, prompt_length; a pooled run's
+weights_pooled, pool_factor, stats_<name> and region. NumPy reads the archive with allow_pickle=False: a file can
+hold arrays only.
 """
 
 from __future__ import annotations
@@ -196,7 +197,8 @@ def _result(config: RunConfig, arrays: dict[str, np.ndarray], path: str) -> RunR
         device=str(arrays["device"]) if "device" in arrays and arrays["device"].dtype.kind == "U" else "cpu",
         compute_time_s=0.0, total_time_s=0.0, notes=(f"opened {Path(path).name}: maps as saved, nothing computed",),
         tokens=_labels(arrays, "tokens"), key_tokens=_labels(arrays, "key_tokens"),
-        token_ids=arrays.get("token_ids"), layer_weights=None if lw is None else (lw[:, None] if lw.ndim == 4 else lw),
+        token_ids=arrays.get("token_ids"), key_token_ids=arrays.get("key_token_ids"),
+        layer_weights=None if lw is None else (lw[:, None] if lw.ndim == 4 else lw),
         prompt_length=int(arrays["prompt_length"]) if "prompt_length" in arrays else None,
         pool_factor=tuple(int(f) for f in arrays["pool_factor"]) if pooled and "pool_factor" in arrays else None,
         exact_stats={k[len("stats_"):]: v for k, v in arrays.items() if k.startswith("stats_")} if pooled else None,

@@ -40,6 +40,8 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
         arrays["key_tokens"] = np.array(result.key_tokens, dtype=str)
     if result.token_ids is not None:
         arrays["token_ids"] = np.asarray(result.token_ids)
+    if result.key_token_ids is not None:  # keys apart from the queries (an encoder-decoder's cross-attention)
+        arrays["key_token_ids"] = np.asarray(result.key_token_ids)
     if result.pool_factor is not None:  # a pooled run: its maps are pooled, its statistics exact
         arrays["weights_pooled"] = arrays.pop("weights", arrays.get("dropped"))
         arrays.pop("dropped", None)
