@@ -64,7 +64,8 @@ class ParameterPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._loading = False
-        self._fields_for: tuple | None = None  # (variant, mask, position) the rows shown fit
+        self._fields_for: tuple | None = None  # (variant, mask, position, model) the rows shown fit
+        self._model_lacks: tuple[str, frozenset[str]] = ("", frozenset())  # a model run: the fields it does not read
         self.widgets: dict[str, QWidget] = {}
         self._tooltips: dict[str, str] = {}
         self.labels: dict[str, QLabel] = {}
@@ -389,7 +390,7 @@ class ParameterPanel(QWidget):
                 layout.activate()
 
     def _refresh_visibility(self) -> None:
-        shown_for = tuple(self._value(n) for n in ("variant", "mask", "position"))
+        shown_for = tuple(self._value(n) for n in ("variant", "mask", "position", "model"))
         if shown_for != self._fields_for:  # a seed or length edit shows the same rows: ~70 calls saved
             with self._layouts_held():
                 self._show_fields(*shown_for)
@@ -399,11 +400,23 @@ class ParameterPanel(QWidget):
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
         self.batchIndexSpin.setEnabled(values["batch"] > 1)
 
-    def _show_fields(self, variant: str, mask: str, position: str) -> None:
-        """The rows and groups that apply to the variant, mask and position chosen, and their labels."""
+    def know_model(self, model: str, stacks: tuple[str, ...], vision: bool) -> None:
+        """What the model that just ran reads: one stack has no decoder text or stack to choose, a text model
+        no image; those rows hide while that model is chosen."""
+        lacks = frozenset({"decoder_text", "stack"} if len(stacks) <= 1 else ()) | frozenset(() if vision else
+                                                                                             {"image"})
+        if (model, lacks) != self._model_lacks:
+            self._model_lacks = (model, lacks)
+            self._fields_for = None
+            self._refresh_visibility()
+
+    def _show_fields(self, variant: str, mask: str, position: str, model: str) -> None:
+        """The rows and groups that apply to the variant, mask and position chosen (and the model that ran, where
+        it is the one chosen), and their labels."""
         spec = VARIANTS[variant]
         self.variantInfo.setText(f"{spec.seed}: {spec.description}")
-        shown = {name: field_applies(name, variant, mask, position) for name in self.widgets}
+        lacks = self._model_lacks[1] if spec.backed and model and model == self._model_lacks[0] else frozenset()
+        shown = {name: field_applies(name, variant, mask, position) and name not in lacks for name in self.widgets}
         for name, widget in self.widgets.items():
             self.rows.get(name, widget).setVisible(shown[name])
             self.labels[name].setVisible(shown[name])

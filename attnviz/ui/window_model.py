@@ -101,6 +101,9 @@ class WindowModel:
             self.modelView.show_none()
             return
         layer_spin.setMaximum(source.info.layers - 1)  # a preset or file may widen it again (panel)
+        if result.source is not None:  # the panel hides what this model does not read (decoder text, image)
+            self.panel.know_model(result.config.model, getattr(source.info, "stacks", ()),
+                                  getattr(source, "picture", None) is not None)
         if self.modelDock.isVisible() and self.model_view_wanted():  # a tab behind waits: composing every
             # layer's tiles took 25-45 ms of the GUI thread on a 30-layer model
             self.modelView.show_source(source, result.config.layer, self.colormapCombo.currentData())
