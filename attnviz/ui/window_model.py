@@ -70,8 +70,7 @@ class WindowModel:
         self._end_opening()
         if field != "model" or self.panel.widgets["model"].folder():
             return False
-        self.last_error = MODEL_PROMPT  # the next result clears it (_clear_failure)
-        self.panel.clear_error()
+        self.panel.clear_error()  # last_error keeps the config's message: the next result clears it
         self.staleLabel.hide()
         self.captionLabel.set_caption(MODEL_PROMPT, True)
         self.statusBar().showMessage(MODEL_PROMPT)
