@@ -401,3 +401,26 @@ def test_a_byte_order_mark_is_no_part_of_the_text(models, tmp_path, capsys, qapp
     out = tmp_path / "o.npz"
     assert main(["render", "--model", folder, "--text-file", str(text_file), "-o", str(out)]) == 0
     assert json.loads(str(np.load(out)["config"]))["config"]["text"] == "The cat sat."
+
+
+def test_a_text_far_longer_than_the_model_is_judged_by_its_start(models, tmp_path, capsys, monkeypatch, qapp):
+    """A 13 MB --text-file for a model of a few dozen positions: refused (exit 2, the count and the fix) after
+    tokenizing only its start, not all of it (that took minutes and gigabytes); --truncate still cuts it to fit."""
+    from attnviz.models import loader
+    from attnviz.models.tokens import TextTokenizer
+
+    text_file = tmp_path / "long.txt"
+    text_file.write_text("The cat sat on the mat. " * 550_000)
+    seen: list[int] = []
+    encode = TextTokenizer.encode
+    monkeypatch.setattr(TextTokenizer, "encode", lambda self, text, *a, **k: (seen.append(len(text)),
+                                                                              encode(self, text, *a, **k))[1])
+    args = ["render", "--model", str(models("gpt2")), "--text-file", str(text_file), "-o", str(tmp_path / "o.npz")]
+    assert main(args) == 2
+    line = capsys.readouterr().err.strip()
+    assert "over" in line and "tokens (its first" in line and "reads at most" in line and "truncate" in line
+    limit = int(line.split("reads at most ")[1].split()[0])
+    assert seen and max(seen) <= limit * loader.PROBE_CHARS_PER_POSITION < text_file.stat().st_size
+    assert main([*args, "--truncate"]) == 0
+    tokens = json.loads(str(np.load(tmp_path / "o.npz")["config"]))["config"]["text"]
+    assert tokens and "The cat sat" in tokens and len(tokens) < 64 * limit
