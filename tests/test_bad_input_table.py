@@ -229,6 +229,20 @@ MODEL_ROWS = [
           ("offsets-backwards", {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}, ("data_offsets",)))],
 ]
 
+def huge_png(work: Path, models):
+    """A 12000 x 12000 PNG (a few hundred KB on disk, 432 MB once decoded as RGB)."""
+    from PIL import Image
+
+    from attnviz.models.image_input import read_image
+
+    Image.new("1", (12000, 12000)).save(work / "huge.png")
+    return lambda: read_image(str(work / "huge.png"))
+
+
+IMAGE_ROWS = [
+    Row("image-12000-square", huge_png, 2, ("image = ", "12000 x 12000 pixels (144 MP)", "scale the image down")),
+]
+
 # --- where the output goes -----------------------------------------------------------------------------------
 
 OUTPUT_ROWS = [
@@ -263,7 +277,7 @@ OUTPUT_ROWS = [
 # The GGUF reader's rows (empty, wrong magic, truncated, header counts past the file, tensor offsets) go here.
 GGUF_ROWS: list[Row] = []
 
-ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + OUTPUT_ROWS + GGUF_ROWS
+ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + IMAGE_ROWS + OUTPUT_ROWS + GGUF_ROWS
 
 
 @pytest.fixture(scope="module")
@@ -424,3 +438,34 @@ def test_a_text_far_longer_than_the_model_is_judged_by_its_start(models, tmp_pat
     assert main([*args, "--truncate"]) == 0
     tokens = json.loads(str(np.load(tmp_path / "o.npz")["config"]))["config"]["text"]
     assert tokens and "The cat sat" in tokens and len(tokens) < 64 * limit
+
+
+def test_a_16_bit_grey_png_keeps_its_greys(tmp_path):
+    """convert("RGB") clipped every 16-bit value over 255: half-grey 32768 came out white."""
+    from PIL import Image
+
+    from attnviz.models.image_input import read_image
+
+    grey = np.full((16, 24), 32768, dtype=np.uint16)
+    grey[:, :12] = 8000
+    Image.fromarray(grey).save(tmp_path / "g16.png")
+    pixels = np.asarray(read_image(str(tmp_path / "g16.png")))
+    assert pixels.shape == (16, 24, 3)
+    assert (pixels[:, 12:] == round(32768 / 257)).all() and (pixels[:, :12] == round(8000 / 257)).all()
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    """A phone's portrait JPEG (Orientation 6: rotate 90 degrees clockwise to view) is read standing up."""
+    from PIL import Image
+
+    from attnviz.models.image_input import read_image
+
+    stored = Image.new("RGB", (20, 10), (255, 0, 0))
+    stored.paste((0, 0, 255), (0, 0, 5, 10))  # blue on the left as stored: on top once turned
+    exif = stored.getexif()
+    exif[0x0112] = 6
+    stored.save(tmp_path / "portrait.jpg", exif=exif, quality=95)
+    pixels = np.asarray(read_image(str(tmp_path / "portrait.jpg"))).astype(int)
+    assert pixels.shape == (20, 10, 3)
+    assert pixels[1, 5, 2] > 200 and pixels[1, 5, 0] < 60  # top: blue
+    assert pixels[18, 5, 0] > 200 and pixels[18, 5, 2] < 60  # bottom: red
