@@ -198,6 +198,24 @@ FILE_ROWS = [
 
 # --- a model's own files: checked before they are read, every damage named ------------------------------------
 
+def tiny_with(kind: str, changes: dict, *argv: str) -> Make:
+    """A copy of the tiny `kind` checkpoint in the row's folder with `changes` merged into its config.json, then
+    `attnviz render --model m --text "the cat sat" -o o.png` with `argv` added."""
+    def make(work: Path, models):
+        import shutil
+
+        folder = work / "m"
+        shutil.copytree(models(kind), folder)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **changes}))
+        return ["--model", str(folder), "--text", "the cat sat", "-o", str(work / "o.png"), *argv]
+    return make
+
+
+def rope(**parameters) -> dict:
+    return {"rope_parameters": {"rope_theta": 10000.0, **parameters}}
+
+
 WITH_WEIGHTS = {"tokenizer.json": b"{}", "model.safetensors": safetensors({})}
 MODEL_ROWS = [
     Row("config-json-fifo", model({"config.json": FIFO, **WITH_WEIGHTS}), 2,
@@ -220,6 +238,14 @@ MODEL_ROWS = [
     Row("shard-index-path", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
                                    "model.safetensors.index.json": b'{"weight_map": {"w": "../../x.safetensors"}}'}),
         2, ("the shard index names '../../x.safetensors', not a file in the folder",), computes=True),
+    *[Row(f"rope-{name}", tiny_with("llama", changes), 2,
+          ("rope_parameters = ", "RoPE settings are invalid", *words, "restore the config.json"), computes=True)
+      for name, changes, words in (
+          ("linear-half", rope(rope_type="linear", factor=0.5), ("factor", "0.5")),
+          ("linear-negative", rope(rope_type="linear", factor=-1.0), ("factor", "-1")),
+          ("dynamic-zero", rope(rope_type="dynamic", factor=0.0), ("factor",)),
+          ("llama3-equal-factors", rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0,
+                                        original_max_position_embeddings=8), ("high_freq_factor",)))],
     *[Row(f"safetensors-header-{name}", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
                                                "model.safetensors": safetensors(header, b"xxxx")}), 2,
           ("corrupt or truncated safetensors file", *words), computes=True)
@@ -347,6 +373,7 @@ def test_bad_input(row: Row, tmp_path, capsys, models, forbid_compute, qapp):
     work = tmp_path / "work"
     work.mkdir()
     what = row.make(work, models)
+    capsys.readouterr()  # what building a tiny checkpoint printed is no part of the row's line
     if not row.computes:
         forbid_compute()
     before = snapshot(work)
