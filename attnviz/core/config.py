@@ -31,7 +31,8 @@ FORMAT_VERSION = 1
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth")  # your own weights (userfiles.py)
 INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".safetensors")  # your own inputs
 FILE_FIELDS = ("weights", "inputs")  # fields that name a file the run reads
-PATH_FIELDS = ("model", "weights", "inputs", "image")  # fields holding a path (os.PathLike is taken)
+PATH_FIELDS = ("model", "weights", "inputs", "image", "maps")  # fields holding a path (os.PathLike is taken)
+MAPS_SUFFIX = ".npz"  # attention maps saved by attnviz (core/saved.py)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # a vision model's picture (Pillow reads it)
 TEXT_FIELDS = ("text", "decoder_text")  # what a tokenizer reads
 BOM = "\ufeff"
@@ -83,6 +84,9 @@ class RunConfig:
                          "Your own weights: a state_dict file (.safetensors, or .pt/.pth saved with "
                          "torch.save(model.state_dict())) loaded into the module; the file's bias flags are taken, "
                          "widths must match; empty = random weights from the seed")
+    maps: str = param("", "Maps file",
+                      "An .npz of attention maps written by attnviz (Export, attnviz render -o FILE.npz, "
+                      "attnviz.show()): shown as saved, with no model and nothing computed again")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
                       group="Input")
     image: str = param("", "Image",
@@ -271,7 +275,8 @@ class RunConfig:
         return replace(self, **changes)
 
     def shapes_text(self) -> str:
-        return f"B={self.batch} H={self.heads} Lq={self.seq_q} Lkv={self.lkv} d_head={self.head_dim}"
+        shapes = f"B={self.batch} H={self.heads} Lq={self.seq_q} Lkv={self.lkv}"
+        return shapes if self.spec.read is not None else f"{shapes} d_head={self.head_dim}"  # a file's: no widths
 
     # --- validation --------------------------------------------------------------------------
 
@@ -293,6 +298,8 @@ class RunConfig:
             raise ConfigError("model", self.model, "no model folder given",
                               "choose a folder with config.json, *.safetensors and tokenizer.json (e.g. one in the "
                               "Hugging Face cache)")
+        if self.applies("maps"):
+            self._validate_maps()
         for name in TEXT_FIELDS:
             _check_utf8(name, getattr(self, name))
         self._validate_heads()
@@ -313,6 +320,14 @@ class RunConfig:
                               "give a PNG, JPEG or WebP file")
         if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", self.device):
             raise ConfigError("device", self.device, "unknown device", "use cpu, cuda, cuda:N or auto")
+
+    def _validate_maps(self) -> None:
+        if not self.maps.strip():
+            raise ConfigError("maps", self.maps, "no maps file given",
+                              "open an .npz written by attnviz (File > Open, or drop one onto the window)")
+        if not self.maps.lower().endswith(MAPS_SUFFIX):
+            raise ConfigError("maps", self.maps, "not an .npz file",
+                              "give an .npz written by attnviz (Export, or attnviz render -o FILE.npz)")
 
     def _validate_heads(self) -> None:
         width = getattr(self, self.spec.head_width)

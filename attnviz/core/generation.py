@@ -42,6 +42,7 @@ class Ran:
     prompt_length: int | None = None  # a generation: where the prompt ends
     pooled: tuple = ()  # a pooled forward: each layer's pooling.PooledCall
     slab: torch.Tensor | None = None  # every layer's weights, where the kernel wrote them into one (slab.py)
+    layer_ids: tuple | None = None  # per layer: (row ids, column ids), where not `ids` (an encoder-decoder)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Named configurations shipped in resources/presets (the saved-configuration JSON format)."""
+"""Named configurations shipped in attnviz/resources/presets (the saved-configuration JSON format)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -200,6 +201,8 @@ def run(
     """
 
     record, region = checked_arguments(record, region)
+    if config.spec.read is not None:  # maps opened from a file: read as they were saved, nothing computed
+        return config.spec.read(config)
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
@@ -344,6 +347,10 @@ def require_kept(result: RunResult, stage: str, field_name: str = "view") -> Non
     if stage in result.stages:
         return
     kept = [n for n in result.stages if BY_NAME[n].is_map]
+    if result.opened:
+        raise ConfigError(field_name, stage, f"{Path(result.opened).name} holds no {stage} stage (its maps: "
+                          f"{', '.join(kept)}): the file holds maps only, nothing is computed again",
+                          f"choose one of {', '.join(kept)}", suggestions=tuple(kept))
     raise ConfigError(field_name, stage, f"this model records no {stage} stage (its maps: {', '.join(kept)})",
                       f"choose one of {', '.join(kept)}", suggestions=tuple(kept))
 

@@ -23,7 +23,7 @@ from ..core.configfile import NotRegularFile, read_regular
 from ..core.device import MEMORY_FRACTION, available_memory
 from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
 from .errors import ModelError
-from .gguf_files import read_gguf
+from .gguf_files import gguf_header, read_gguf
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -34,8 +34,6 @@ MAX_HEADER_BYTES = 100 << 20  # a safetensors header (tensor names and shapes), 
 VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 PICKLE_WEIGHTS = "pytorch_model.bin"
 GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}  # a folder named for its role
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,8 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
     except (OSError, ValueError) as exc:  # a name longer than the system allows, a loop of links, no permission
         raise ModelError(folder, f"cannot be looked at ({getattr(exc, 'strerror', None) or exc})",
                          "check the path; it must be a local model folder or a .gguf file") from None
-    if path.is_file() and is_gguf(path):  # a llama.cpp / LM Studio model file, or an Ollama blob
+    if path.is_file() and (is_gguf(path) or path.suffix.lower() == ".gguf"):  # llama.cpp, LM Studio, an Ollama blob
+        gguf_header(path)  # an empty, foreign, cut or damaged file: refused here, naming what is wrong
         return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
     if path.is_file():
         raise ModelError(folder, "this is a file, not a model folder", "choose the folder that holds config.json, "

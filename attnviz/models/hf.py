@@ -21,9 +21,12 @@ from torch import nn
 
 from ..core.kernel import Trace
 from ..core.masks import is_causal
+from ..core.progress import Cancelled
 from ..core.stages import STAGE_NAMES
+from ..system import torch_threads
 from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
-from .gguf_files import read_gguf
+from .gguf_files import gguf_header, read_gguf
+from .gguf_model import build_config, build_model, fast_path
 from .hf_attention import ATTN_NAME, transformers
 from .layers import HOOKED, discover, stack_of
 from .outputs import find_output_side
@@ -48,6 +51,9 @@ POSITIVE_KEYS = frozenset({"rope_theta", "layer_norm_eps", "rms_norm_eps", "laye
                            "max_position_embeddings", "n_positions", "vocab_size", "hidden_size",
                            "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
                            "num_hidden_layers", "n_layer", "num_layers", "intermediate_size", "n_inner"})
+# The few-token forwards that find the attention layers and the output side: on a second thread every op waits
+# for a core another program holds (SmolLM2's two took 12 s at load 9.5 on 2 cores, under 1 s on one thread)
+SHORT_FORWARD_THREADS = 1
 IMPLIED_FACTOR, IMPLIED_SLACK = 8, 256 << 20  # a config may describe more than its file holds (tied, untrained head)
 
 
@@ -90,7 +96,11 @@ def _config(folder: ModelFolder):
 
 
 def _gguf_config(tf, path):
-    read_gguf(path)  # readable, of an architecture transformers dequantises: else one clear line
+    summary = read_gguf(path)  # readable, of an architecture transformers dequantises: else one clear line
+    if fast_path(summary.architecture):  # from the header parsed once, as transformers builds it
+        config = build_config(gguf_header(path))
+        config._name_or_path = str(path.parent)
+        return config
     try:
         return tf.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - metadata transformers cannot map
@@ -244,9 +254,14 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
         check_pickle(folder)
     source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
     try:
-        model, loading = cls.from_pretrained(
-            str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
-            attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, **source)
+        if folder.gguf and fast_path(read_gguf(folder.gguf).architecture):  # attnviz's own reader (gguf_model.py)
+            model, loading = build_model(cls, gguf_header(folder.gguf), config, implementation)
+        else:
+            model, loading = cls.from_pretrained(
+                str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
+                attn_implementation=implementation, dtype=torch.float32, output_loading_info=True, **source)
+    except (ModelError, Cancelled):  # a damaged tensor named; Cancel while a GGUF's tensors dequantise
+        raise
     except Exception as exc:  # noqa: BLE001 - size mismatches, corrupt files, a config the code rejects
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(folder.path, f"transformers cannot load the weights ({first_line})",
@@ -264,7 +279,8 @@ def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> n
         raise ModelError(extra[0], f"{len(extra)} layer weights in the checkpoint that a {config.model_type} model "
                          "built from config.json has no place for (more layers than it says?)",
                          "use the config.json saved with these weights", field_name="checkpoint key")
-    _check_finite_weights(model)
+    if not getattr(model, "attnviz_finite_checked", False):  # gguf_model.py checks each tensor as it reads it
+        _check_finite_weights(model)
     # a head whose weights are missing would predict at random: then the run has no predictions
     model.attnviz_trained_head = not any(not k.startswith(model.base_model_prefix + ".") and ".pooler." not in f".{k}"
                                          for k in loading.get("missing_keys") or [])
@@ -326,7 +342,8 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     stacks = [stack_of(names[m]) for m in modules]
     if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
         stacks = ["decoder" if is_causal(traces[0]["mask"][0, 0]) else "encoder"] * len(stacks)
-    side = find_output_side(model, modules, model.attnviz_trained_head)
+    with torch_threads(SHORT_FORWARD_THREADS):
+        side = find_output_side(model, modules, model.attnviz_trained_head)
     info = _info(folder, model, traces, stacks, name, size)
     if "v" in info.stages and all(m in side.out_weights for m in modules):
         info = replace(info, stages=tuple(s for s in STAGE_NAMES if s in info.stages or s == "value_weighted"))
@@ -355,7 +372,8 @@ def _load_with_kernel(cls, folder: ModelFolder, config):
 
 def _discover(model: nn.Module, interface: bool):
     try:
-        return discover(model.base_model, interface)
+        with torch_threads(SHORT_FORWARD_THREADS):
+            return discover(model.base_model, interface)
     except Exception as exc:  # noqa: BLE001 - a vision, audio or state-space model's forward on text ids
         raise ModelError(model.name_or_path, f"{type(model).__name__} cannot run on text alone ({type(exc).__name__}: "
                          f"{str(exc).strip()[:120]})", "choose a text model (attnviz reads a text, not images or "

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor, nn
 
+from ..core import progress
 from ..core.kernel import Trace
 from ..core.lru import LRU
 from ..core.value_weighted import value_weighted as weigh_by_values
 from .folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
+from .gguf_files import gguf_header, read_gguf
+from .gguf_model import build_tokenizer, fast_path
 from .hf import NO_POSITION_LIMIT, ModelInfo, auto_tokenizer, load_transformers_model
 from .layers import keep_residuals, run_hidden, run_layers
 from .outputs import OutputSide
@@ -218,18 +222,34 @@ class PretrainedModel:
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
     size = weights_within_budget(folder, memory_budget)
-    hf_tokenizer = None
-    if folder.gguf or folder.tokenizer.name != "tokenizer.json":  # a GGUF's vocabulary, a sentencepiece file
-        hf_tokenizer = auto_tokenizer(folder)
+    pool = ThreadPoolExecutor(max_workers=1)  # a GGUF's tokenizer builds while its tensors dequantise
+    pending = pool.submit(_hf_tokenizer, folder)
+    name = folder.name if folder.gguf else model_name(folder.path)
+    try:
+        module, modules, stacks, info, side = load_transformers_model(folder, name, size)
+    finally:
+        pool.shutdown(wait=False)  # on Cancel or the model's own error: not kept waiting for the tokenizer
+    progress.stage("tokenizer", 0, 1)
+    hf_tokenizer = pending.result()  # its error, if any, once the model's own has had its say
+    progress.stage("tokenizer", 1, 1)
+    if hf_tokenizer is not None:
         tokenizer = TextTokenizer.of(hf_tokenizer.backend_tokenizer, folder.tokenizer)
     else:
         tokenizer = TextTokenizer(folder.tokenizer)
-    name = folder.name if folder.gguf else model_name(folder.path)
-    module, modules, stacks, info, side = load_transformers_model(folder, name, size)
     check_vocabulary(tokenizer.vocab_size, info, folder)
     model = PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer, side)
     model.load_notes = _ignored_weights(folder)
     return model
+
+
+def _hf_tokenizer(folder: ModelFolder):
+    """transformers' tokenizer where attnviz reads through one (a GGUF's vocabulary, a sentencepiece file), else
+    None (tokenizer.json is read directly)."""
+    if folder.gguf and fast_path(read_gguf(folder.gguf).architecture):
+        return build_tokenizer(gguf_header(folder.gguf))
+    if folder.gguf or folder.tokenizer.name != "tokenizer.json":
+        return auto_tokenizer(folder)
+    return None
 
 
 def _ignored_weights(folder: ModelFolder) -> tuple[str, ...]:

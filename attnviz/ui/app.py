@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
 
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 
-def run_app(argv: list[str] | None = None) -> int:
-    """Open the main window (restoring the last session) and run until it closes."""
+def run_app(argv: list[str] | None = None, open_path: str | None = None) -> int:
+    """Open the main window (restoring the last session, or on `open_path`: see MainWindow) and run until it
+    closes."""
     from .lifecycle import install_sigint_handler
     from .main_window import MainWindow
     from .window_settings import open_settings
@@ -18,8 +21,9 @@ def run_app(argv: list[str] | None = None) -> int:
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
     sigint_timer = install_sigint_handler(app)  # from here Ctrl+C closes the windows (settings saved), quits
+    app.setWindowIcon(QIcon(str(resources.files("attnviz.resources") / "icons" / "attnviz.png")))
     settings, note = open_settings()  # scratch settings (and why) when the user's are a FIFO, a device, huge
-    window = MainWindow(settings=settings)
+    window = MainWindow(settings=settings, open_path=open_path)
     window.show()
     if note:
         print(f"attnviz: {note}", file=sys.stderr)

@@ -14,6 +14,7 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTemporaryDir
 from ..core import ConfigError, RunConfig, load_preset
 from ..core.configfile import file_kind
 from ..frames import MAP_VIEWS, SCALE_MODES
+from .window_layout import SHARE_RANGE
 
 SETTINGS_VERSION = 1
 START_PRESET = "toy-reverse"  # what a first launch shows
@@ -83,8 +84,9 @@ class WindowSettings:
         self.stripAction.setChecked(s.value("predictionStrip", True, bool))
         self.predictionStrip.setVisible(self.stripAction.isChecked())
         docks = s.value("docks")  # where the docks are, floated, split, tabbed, and their sizes
-        if isinstance(docks, QByteArray) and self.restoreState(docks, SETTINGS_VERSION):
-            self._fitted = True  # the user's arrangement, not the first launch's
+        if isinstance(docks, QByteArray):
+            self.restoreState(docks, SETTINGS_VERSION)  # where the docks are; their height follows the share
+        self.grid_share = min(max(s.value("gridShare", self.grid_share, float), SHARE_RANGE[0]), SHARE_RANGE[1])
 
     def _restore_views(self, s: QSettings) -> None:
         for key, combo in (("view", self.viewCombo), ("colormap", self.colormapCombo), ("tensor", self.tensorCombo)):
@@ -108,6 +110,7 @@ class WindowSettings:
         s.setValue("geometry", self.saveGeometry())
         s.setValue("mainSplit", self.mainSplit.saveState())
         s.setValue("docks", self.saveState(SETTINGS_VERSION))
+        s.setValue("gridShare", self.grid_share)
         with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
             s.setValue("config", self.panel.config().to_json())
         s.setValue("view", self.viewCombo.currentData())

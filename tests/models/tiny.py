@@ -12,13 +12,18 @@ SENTENCE = "The cat sat on the mat, and the dog chased it."
 WORDS = sorted({w.strip(".,!;").lower() for s in CORPUS + [SENTENCE] for w in s.split()})
 
 
-def wordpiece_tokenizer():
+# the pieces all-MiniLM-L6-v2's vocabulary splits "attnviz" into (at ##t ##n ##vi ##z)
+MINILM_PIECES = ["at", "##t", "##n", "##vi", "##z"]
+
+
+def wordpiece_tokenizer(extra: tuple[str, ...] = ()):
     """BERT-style: lower-cased WordPiece, [CLS] $A [SEP] template, and padding left on (as
-    sentence-transformers ships it) so the loader must switch it off."""
+    sentence-transformers ships it) so the loader must switch it off. `extra`: more pieces, at the end."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {t: i for i, t in enumerate(specials + WORDS + [",", ".", "!", ";", "##s", "##ed", "ch", "##ase"])}
+    pieces = [",", ".", "!", ";", "##s", "##ed", "ch", "##ase", *extra]
+    vocab = {t: i for i, t in enumerate(specials + WORDS + pieces)}
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -50,10 +55,10 @@ def _save(folder, model, tokenizer) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
-def make_bert(folder):
+def make_bert(folder, extra: tuple[str, ...] = ()):
     from transformers import BertConfig, BertForMaskedLM
 
-    tok = wordpiece_tokenizer()
+    tok = wordpiece_tokenizer(extra)
     config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=40, initializer_range=0.3)
     _save(folder, BertForMaskedLM(config), tok)  # keys under "bert."
@@ -184,9 +189,9 @@ def make_llama3(folder):
                                                          "original_max_position_embeddings": 8})
 
 
-BUILDERS = {"bert": make_bert, "gpt2": make_gpt2, "llama": make_llama,
-            "qwen2": lambda f: make_llama(f, "qwen2"), "mistral": lambda f: make_llama(f, "mistral"),
-            "llama3": make_llama3}
+BUILDERS = {"bert": make_bert, "bert-minilm-pieces": lambda f: make_bert(f, tuple(MINILM_PIECES)),
+            "gpt2": make_gpt2, "llama": make_llama, "qwen2": lambda f: make_llama(f, "qwen2"),
+            "mistral": lambda f: make_llama(f, "mistral"), "llama3": make_llama3}
 for _family in INTERFACE_FAMILIES + WEIGHTS_ONLY_FAMILIES:
     BUILDERS.setdefault(_family, lambda f, t=_family: make_family(f, t))
 for _family in SEQ2SEQ_FAMILIES:
@@ -198,9 +203,10 @@ def _permute_for_gguf(w, heads: int):
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(folder, path, architecture: str = "llama") -> None:
-    """The tiny llama in `folder` (safetensors, config.json, tokenizer.json) as a float32 GGUF file, written
-    with the gguf package's own writer: llama.cpp's tensor names and metadata, the BPE vocabulary and merges."""
+def write_llama_gguf(folder, path, architecture: str = "llama", qtype: str = "F32") -> None:
+    """The tiny llama in `folder` (safetensors, config.json, tokenizer.json) as a GGUF file, written with the
+    gguf package's own writer: llama.cpp's tensor names and metadata, the BPE vocabulary and merges. `qtype`
+    (Q8_0, Q4_0 ...): its matrices quantised with gguf's own quantize where their rows hold whole blocks."""
     import json
 
     import gguf
@@ -234,15 +240,24 @@ def write_llama_gguf(folder, path, architecture: str = "llama") -> None:
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    w.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
-    w.add_tensor("output_norm.weight", state["model.norm.weight"])
-    w.add_tensor("output.weight", state["lm_head.weight"])
+    kind = gguf.GGMLQuantizationType[qtype]
+    block = gguf.GGML_QUANT_SIZES[kind][0]
+
+    def add(name, t):
+        if qtype == "F32" or t.ndim != 2 or t.shape[-1] % block:
+            w.add_tensor(name, t)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(t, kind), raw_dtype=kind)
+
+    add("token_embd.weight", state["model.embed_tokens.weight"])
+    add("output_norm.weight", state["model.norm.weight"])
+    add("output.weight", state["lm_head.weight"])
     for i in range(config["num_hidden_layers"]):
         for theirs, ours in names.items():
             t = state[f"model.layers.{i}.{theirs}.weight"]
             if ours in ("attn_q", "attn_k"):
                 t = _permute_for_gguf(t, heads if ours == "attn_q" else kv)
-            w.add_tensor(f"blk.{i}.{ours}.weight", t)
+            add(f"blk.{i}.{ours}.weight", t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
