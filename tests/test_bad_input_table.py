@@ -198,6 +198,24 @@ FILE_ROWS = [
 
 # --- a model's own files: checked before they are read, every damage named ------------------------------------
 
+def tiny_with(kind: str, changes: dict, *argv: str) -> Make:
+    """A copy of the tiny `kind` checkpoint in the row's folder with `changes` merged into its config.json, then
+    `attnviz render --model m --text "the cat sat" -o o.png` with `argv` added."""
+    def make(work: Path, models):
+        import shutil
+
+        folder = work / "m"
+        shutil.copytree(models(kind), folder)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **changes}))
+        return ["--model", str(folder), "--text", "the cat sat", "-o", str(work / "o.png"), *argv]
+    return make
+
+
+def rope(**parameters) -> dict:
+    return {"rope_parameters": {"rope_theta": 10000.0, **parameters}}
+
+
 WITH_WEIGHTS = {"tokenizer.json": b"{}", "model.safetensors": safetensors({})}
 MODEL_ROWS = [
     Row("config-json-fifo", model({"config.json": FIFO, **WITH_WEIGHTS}), 2,
@@ -220,6 +238,14 @@ MODEL_ROWS = [
     Row("shard-index-path", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
                                    "model.safetensors.index.json": b'{"weight_map": {"w": "../../x.safetensors"}}'}),
         2, ("the shard index names '../../x.safetensors', not a file in the folder",), computes=True),
+    *[Row(f"rope-{name}", tiny_with("llama", changes), 2,
+          ("rope_parameters = ", "RoPE settings are invalid", *words, "restore the config.json"), computes=True)
+      for name, changes, words in (
+          ("linear-half", rope(rope_type="linear", factor=0.5), ("factor", "0.5")),
+          ("linear-negative", rope(rope_type="linear", factor=-1.0), ("factor", "-1")),
+          ("dynamic-zero", rope(rope_type="dynamic", factor=0.0), ("factor",)),
+          ("llama3-equal-factors", rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0,
+                                        original_max_position_embeddings=8), ("high_freq_factor",)))],
     *[Row(f"safetensors-header-{name}", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
                                                "model.safetensors": safetensors(header, b"xxxx")}), 2,
           ("corrupt or truncated safetensors file", *words), computes=True)
@@ -227,6 +253,20 @@ MODEL_ROWS = [
           ("list", [], ("not a JSON object",)), ("null", None, ("not a JSON object",)),
           ("shape-abc", {"w": {"dtype": "F32", "shape": "abc", "data_offsets": [0, 4]}}, ("'w'", "shape")),
           ("offsets-backwards", {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}, ("data_offsets",)))],
+]
+
+def huge_png(work: Path, models):
+    """A 12000 x 12000 PNG (a few hundred KB on disk, 432 MB once decoded as RGB)."""
+    from PIL import Image
+
+    from attnviz.models.image_input import read_image
+
+    Image.new("1", (12000, 12000)).save(work / "huge.png")
+    return lambda: read_image(str(work / "huge.png"))
+
+
+IMAGE_ROWS = [
+    Row("image-12000-square", huge_png, 2, ("image = ", "12000 x 12000 pixels (144 MP)", "scale the image down")),
 ]
 
 # --- where the output goes -----------------------------------------------------------------------------------
@@ -263,7 +303,7 @@ OUTPUT_ROWS = [
 # The GGUF reader's rows (empty, wrong magic, truncated, header counts past the file, tensor offsets) go here.
 GGUF_ROWS: list[Row] = []
 
-ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + OUTPUT_ROWS + GGUF_ROWS
+ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + IMAGE_ROWS + OUTPUT_ROWS + GGUF_ROWS
 
 
 @pytest.fixture(scope="module")
@@ -333,6 +373,7 @@ def test_bad_input(row: Row, tmp_path, capsys, models, forbid_compute, qapp):
     work = tmp_path / "work"
     work.mkdir()
     what = row.make(work, models)
+    capsys.readouterr()  # what building a tiny checkpoint printed is no part of the row's line
     if not row.computes:
         forbid_compute()
     before = snapshot(work)
@@ -401,3 +442,57 @@ def test_a_byte_order_mark_is_no_part_of_the_text(models, tmp_path, capsys, qapp
     out = tmp_path / "o.npz"
     assert main(["render", "--model", folder, "--text-file", str(text_file), "-o", str(out)]) == 0
     assert json.loads(str(np.load(out)["config"]))["config"]["text"] == "The cat sat."
+
+
+def test_a_text_far_longer_than_the_model_is_judged_by_its_start(models, tmp_path, capsys, monkeypatch, qapp):
+    """A 13 MB --text-file for a model of a few dozen positions: refused (exit 2, the count and the fix) after
+    tokenizing only its start, not all of it (that took minutes and gigabytes); --truncate still cuts it to fit."""
+    from attnviz.models import loader
+    from attnviz.models.tokens import TextTokenizer
+
+    text_file = tmp_path / "long.txt"
+    text_file.write_text("The cat sat on the mat. " * 550_000)
+    seen: list[int] = []
+    encode = TextTokenizer.encode
+    monkeypatch.setattr(TextTokenizer, "encode", lambda self, text, *a, **k: (seen.append(len(text)),
+                                                                              encode(self, text, *a, **k))[1])
+    args = ["render", "--model", str(models("gpt2")), "--text-file", str(text_file), "-o", str(tmp_path / "o.npz")]
+    assert main(args) == 2
+    line = capsys.readouterr().err.strip()
+    assert "over" in line and "tokens (its first" in line and "reads at most" in line and "truncate" in line
+    limit = int(line.split("reads at most ")[1].split()[0])
+    assert seen and max(seen) <= limit * loader.PROBE_CHARS_PER_POSITION < text_file.stat().st_size
+    assert main([*args, "--truncate"]) == 0
+    tokens = json.loads(str(np.load(tmp_path / "o.npz")["config"]))["config"]["text"]
+    assert tokens and "The cat sat" in tokens and len(tokens) < 64 * limit
+
+
+def test_a_16_bit_grey_png_keeps_its_greys(tmp_path):
+    """convert("RGB") clipped every 16-bit value over 255: half-grey 32768 came out white."""
+    from PIL import Image
+
+    from attnviz.models.image_input import read_image
+
+    grey = np.full((16, 24), 32768, dtype=np.uint16)
+    grey[:, :12] = 8000
+    Image.fromarray(grey).save(tmp_path / "g16.png")
+    pixels = np.asarray(read_image(str(tmp_path / "g16.png")))
+    assert pixels.shape == (16, 24, 3)
+    assert (pixels[:, 12:] == round(32768 / 257)).all() and (pixels[:, :12] == round(8000 / 257)).all()
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    """A phone's portrait JPEG (Orientation 6: rotate 90 degrees clockwise to view) is read standing up."""
+    from PIL import Image
+
+    from attnviz.models.image_input import read_image
+
+    stored = Image.new("RGB", (20, 10), (255, 0, 0))
+    stored.paste((0, 0, 255), (0, 0, 5, 10))  # blue on the left as stored: on top once turned
+    exif = stored.getexif()
+    exif[0x0112] = 6
+    stored.save(tmp_path / "portrait.jpg", exif=exif, quality=95)
+    pixels = np.asarray(read_image(str(tmp_path / "portrait.jpg"))).astype(int)
+    assert pixels.shape == (20, 10, 3)
+    assert pixels[1, 5, 2] > 200 and pixels[1, 5, 0] < 60  # top: blue
+    assert pixels[18, 5, 0] > 200 and pixels[18, 5, 2] < 60  # bottom: red

@@ -169,6 +169,42 @@ def _check_values(config) -> None:
                              "model", field_name=key)
 
 
+def _check_rope(config) -> None:
+    """transformers' own RoPE validation, heard: it only logs (a linear factor of 0.5, a dynamic factor of 0,
+    llama3's high_freq_factor not above low_freq_factor), and attnviz silences transformers' logging, so such a
+    config.json drew its maps silently. What it says must be so is refused here, in its own words."""
+    import logging
+
+    text = config.get_text_config()
+    validate = getattr(text, "validate_rope", None)
+    if validate is None:
+        return
+    heard: list[str] = []
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append(record.getMessage())
+
+    logger = logging.getLogger("transformers.modeling_rope_utils")
+    level, propagate, handler = logger.level, logger.propagate, Heard()
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False  # heard here alone, never printed
+    logger.addHandler(handler)
+    try:
+        validate()
+    except (ValueError, KeyError, TypeError) as exc:
+        heard.append(str(exc))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+    problem = next((m for m in heard if "must" in m or "Missing required" in m), None)
+    if problem:
+        raise ModelError(getattr(text, "rope_parameters", None), f"config.json's RoPE settings are invalid "
+                         f"({problem.replace('`', '')[:160]})", "restore the config.json saved with the model",
+                         field_name="rope_parameters")
+
+
 def _numbers(values: dict, depth: int = 2):
     for key, value in values.items():
         if isinstance(value, dict) and depth:
@@ -298,6 +334,7 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int):
     config = _config(folder)
     _check_layers(folder, config)
     _check_values(config)
+    _check_rope(config)
     _check_implied_size(config, size)
     cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
     model, modules, traces = _load_with_kernel(cls, folder, config)

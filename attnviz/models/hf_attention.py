@@ -143,18 +143,21 @@ def split_mask(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
 def _score_mods(bias: Tensor | None, softcap: float | None) -> list[ScoreMod]:
     mods = []
     if bias is not None:  # the rows of the scores at hand (a pooled run computes blocks of rows)
-        mods.append(ScoreMod("biased", lambda s, b, h, i, j: s + _bias_rows(bias, i, s.shape[-2]).to(s.dtype)))
+        mods.append(ScoreMod("biased", lambda s, b, h, i, j: s + _bias_block(bias, i, j, s.shape).to(s.dtype)))
     if softcap:
         mods.append(ScoreMod("capped", lambda s, *_: torch.tanh(s / softcap) * softcap))
     return mods
 
 
-def _bias_rows(bias: Tensor, rows: Tensor, n: int) -> Tensor:
-    """A (..., Lq, Lk) bias cut to the n query rows whose indices the grid `rows` holds (all of them at once
-    but for a pooled block)."""
-    if bias.shape[-2] == 1 or bias.shape[-2] == n:
-        return bias
-    return bias[..., rows.reshape(-1), :]
+def _bias_block(bias: Tensor, rows: Tensor, cols: Tensor, shape: torch.Size) -> Tensor:
+    """A (..., Lq, Lk) bias cut to the block of scores of `shape` whose query rows and key columns the grids
+    `rows` and `cols` hold (all of them at once but for a block: a long causal text's blocks also leave out the
+    keys after their last row, as T5's decoder past ~1,000 tokens showed)."""
+    if bias.shape[-2] not in (1, shape[-2]):
+        bias = bias[..., rows.reshape(-1), :]
+    if bias.shape[-1] not in (1, shape[-1]):
+        bias = bias[..., cols.reshape(-1)]
+    return bias
 
 
 def _causal(lq: int, lk: int, device: torch.device) -> Tensor:

@@ -6,6 +6,7 @@ no file, not an image, a truncated file, an image the processor cannot handle.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from torch import Tensor
 from ..core.config import ConfigError
 
 FIX_FILE = "choose a PNG, JPEG or WebP file (Open… beside Image, or drop one onto the window)"
+MAX_PIXELS = 50_000_000  # 50 MP: a large photo; a vision model reads a few hundred pixels a side
 
 
 
@@ -35,7 +37,7 @@ class Picture:
 
 def read_image(path: str):
     """The file as an RGB Pillow image, fully decoded (a truncated file fails here, not later)."""
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     if not path.strip():
         raise ConfigError("image", path, "no image given: this model reads an image", FIX_FILE)
@@ -43,14 +45,38 @@ def read_image(path: str):
     if not file.is_file():
         raise ConfigError("image", path, "no such file" if not file.exists() else "not a regular file", FIX_FILE)
     try:
-        with Image.open(file) as im:
-            im.load()
-            return im.convert("RGB")
+        with warnings.catch_warnings():  # Pillow's bomb warning: refused below in words (MAX_PIXELS is lower)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(file) as im:
+                _check_pixels(im, path)  # from the header, before a pixel is decoded
+                im.load()
+                return _rgb(ImageOps.exif_transpose(im))  # a phone's portrait photo stands as it was taken
+    except ConfigError:
+        raise
     except Image.DecompressionBombError as exc:
         raise ConfigError("image", path, f"too many pixels to read safely ({exc})", "use a smaller image") from exc
     except (OSError, ValueError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
         what = "truncated or damaged" if "truncated" in str(exc).lower() else "not an image Pillow can read"
         raise ConfigError("image", path, f"{what} ({str(exc).strip()[:100]})", FIX_FILE) from exc
+
+
+def _check_pixels(im, path: str) -> None:
+    width, height = im.size
+    if width * height > MAX_PIXELS:
+        raise ConfigError("image", path, f"{width} x {height} pixels ({width * height / 1e6:.0f} MP), over the "
+                          f"{MAX_PIXELS / 1e6:.0f} MP attnviz reads (the model sees a few hundred pixels a side)",
+                          "scale the image down first")
+
+
+def _rgb(im):
+    """RGB for the processor. 16-bit grey (a PNG of mode I;16 or I) is scaled to 8 bits: convert("RGB") would
+    clip every value over 255, drawing nearly all of it white."""
+    from PIL import Image
+
+    if im.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
+        grey = np.asarray(im, dtype=np.float64) / 257.0  # 0..65535 -> 0..255
+        im = Image.fromarray(np.clip(np.rint(grey), 0, 255).astype(np.uint8), mode="L")
+    return im.convert("RGB")
 
 
 def process(processor, image, path: str) -> Tensor:

@@ -27,7 +27,7 @@ from ..core.value_weighted import value_weighted as weigh_by_values
 from .folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
 from .gguf_files import gguf_header, read_gguf
 from .gguf_model import build_tokenizer, fast_path
-from .hf import ModelInfo, auto_tokenizer, load_transformers_model
+from .hf import NO_POSITION_LIMIT, ModelInfo, auto_tokenizer, load_transformers_model
 from .layers import keep_residuals, run_hidden, run_layers
 from .outputs import OutputSide
 from .tokens import Encoded, TextTokenizer
@@ -35,6 +35,7 @@ from .tokens import Encoded, TextTokenizer
 CACHE_SIZE = 2
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _UNREAD = object()
+PROBE_CHARS_PER_POSITION = 64  # a text's start this long per position holds more tokens than the model reads
 MIN_VOCAB_SHARE = 0.5  # a tokenizer with fewer tokens than this share of the embeddings belongs to another model
 
 
@@ -58,11 +59,18 @@ class PretrainedModel:
         ConfigError (field `text`) when empty or too long."""
         if not text.strip():
             raise ModelError(text, "the text is empty", "type a sentence", field_name="text")
-        encoded = self.tokenizer.encode(text, special)
-        n, limit = len(encoded.ids), self.info.max_positions
+        limit = self.info.max_positions
+        # A text far longer than the positions (a 16 MiB file) is judged by its start: tokenizing all of it
+        # took minutes and gigabytes only to be refused
+        probe = text[:limit * PROBE_CHARS_PER_POSITION] if limit < NO_POSITION_LIMIT else text
+        encoded = self.tokenizer.encode(probe, special)
+        if probe is not text and len(encoded.ids) <= limit:  # rare: tokens of over 64 characters; all of it then
+            probe, encoded = text, self.tokenizer.encode(text, special)
+        n = len(encoded.ids)
         if n > limit:
-            cut = self.tokenizer.decode_prefix(text, limit)
-            raise ModelError(f"{text[:40]}…", f"{n} tokens, but {self.info.name} reads at most {limit} positions",
+            cut = self.tokenizer.decode_prefix(probe, limit)
+            count = f"{n} tokens" if probe is text else f"over {n:,} tokens (its first {len(probe):,} characters)"
+            raise ModelError(f"{text[:40]}…", f"{count}, but {self.info.name} reads at most {limit} positions",
                              f"shorten the text, or truncate it to its first {limit} tokens", field_name="text",
                              suggestions=(cut,))
         if encoded.ids and max(encoded.ids) >= self.info.vocab_size:
