@@ -128,6 +128,15 @@ def _set_offset(data: bytearray, good, tensor: int, value) -> bytearray:
     return data
 
 
+def _set_count(data: bytearray, good, key: str, value: int) -> bytearray:
+    reader = gguf.GGUFReader(str(good))
+    count = reader.fields[key].parts[4]  # parts of an array: key length, key, value type, element type, count
+    at = int(count.ctypes.data - reader.data.ctypes.data)
+    assert count.dtype == np.uint64
+    data[at:at + 8] = struct.pack("<Q", value)
+    return data
+
+
 def _offset_of(good, tensor: int) -> int:
     return int(gguf.GGUFReader(str(good)).tensors[tensor].data_offset) - read_header(good).data_start
 
@@ -142,6 +151,10 @@ DAMAGE = {
     "2^60 metadata entries": (lambda d, g: d[:16] + struct.pack("<Q", 1 << 60) + d[24:],
                               "promises 1,152,921,504,606,846,976 metadata entries"),
     "cut at 1 KB": (lambda d, g: d[:1024], "truncated or damaged"),
+    "a key 2^60 bytes long": (lambda d, g: d[:24] + struct.pack("<Q", 1 << 60) + d[32:],
+                              "metadata entry 1 of 18 needs 1,152,921,504,606,846,976 bytes at byte 32"),
+    "a vocabulary of 2^60 tokens": (lambda d, g: _set_count(d, g, "tokenizer.ggml.tokens", 1 << 60),
+                                    "'tokenizer.ggml.tokens' promises 1,152,921,504,606,846,976 values"),
     "cut in the data": (lambda d, g: d[:len(d) - 100], "truncated or damaged: tensor 'blk.1.ffn_norm.weight' ends"),
     "unaligned offset": (lambda d, g: _set_offset(d, g, 1, _offset_of(g, 1) + 4), "not a multiple of the file's "
                          "alignment 32"),
