@@ -60,9 +60,24 @@ def is_read_only(path: str | os.PathLike) -> bool:
 def check_target(path: str | os.PathLike, replace_readonly: bool = False) -> None:
     """Raise ExportError (BadPath, MissingFolder, ReadOnlyTarget) when `path` cannot or should not be written.
 
-    Cheap: callers run it before any compute, so a bad path costs nothing.
+    Cheap: callers run it before any compute, so a bad path costs nothing. A name the system refuses to look
+    at (longer than 255 bytes, ...) is a BadPath too.
     """
+    try:
+        _check_target(path, replace_readonly)
+    except OSError as exc:
+        raise BadPath(path, f"{_reason(exc)}; choose another name") from None
+
+
+def _check_target(path: str | os.PathLike, replace_readonly: bool) -> None:
+    raw = os.fspath(path)
+    if raw.endswith(("/", os.sep)):  # Path("o.png/") is o.png: the slash said a folder was meant
+        raise MissingFolder(path, "the name ends with a slash, as a folder's does; give a file name (drop the "
+                            "trailing slash)")
     path = Path(path)
+    if path.is_symlink() and not path.exists():  # writing would create the file somewhere else
+        raise BadPath(path, f"it is a symbolic link to {os.readlink(path)}, which does not exist; give the file's "
+                      "own path, or remove the link")
     if path.is_dir():
         raise MissingFolder(path, "it is a folder; give a file name")
     parent = path.parent
@@ -100,7 +115,8 @@ def atomic_writer(path: str | os.PathLike, replace_readonly: bool = False) -> It
             f.flush()
             os.fsync(f.fileno())
         try:
-            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~(umask() or 0o022)
+            mask = umask()  # 0 is a umask too (everything allowed); None: unknown, the usual 022
+            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~(0o022 if mask is None else mask)
             os.chmod(tmp, mode)
         except OSError:
             pass  # keep mkstemp's 0600 rather than fail the export over permissions bits

@@ -1,6 +1,8 @@
 """The `attnviz` command: the GUI by default, `attnviz render` for headless export.
 
     attnviz                      open the app (arguments go to Qt)
+    attnviz PATH                 open the app on a model folder, .gguf, .json or .npz
+    attnviz --install-desktop    the application menu entry (Linux)
     attnviz --version
     attnviz render -o maps.png [--preset NAME | --config FILE.json] [config flags] [view flags]
     attnviz render --model DIR --text "..." --layer N [--head H] [--view ...] -o out.png|svg|npz [--all-layers]
@@ -26,6 +28,7 @@ from dataclasses import fields
 
 from . import __version__
 from .cli_flags import RENDER_PROG, UsageError, flag_of, render_parser, stage_names, text_file
+from .system import no_display
 
 PROG = "attnviz"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -47,6 +50,13 @@ def _build_config(args: argparse.Namespace):
         return config
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
+    if "maps" in flags and "variant" not in flags:  # --maps FILE.npz: the maps as saved, at the file's layer
+        from .core.config import MAPS_SUFFIX
+        from .core.saved import MAPS_VARIANT, saved_layer
+
+        flags["variant"] = MAPS_VARIANT
+        if str(flags["maps"]).lower().endswith(MAPS_SUFFIX):  # else the configuration says what is wrong
+            flags.setdefault("layer", saved_layer(flags["maps"]))
     # the variant's own defaults (its seed's mask and biases), then the flags
     config = RunConfig.for_variant(flags.pop("variant"), **flags) if "variant" in flags else RunConfig(**flags)
     _refuse_ignored(config, flags)
@@ -112,7 +122,8 @@ def _export_options(args: argparse.Namespace):
         kw["colormap" if args.view in ("weights", "pipeline") else "diverging"] = args.colormap
     return ExportOptions(
         what=what, view=view, head=args.head or 0, scale=args.scale, title=not args.no_title,
-        colorbar=not args.no_colorbar, axis_labels=not args.no_labels, batch_index=args.batch_index,
+        colorbar=not args.no_colorbar, axis_labels=not args.no_labels, all_labels=args.all_labels,
+        batch_index=args.batch_index,
         shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
         diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING), scale_mode=args.scale_mode,
         all_layers=args.all_layers,
@@ -159,9 +170,8 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     """Everything checkable before any compute: the config, the export options, the stages to
     record, and the targets (a missing or unwritable folder, a read-only file). Raises what
     render_main reports."""
-    from .atomic import check_target
-
-    tables = {"--stats": args.stats, "--predictions": args.predictions, "--head-scores": args.head_scores}
+    tables = {"--stats": args.stats, "--predictions": args.predictions, "--head-scores": args.head_scores,
+              "--patch-heads": args.patch_heads}
     if not args.output and not any(tables.values()):
         raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
     if args.output:
@@ -187,13 +197,37 @@ def _plan_render(args: argparse.Namespace) -> tuple:
         from .core.stages import ALL_STAGES
 
         record = ALL_STAGES
+    missing = [f for f, v in (("--corrupted-text", args.corrupted_text), ("--answer", args.answer),
+                              ("--wrong", args.wrong)) if args.patch_heads and v is None]
+    if missing:
+        raise UsageError(f"--patch-heads needs {', '.join(missing)}: the corrupted text and the two answer tokens")
     if (args.predictions or args.head_scores) and not config.spec.backed:
         flag = "--predictions" if args.predictions else "--head-scores"
         raise UsageError(f"{flag} needs a model: a trained toy (--variant toy-induction) or --model DIR")
-    for target in (args.output, *tables.values()):
-        if target:
-            check_target(target)
+    _check_targets({"-o": args.output, **tables})
     return config, options, record
+
+
+def _check_targets(targets: dict[str, str | None]) -> None:
+    """Each file to write: writable, not a symbolic link (the command line never writes through one: a link
+    left in the folder could send the file anywhere), and no two flags naming the same file."""
+    from .atomic import BadPath, check_target
+
+    seen: dict[str, str] = {}
+    for flag, target in targets.items():
+        if not target:
+            continue
+        if os.path.islink(target):
+            raise UsageError(f"{flag} {target}: is a symbolic link (to {os.readlink(target)}); give the file's own "
+                             "path, or remove the link")
+        try:
+            check_target(target)
+        except BadPath as exc:  # a bad argument: named by its flag
+            raise UsageError(f"{flag} {target}: {exc.reason}") from None
+        key = os.path.normcase(os.path.realpath(target))
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} name the same file {target}: give each its own file")
+        seen[key] = flag
 
 
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
@@ -293,6 +327,12 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
     if args.head_scores:
         write_bytes(args.head_scores, head_scores_csv(head_scores(result.config)).encode("utf-8"))
         print(f"wrote {args.head_scores}")
+    if args.patch_heads:
+        from .core.patching import patch_heads, patching_csv
+
+        scores = patch_heads(result.config, args.corrupted_text, args.answer, args.wrong)
+        write_bytes(args.patch_heads, patching_csv(scores).encode("utf-8"))
+        print(f"wrote {args.patch_heads}")
 
 
 def _run(run, config, record, truncate: bool, region=None):
@@ -326,21 +366,19 @@ def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
 def _fail(code: int, line: str) -> int:
     if os.environ.get("ATTNVIZ_DEBUG"):
         traceback.print_exc()
-    print(" ".join(line.split()), file=sys.stderr)
+    line = " ".join(line.split()).encode("utf-8", "backslashreplace").decode("utf-8")  # an argument's stray bytes
+    print(line, file=sys.stderr)  # (surrogates) written as \udcff, not an error of their own
     return code
 
 
-def _no_display() -> bool:
-    """Linux without X11 or Wayland and no platform chosen: Qt would abort, so say so instead."""
-    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
-            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
-
-
-TOP_HELP = f"""usage: {PROG} [--version] [-h] [render ...] [Qt options]
+TOP_HELP = f"""usage: {PROG} [--version] [-h] [--install-desktop] [PATH] [render ...] [Qt options]
 
 See attention: a desktop app that runs hand-written attention modules and shows every head live.
 
   {PROG}                  open the app
+  {PROG} PATH             open the app on PATH: a model folder, a .gguf file, a saved
+                          configuration (.json) or exported maps (.npz)
+  {PROG} --install-desktop  add attnviz to the application menu (Linux), opening .gguf and .npz
   {PROG} render -o FILE   run one configuration headless and write PNG, SVG or NPZ
                           ('{PROG} render --help' lists the options)
   {PROG} --version        print the version
@@ -384,7 +422,13 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(TOP_HELP, end="")
         return EXIT_OK
-    if _no_display():
+    if argv[:1] == ["--install-desktop"]:
+        return _install_desktop()
+    path = argv[0] if argv and not argv[0].startswith("-") else None
+    if path is not None and not os.path.exists(path):
+        return _fail(EXIT_USAGE, f"{PROG}: error: {path}: no such file or folder. Fix: give a model folder, a .gguf "
+                                 f"file, a saved configuration (.json) or exported maps (.npz)")
+    if no_display():
         return _fail(EXIT_FAILURE, f"{PROG}: error: no display to open the app on (DISPLAY and WAYLAND_DISPLAY "
                                    f"are unset); use '{PROG} render' headless, or set QT_QPA_PLATFORM")
     try:
@@ -393,7 +437,23 @@ def _dispatch(argv: list[str]) -> int:
     except ImportError as exc:
         return _fail(EXIT_FAILURE, f"{PROG}: error: the app cannot start ({exc}); "
                                    f"'{PROG} render' still works without it")
-    return run_app(argv)
+    return run_app(argv[1:] if path else argv, open_path=path)
+
+
+def _install_desktop() -> int:
+    from .desktop import install
+
+    try:
+        written = install()
+    except RuntimeError as exc:  # macOS, Windows: what to do instead
+        print(f"{PROG}: {exc}")
+        return EXIT_OK
+    except OSError as exc:
+        return _fail(EXIT_FAILURE, f"{PROG}: error: the menu entry cannot be written ({exc})")
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{PROG} is in the application menu (as 'attnviz'), and opens .gguf and .npz files")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

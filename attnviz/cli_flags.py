@@ -9,6 +9,8 @@ import os
 from dataclasses import MISSING, fields
 
 RENDER_PROG = "attnviz render"
+# What a text flag takes, as its help line shows it (NAME for the rest: a stack, a device ...)
+STR_METAVARS = {"text": "TEXT", "decoder_text": "TEXT", "model": "DIR_OR_GGUF", "image": "FILE", "maps": "FILE.npz"}
 
 
 def view_text() -> dict[str, str]:
@@ -119,7 +121,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif f.type == "str":
             if f.name in choices:
                 kwargs["choices"] = choices[f.name]
-            kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}" if f.name in choices else "NAME"
+            kwargs["metavar"] = ("{" + ",".join(choices[f.name]) + "}" if f.name in choices
+                                 else STR_METAVARS.get(f.name, "NAME"))
         elif f.name == "kv_lengths":
             kwargs.update(type=_kv_lengths, metavar="N[,N...]")
         elif f.name == "ablate":
@@ -180,6 +183,9 @@ def _add_view_flags(p: argparse.ArgumentParser) -> None:
     view.add_argument("--no-title", action="store_true", help="no title lines and no tile titles")
     view.add_argument("--no-colorbar", action="store_true", help="no colour bar")
     view.add_argument("--no-labels", action="store_true", help="no position ticks and axis labels")
+    view.add_argument("--all-labels", action="store_true",
+                      help="label every token (by default every k-th where the cells are smaller than a label); "
+                           "without --scale the cells are made tall enough for one")
     view.add_argument("--scale-mode", choices=list(SCALE_MODES), default="linear",
                       help="colour scale of the maps: " + "; ".join(SCALE_MODES.values()) + " (default: linear)")
     view.add_argument("--rollout", action="store_true",
@@ -199,6 +205,16 @@ def _add_extra_flags(p: argparse.ArgumentParser) -> None:
     heads.add_argument("--head-scores", metavar="FILE.csv",
                        help="also write each head's type scores (previous_token, first_token, self, duplicate_token, "
                             "induction); -o may then be left out")
+    heads.add_argument("--patch-heads", metavar="FILE.csv",
+                       help="also write activation patching: each head's share of the clean-minus-corrupted logit "
+                            "difference (--answer minus --wrong at the last position) restored when its output is "
+                            "copied from --text into --corrupted-text; -o may then be left out")
+    heads.add_argument("--corrupted-text", metavar="TEXT", help="with --patch-heads: the text with the part that "
+                       "decides the answer changed, as many tokens as --text")
+    heads.add_argument("--answer", metavar="TOKEN", help="with --patch-heads: the clean text's answer, one token "
+                       "(with its leading space where words have one, e.g. ' Mary')")
+    heads.add_argument("--wrong", metavar="TOKEN", help="with --patch-heads: the answer the corrupted text points to, "
+                       "one token")
     model = p.add_argument_group("pretrained models (--model DIR implies --variant pretrained)")
     model.add_argument("--text-file", metavar="FILE",
                        help="read the text from a UTF-8 file (a long input) instead of --text")

@@ -14,6 +14,7 @@ import torch
 from . import colormaps
 from .core.backed import backed_stages
 from .core.runner import RunResult, run_stages
+from .core.saved import opened_note
 from .core.stages import BY_NAME, STAGES
 from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout, row_keys
 from .frames import (
@@ -391,7 +392,7 @@ def prediction_frames(result: RunResult) -> PredictionFrames:
     except Exception as exc:  # a model whose head cannot say: one line, never the app
         return PredictionFrames(f"no predictions: {exc}")
     if p is None:
-        return PredictionFrames(NO_HEAD)
+        return PredictionFrames(opened_note(result, "predictions") if result.opened else NO_HEAD)
     label = getattr(getattr(result.outputs, "model", None), "label", str)
     tokens = list(result.tokens) if len(result.tokens) == len(p.target_ids) else [str(i) for i in
                                                                                    range(len(p.target_ids))]
@@ -421,7 +422,7 @@ def lens_frames(result: RunResult, options: ViewOptions) -> LensFrames:
     except Exception as exc:
         return LensFrames(f"No lens: {exc}")
     if lens is None:
-        return LensFrames(NO_LENS)
+        return LensFrames(opened_note(result, "logit lens") if result.opened else NO_LENS)
     n = lens.probs.shape[1]
     positions = [f"{i} {t}" for i, t in enumerate(result.tokens)] if len(result.tokens) == n else \
         [str(i) for i in range(n)]

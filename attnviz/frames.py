@@ -20,6 +20,7 @@ from .core.config import RunConfig
 from .core.lru import LRU
 from .core.maxpool import ceil_div, max_pool
 from .core.runner import RunResult
+from .core.saved import opened_note
 from .core.stages import STAGE_NAMES, STAGES
 from .style import COMPACT_DIGITS, number
 
@@ -565,6 +566,8 @@ def tensor_kept(result: RunResult, name: str) -> bool:
 
 def not_kept_note(result: RunResult, name: str, sep: str = " ") -> str:
     """Why a layer's result has no `name` tensor (sep: between the two sentences, e.g. a line break)."""
+    if result.opened:
+        return opened_note(result, TENSOR_NAMES[name].lower())
     return (f"{TENSOR_NAMES[name]} is not kept for this layer: a long (pooled) run keeps the per-token "
             f"tensors of the layer it ran for only.{sep}Edit the input, or open the pipeline view, to run this layer.")
 

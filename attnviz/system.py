@@ -208,3 +208,9 @@ def lower_priority(step: int | None = None) -> None:
     tid = threading.get_native_id()
     with contextlib.suppress(OSError):  # not permitted in some sandboxes: stay at the normal priority
         os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, MAX_NICE))
+
+
+def no_display() -> bool:
+    """Linux without X11 or Wayland and no Qt platform chosen: Qt would abort, so the app and show() say so."""
+    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))

@@ -230,7 +230,7 @@ def code_state() -> dict:
     else:
         state = {"source": "live working tree (no snapshot)",  # no checkout path: the results are committed
                  "git_head": _git(ROOT, "rev-parse", "--short", "HEAD"),
-                 "git_dirty": (_git(ROOT, "status", "--porcelain", "--", "attnviz", "resources") or "").splitlines()}
+                 "git_dirty": (_git(ROOT, "status", "--porcelain", "--", "attnviz") or "").splitlines()}
     try:
         import attnviz
 
@@ -244,7 +244,7 @@ def code_state() -> dict:
 
 
 def make_snapshot(rev: str | None = None) -> tuple[Path, dict]:
-    """A frozen copy of attnviz (+ its resources) and of benchmarks/ in a temporary folder.
+    """A frozen copy of attnviz (its resources inside) and of benchmarks/ in a temporary folder.
 
     Others edit attnviz/ while a benchmark runs; the benchmark, its child processes and
     `attnviz render` all import this copy instead, so every number belongs to one code state.
@@ -255,20 +255,20 @@ def make_snapshot(rev: str | None = None) -> tuple[Path, dict]:
     # not the temporary folder's name: it is gone after the run, and the results are committed
     state: dict = {"git_head": _git(ROOT, "rev-parse", "--short", "HEAD")}
     if rev:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "attnviz", "resources"],
-                                 capture_output=True, check=True)
+        old_layout = _git(ROOT, "ls-tree", "--name-only", rev, "resources")  # before resources moved into attnviz/
+        paths = ["attnviz", "resources"] if old_layout else ["attnviz"]
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
         state.update(source=f"git archive {rev}",
                      rev=_git(ROOT, "rev-parse", "--short", rev),
                      rev_subject=_git(ROOT, "log", "-1", "--format=%s", rev))
     else:
         shutil.copytree(ROOT / "attnviz", snap / "attnviz", ignore=ignore)
-        shutil.copytree(ROOT / "resources", snap / "resources", ignore=ignore)
-        dirty = _git(ROOT, "status", "--porcelain", "--", "attnviz", "resources") or ""
+        dirty = _git(ROOT, "status", "--porcelain", "--", "attnviz") or ""
         state.update(source="snapshot of the working tree",
                      taken=_dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
                      git_dirty=dirty.splitlines())
-    if (snap / "resources").exists():  # the package maps attnviz.resources to the top-level resources/
+    if (snap / "resources").exists():  # an older revision kept attnviz.resources in a top-level resources/
         shutil.move(str(snap / "resources"), str(snap / "attnviz" / "resources"))
     shutil.copytree(BENCH_DIR, snap / "benchmarks", ignore=shutil.ignore_patterns(
         "__pycache__", "*.pyc", "results*.json", "profiles", "out"))

@@ -234,10 +234,7 @@ class Harness:
             shown = tile.image.image if mosaic is None else tile.heat.image
             if shown is None or shown.shape != heat.image.shape or not np.array_equal(shown, heat.image):
                 return False
-        if mosaic is None:
-            drawn = [tile.image.qimage for tile in grid.tiles]
-        else:
-            drawn = [grid.focus_tile.image.qimage] if grid.focus is not None else mosaic.pictures
+        drawn = [tile.image.qimage for tile in grid.tiles] if mosaic is None else mosaic.pictures
         if len(drawn) != len(grid.tiles) or any(image is None for image in drawn):
             return False
         return len(grid.tiles) == len(grid._wanted_heads(self.window.result.config.heads))

@@ -245,12 +245,28 @@ def test_view_options_reach_the_export(tmp_path, monkeypatch):
 def test_no_subcommand_starts_the_app_with_the_rest_of_argv(monkeypatch):
     calls = []
     fake = types.ModuleType("attnviz.ui.app")
-    fake.run_app = lambda argv: calls.append(argv) or 0
+    fake.run_app = lambda argv, open_path=None: calls.append((argv, open_path)) or 0
     monkeypatch.setitem(sys.modules, "attnviz.ui.app", fake)
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     assert main(["-style", "fusion"]) == 0
     assert main([]) == 0
-    assert calls == [["-style", "fusion"], []]
+    assert calls == [(["-style", "fusion"], None), ([], None)]
+
+
+def test_a_path_opens_the_app_on_it_and_a_missing_one_is_refused(monkeypatch, tmp_path, capsys):
+    calls = []
+    fake = types.ModuleType("attnviz.ui.app")
+    fake.run_app = lambda argv, open_path=None: calls.append((argv, open_path)) or 0
+    monkeypatch.setitem(sys.modules, "attnviz.ui.app", fake)
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    maps = tmp_path / "maps.npz"
+    maps.write_bytes(b"")
+    assert main([str(maps), "-style", "fusion"]) == 0
+    assert calls == [(["-style", "fusion"], str(maps))]
+    assert main([str(tmp_path / "missing.gguf")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.gguf: no such file or folder" in err and "Fix:" in err
+    assert len(calls) == 1  # the app never started on it
 
 
 def test_no_display_for_the_app_is_one_line(monkeypatch, capsys):
@@ -324,3 +340,12 @@ def test_the_readme_option_list_is_the_parser_s_own():
     block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of render options -->")]
     assert block == options_markdown()
     assert "`--view {" in block and "`--region Q0:Q1,K0:K1`" in block
+
+
+def test_text_and_path_flags_say_what_they_take():
+    from attnviz.cli_flags import render_parser
+
+    usage = render_parser().format_help()
+    for flag in ("--text TEXT", "--decoder-text TEXT", "--model DIR_OR_GGUF", "--image FILE", "--maps FILE.npz"):
+        assert flag in usage, flag
+    assert "--text NAME" not in usage and "--model NAME" not in usage

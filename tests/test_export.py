@@ -170,9 +170,10 @@ def test_npz_holds_every_array_and_the_config(cross, tmp_path):
     with np.load(path) as data:
         expected = {"config", "mask", "fully_masked_rows", *run_stages(cross.config)} & (
             {"config", "mask", "fully_masked_rows"} | DEFAULT_RECORD)
-        assert set(data.files) == expected
+        assert set(data.files) == expected | {"device"}
         for name in expected - {"config"}:
             np.testing.assert_array_equal(data[name], getattr(cross, name))
+        assert str(data["device"]) == cross.device == "cpu"  # what titles say the maps were computed on
         assert RunConfig.from_json(str(data["config"])) == cross.config
 
 
@@ -329,3 +330,59 @@ def test_a_write_to_a_device_or_pipe_is_refused_before_anything_is_opened(tmp_pa
         assert main(["render", "--d-model", "8", "--heads", "2", "--stats", str(stats)]) == 2
     assert link.is_symlink() and os.readlink(link) == "/dev/full" and stat.S_ISFIFO(fifo.stat().st_mode)
     assert stats_link.is_symlink() and stat.S_ISFIFO(stats_fifo.stat().st_mode)
+
+
+def test_under_umask_000_a_new_export_is_readable_and_writable_by_all(tmp_path):
+    """umask 000 asks for 0666 files; it was once taken for 'unknown' and gave 0644."""
+    import os
+    import stat
+
+    from attnviz.atomic import write_bytes
+
+    old = os.umask(0)
+    try:
+        write_bytes(tmp_path / "open.csv", b"x")
+        os.umask(0o077)
+        write_bytes(tmp_path / "private.csv", b"x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "open.csv").stat().st_mode) == 0o666
+    assert stat.S_IMODE((tmp_path / "private.csv").stat().st_mode) == 0o600
+
+
+def test_a_dangling_link_is_refused_rather_than_creating_its_target(tmp_path):
+    from attnviz.atomic import BadPath, write_bytes
+
+    link = tmp_path / "maps.png"
+    link.symlink_to(tmp_path / "elsewhere" / "gone.png")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(BadPath, match="symbolic link to .*gone.png, which does not exist"):
+        write_bytes(link, b"x")
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and link.is_symlink()
+
+
+def tick_labels_under(lay, tile: tuple[int, int, int, int]) -> list[str]:
+    """The token labels standing under one tile of a composed export, left to right."""
+    x, y, w, h = tile
+    texts = [t for t in lay.items if isinstance(t, export.items.Text) and t.rotated and x <= t.x <= x + w + 8
+             and y + h < t.y < y + h + 40]
+    return [t.text for t in sorted(texts, key=lambda t: t.x)]
+
+
+def test_all_labels_labels_every_token_where_the_default_thins_them():
+    toy = run(load_preset("toy-induction").replace(text="abcdefghijklmnopabcdefghijklmnop"))
+    tokens = list(toy.axis_tokens()[1])
+    assert len(tokens) == 32
+    thinned = export.layout(toy, ExportOptions(what="head", head=0))
+    assert 0 < len(tick_labels_under(thinned, thinned.tiles[0])) < 32  # every k-th where cells are small
+    every = export.layout(toy, ExportOptions(what="head", head=0, all_labels=True))
+    assert tick_labels_under(every, every.tiles[0]) == tokens and every.scale >= export.ticks.all_labels_scale()
+
+
+def test_render_all_labels_flag_asks_for_every_label():
+    from attnviz.cli import _export_options
+    from attnviz.cli_flags import render_parser
+
+    args = render_parser().parse_args(["--preset", "toy-induction", "--all-labels", "-o", "x.png"])
+    assert _export_options(args).all_labels
+    assert not _export_options(render_parser().parse_args(["--preset", "toy-induction", "-o", "x.png"])).all_labels

@@ -1,12 +1,15 @@
 """attnviz.core: the attention engine. Pure PyTorch and NumPy; never imports Qt."""
 
+from .attribution import LogitAttribution, head_logit_attribution
+from .circuits import HeadCircuits, composition_scores, copying_scores, head_circuits
 from .config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig
 from .differential import DifferentialAttention
 from .heads import HEAD_TYPES, THRESHOLDS, head_effects, head_scores
-from .kernel import AttentionTrace, Trace, attention, multihead_attention, repeat_kv
+from .kernel import Trace, attention, multihead_attention, repeat_kv
 from .masks import MASKS, causal_mask, fully_masked_rows, generate_mask, matrix_mask, padding_mask, window_mask
 from .mods import POSITIONS, AttentionOptions, alibi_slopes, rope
 from .modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
+from .patching import patch_heads, patch_residual
 from .presets import list_presets, load_preset
 from .runner import RunResult, build_mask, estimate_memory, resolve_device, run, run_stages
 from .stages import MAP_STAGES, STAGE_NAMES, STAGES, Stage
@@ -15,9 +18,11 @@ from .variants import VARIANTS, VariantSpec
 
 __all__ = [
     "DTYPES", "HEAD_TYPES", "MAP_STAGES", "MASKS", "MASK_KINDS", "POSITIONS", "POSITION_KINDS", "STAGES",
-    "STAGE_NAMES", "THRESHOLDS", "VARIANTS", "AttentionOptions", "AttentionTrace", "CausalSelfAttention",
+    "STAGE_NAMES", "THRESHOLDS", "VARIANTS", "AttentionOptions", "CausalSelfAttention",
     "ConfigError", "ContextCrossAttention", "CrossAttention", "DifferentialAttention", "RunConfig", "RunResult",
-    "SelfAttention", "Stage", "Trace", "VariantSpec", "alibi_slopes", "attention", "build_mask", "causal_mask",
+    "SelfAttention", "Stage", "HeadCircuits", "LogitAttribution", "composition_scores", "copying_scores",
+    "head_circuits", "head_logit_attribution", "patch_heads", "patch_residual", "Trace", "VariantSpec",
+    "alibi_slopes", "attention", "build_mask", "causal_mask",
     "estimate_memory", "fully_masked_rows", "generate_mask", "head_effects", "head_scores", "list_presets",
     "load_config", "load_preset", "matrix_mask", "multihead_attention", "padding_mask", "repeat_kv",
     "resolve_device", "rope", "run", "run_stages", "saved_json", "window_mask",

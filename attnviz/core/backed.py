@@ -60,6 +60,7 @@ class Encoded:
     ids: tuple[int, ...]
     tokens: tuple[str, ...]  # the display labels, one per id
     layer_tokens: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None  # per layer: (rows, columns)
+    layer_ids: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] | None = None  # their ids, where not `ids`
 
 
 @dataclass
@@ -86,6 +87,7 @@ class ModelForward:
     picture: object | None = None  # a vision model's input as it saw it (models/vision.py Picture), else None
     pooled: tuple = ()  # a pooled forward (pooling.py): each layer's PooledCall (its maps above are pooled)
     recipes: tuple = ()  # per layer: how its kernel call made the scores (mods.ScoreRecipe), None for another call
+    layer_ids: tuple | None = None  # per layer: (row ids, column ids) where a layer's axes are not the text's tokens
 
     def serves(self, config: RunConfig) -> bool:
         """Whether `config` differs from this forward's at most in the layer."""
@@ -108,7 +110,7 @@ class ModelForward:
         return RunResult(
             config=config, stages=stages, mask=mask, fully_masked_rows=rows, device=self.device,
             compute_time_s=self.compute_time_s, total_time_s=self.total_time_s, notes=self.notes,
-            token_ids=self.token_ids, **self.labels(layer), layer_weights=self.layer_weights, source=self,
+            **self.ids(layer), **self.labels(layer), layer_weights=self.layer_weights, source=self,
             outputs=self.outputs, prompt_length=self.prompt_length,
             score_recipe=self.recipes[layer] if self.recipes else None, **pooled)
 
@@ -128,6 +130,15 @@ class ModelForward:
     def stack(self) -> str:
         """The stack this forward's results show ("" for a model of one stack)."""
         return next((name for name, lw, _ in self.stacks if lw is self.layer_weights), "")
+
+    def ids(self, layer: int) -> dict[str, np.ndarray | None]:
+        """token_ids of one layer's rows and key_token_ids of its columns (only where they differ): an
+        encoder-decoder's decoder and cross-attention rows are the decoder's tokens, not the text's."""
+        if self.layer_ids is None:
+            return {"token_ids": self.token_ids}
+        rows, cols = self.layer_ids[layer]
+        return {"token_ids": np.asarray(rows, dtype=np.int64),
+                "key_token_ids": None if cols == rows else np.asarray(cols, dtype=np.int64)}
 
     def labels(self, layer: int) -> dict[str, tuple[str, ...]]:
         """tokens (rows) and key_tokens (columns, only where they differ) of one layer's maps."""
@@ -343,7 +354,7 @@ def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, devic
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     return Ran(traces, hidden, getattr(model, "residuals", None), list(encoded.ids), tuple(encoded.tokens),
-               _layer_tokens(encoded))
+               _layer_tokens(encoded), layer_ids=getattr(encoded, "layer_ids", None))
 
 
 def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], device: torch.device, compute: float,
@@ -359,7 +370,7 @@ def _model_forward(config: RunConfig, model, ran: Ran, keep: frozenset[str], dev
         tokens=ran.tokens, token_ids=np.asarray(ran.ids, dtype=np.int64), device=str(device),
         layer_tokens=ran.layer_tokens, notes=_notes(model, device), stacks=_stack_blocks(model, layer_weights),
         compute_time_s=compute, total_time_s=time.perf_counter() - started, prompt_length=ran.prompt_length,
-        pooled=ran.pooled, recipes=tuple(getattr(t, "recipe", None) for t in ran.traces),
+        pooled=ran.pooled, recipes=tuple(getattr(t, "recipe", None) for t in ran.traces), layer_ids=ran.layer_ids,
         picture=getattr(model, "picture", None),
         outputs=Outputs(model, ids, ran.hidden, ran.residuals, config.top_k, plan is not None))
 

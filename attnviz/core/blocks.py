@@ -149,7 +149,6 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
     return context
 
 
-HEAD_STAGES = frozenset({"scores", "weights", "dropped"})  # the map stages a block of whole heads writes in place
 
 
 def _by_heads(q: Tensor, lkv: int, mask: Tensor | None, record: frozenset[str]) -> bool:

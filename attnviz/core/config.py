@@ -18,6 +18,7 @@ from .kernel import nearest_heads
 from .masks import MASKS
 from .mods import POSITIONS, AttentionOptions
 from .pooling import POOL_MODES
+from .scalars import convert, int_tuple
 from .variants import VARIANTS
 
 MASK_KINDS = {kind.name: kind.description for kind in MASKS.values()}
@@ -30,8 +31,17 @@ FORMAT_VERSION = 1
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth")  # your own weights (userfiles.py)
 INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".safetensors")  # your own inputs
 FILE_FIELDS = ("weights", "inputs")  # fields that name a file the run reads
-PATH_FIELDS = ("model", "weights", "inputs", "image")  # fields holding a path (os.PathLike is taken)
+PATH_FIELDS = ("model", "weights", "inputs", "image", "maps")  # fields holding a path (os.PathLike is taken)
+MAPS_SUFFIX = ".npz"  # attention maps saved by attnviz (core/saved.py)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # a vision model's picture (Pillow reads it)
+TEXT_FIELDS = ("text", "decoder_text")  # what a tokenizer reads
+BOM = "\ufeff"
+
+
+_TYPE_FIX = {"int": lambda default: f"give an integer such as {default}",
+             "float": lambda default: f"give a number such as {default}",
+             "bool": lambda default: "give true or false",
+             "str": lambda default: f'give a name such as "{default}"'}
 
 
 class ConfigError(ValueError):
@@ -74,6 +84,9 @@ class RunConfig:
                          "Your own weights: a state_dict file (.safetensors, or .pt/.pth saved with "
                          "torch.save(model.state_dict())) loaded into the module; the file's bias flags are taken, "
                          "widths must match; empty = random weights from the seed")
+    maps: str = param("", "Maps file",
+                      "An .npz of attention maps written by attnviz (Export, attnviz render -o FILE.npz, "
+                      "attnviz.show()): shown as saved, with no model and nothing computed again")
     text: str = param("", "Text", "The input text: its tokens label both axes of every map",
                       group="Input")
     image: str = param("", "Image",
@@ -188,9 +201,7 @@ class RunConfig:
                        group="Run")
 
     def __post_init__(self) -> None:
-        if isinstance(self.kv_lengths, (list, int)):
-            lengths = (self.kv_lengths,) if isinstance(self.kv_lengths, int) else self.kv_lengths
-            object.__setattr__(self, "kv_lengths", tuple(lengths))
+        object.__setattr__(self, "kv_lengths", int_tuple(self.kv_lengths))
         for name in PATH_FIELDS:  # a pathlib.Path is as good as its text
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
@@ -202,7 +213,22 @@ class RunConfig:
             parts = self.ablate.split(",") if isinstance(self.ablate, str) else self.ablate
             object.__setattr__(self, "ablate", tuple(p.strip() if isinstance(p, str) else p for p in parts
                                                      if not isinstance(p, str) or p.strip()))
+        self._convert()
         self._validate()
+
+    def _convert(self) -> None:
+        """The boundary's one conversion (scalars.py): NumPy scalars and whole floats to Python's own types;
+        a value of the wrong kind (True for an integer, "4" for a number) is refused saying what it is."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            converted, problem = convert(f.type, value)
+            if problem:
+                raise ConfigError(f.name, value, problem, _TYPE_FIX[f.type](f.default))
+            if converted is not value:
+                object.__setattr__(self, f.name, converted)
+        for name in TEXT_FIELDS:  # a byte-order mark (Notepad's UTF-8) is no part of the text: not three tokens
+            if getattr(self, name).startswith(BOM):
+                object.__setattr__(self, name, getattr(self, name)[1:])
 
     # --- derived -----------------------------------------------------------------------------
 
@@ -249,7 +275,8 @@ class RunConfig:
         return replace(self, **changes)
 
     def shapes_text(self) -> str:
-        return f"B={self.batch} H={self.heads} Lq={self.seq_q} Lkv={self.lkv} d_head={self.head_dim}"
+        shapes = f"B={self.batch} H={self.heads} Lq={self.seq_q} Lkv={self.lkv}"
+        return shapes if self.spec.read is not None else f"{shapes} d_head={self.head_dim}"  # a file's: no widths
 
     # --- validation --------------------------------------------------------------------------
 
@@ -258,15 +285,7 @@ class RunConfig:
             raise ConfigError("variant", self.variant, "unknown variant", f"use one of {', '.join(VARIANTS)}")
         for f in fields(self):
             value, meta = getattr(self, f.name), f.metadata
-            kind = f.type
-            if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ConfigError(f.name, value, "must be a whole number", f"give an integer such as {f.default}")
-            if kind == "str" and not isinstance(value, str):
-                raise ConfigError(f.name, value, "must be text", f'give a name such as "{f.default}"')
-            if kind == "bool" and not isinstance(value, bool):
-                raise ConfigError(f.name, value, "must be true or false", "give true or false")
-            if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-                raise ConfigError(f.name, value, "must be a number", f"give a number such as {f.default}")
+            kind = f.type  # the types themselves are right: _convert saw to that
             if kind == "float" and not math.isfinite(value):  # NaN passes every range check
                 raise ConfigError(f.name, value, "must be a finite number", f"give a number such as {f.default}")
             if kind in ("int", "float"):  # whether it applies or not: a saved config never holds nonsense
@@ -279,6 +298,10 @@ class RunConfig:
             raise ConfigError("model", self.model, "no model folder given",
                               "choose a folder with config.json, *.safetensors and tokenizer.json (e.g. one in the "
                               "Hugging Face cache)")
+        if self.applies("maps"):
+            self._validate_maps()
+        for name in TEXT_FIELDS:
+            _check_utf8(name, getattr(self, name))
         self._validate_heads()
         self._validate_ablation()
         if self.mask not in MASK_KINDS:
@@ -297,6 +320,14 @@ class RunConfig:
                               "give a PNG, JPEG or WebP file")
         if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", self.device):
             raise ConfigError("device", self.device, "unknown device", "use cpu, cuda, cuda:N or auto")
+
+    def _validate_maps(self) -> None:
+        if not self.maps.strip():
+            raise ConfigError("maps", self.maps, "no maps file given",
+                              "open an .npz written by attnviz (File > Open, or drop one onto the window)")
+        if not self.maps.lower().endswith(MAPS_SUFFIX):
+            raise ConfigError("maps", self.maps, "not an .npz file",
+                              "give an .npz written by attnviz (Export, or attnviz render -o FILE.npz)")
 
     def _validate_heads(self) -> None:
         width = getattr(self, self.spec.head_width)
@@ -423,7 +454,29 @@ class RunConfig:
             raise ConfigError("format", doc.get("format") if isinstance(doc, dict) else type(doc).__name__,
                               "not an attnviz configuration",
                               f'use a file with "format": "{FORMAT_TAG}" and a "config" object')
+        version = doc.get("version", FORMAT_VERSION)  # files from before versions were written are version 1
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+            newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+            raise ConfigError("version", version,
+                              f"saved by a newer attnviz (format version {version}; this one reads "
+                              f"{FORMAT_VERSION})" if newer else "not a format version of attnviz's",
+                              "update attnviz" if newer else f'give "version": {FORMAT_VERSION}, or save the '
+                              "configuration again")
         return cls.from_dict(doc["config"])
+
+
+def _check_utf8(name: str, text: str) -> None:
+    """A text the tokenizer can encode: an argument holding bytes that are not UTF-8 arrives with lone
+    surrogates (Python's surrogateescape), which the tokenizer would fail on mid-run."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        what = (f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}")
+        raise ConfigError(name, text, f"not valid UTF-8 text: {what} at character {exc.start}",
+                          "give the text as UTF-8 (re-save its file as UTF-8 and pass it with --text-file)") from None
 
 
 def field_applies(name: str, variant: str, mask: str, position: str = "none") -> bool:

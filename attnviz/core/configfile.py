@@ -24,23 +24,48 @@ class ConfigFileError(ValueError):
         super().__init__(f"{problem}. Fix: {fix}")
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words: a folder, a character device, a pipe (FIFO)..."""
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "a special file"
+
+
+class NotRegularFile(OSError):
+    """The path exists but is not a regular file: `kind` says what it is (a folder, a pipe (FIFO), ...)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        super().__init__(f"exists but is {kind}, not a regular file")
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of a regular file, never blocking: NotRegularFile for a folder, device,
+    FIFO or socket (checked on the opened file, so a swap between check and read cannot slip past),
+    OSError when it cannot be opened."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore the flag)
+    fd = os.open(Path(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode  # before fdopen, which refuses a folder with its own less telling error
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(file_kind(mode))
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        return f.read(limit + 1)
 
 
 def read_config_text(path: str | os.PathLike) -> str:
     """The file's text; ConfigFileError when it is not a regular, small, UTF-8 text file."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore the flag)
-        with os.fdopen(os.open(Path(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise ConfigFileError(f"is {_kind(mode)}, not a configuration file", SAVE_AS_JSON)
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except NotRegularFile as exc:
+        raise ConfigFileError(f"is {exc.kind}, not a configuration file", SAVE_AS_JSON) from None
     except OSError as exc:
         raise ConfigFileError(f"cannot be read ({exc.strerror or exc})", "check the path") from exc
     if len(data) > MAX_CONFIG_BYTES:
@@ -63,14 +88,22 @@ class TextFileError(ValueError):
 
 def read_text_file(path: str | os.PathLike) -> str:
     """A text file's contents for a run's text (the CLI's --text-file, the window's Open text file…): UTF-8,
-    a regular file of at most TEXT_FILE_BYTES; TextFileError otherwise."""
-    p = Path(path)
-    if not p.is_file():
-        raise TextFileError("no such file (give a UTF-8 text file)")
-    if p.stat().st_size > TEXT_FILE_BYTES:
-        raise TextFileError(f"{p.stat().st_size / 2**20:.0f} MiB, over the {TEXT_FILE_BYTES >> 20} MiB a text may "
-                            "have; cut it first")
+    a regular file of at most TEXT_FILE_BYTES; TextFileError otherwise (a folder, /dev/zero or a FIFO is
+    refused as what it is, before a byte is read)."""
     try:
-        return p.read_text(encoding="utf-8")
+        data = read_regular(path, TEXT_FILE_BYTES)
+    except NotRegularFile as exc:
+        raise TextFileError(f"{exc}. Fix: give a UTF-8 text file") from None
+    except FileNotFoundError:
+        raise TextFileError("no such file. Fix: check the path, or give a UTF-8 text file") from None
+    except OSError as exc:
+        raise TextFileError(f"cannot be read ({exc.strerror or exc}). Fix: check its permissions, or give "
+                            "another file") from None
+    if len(data) > TEXT_FILE_BYTES:
+        size = os.stat(path).st_size
+        raise TextFileError(f"{size / 2**20:.0f} MiB, over the {TEXT_FILE_BYTES >> 20} MiB a text may have. "
+                            "Fix: cut it first")
+    try:
+        return data.decode("utf-8-sig")  # a byte-order mark (Notepad) is not part of the text
     except UnicodeDecodeError as exc:
-        raise TextFileError(f"not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        raise TextFileError(f"not UTF-8 text (byte {exc.start}). Fix: save it as UTF-8") from None

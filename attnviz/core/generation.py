@@ -42,6 +42,7 @@ class Ran:
     prompt_length: int | None = None  # a generation: where the prompt ends
     pooled: tuple = ()  # a pooled forward: each layer's pooling.PooledCall
     slab: torch.Tensor | None = None  # every layer's weights, where the kernel wrote them into one (slab.py)
+    layer_ids: tuple | None = None  # per layer: (row ids, column ids), where not `ids` (an encoder-decoder)
 
 
 @dataclass
@@ -62,6 +63,8 @@ def choose(logits: Tensor, temperature: float, top_k: int, generator: torch.Gene
         cut = torch.topk(logits, min(top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < cut, float("-inf"))
     probs = torch.softmax(logits / temperature, dim=-1)
+    if not torch.isfinite(probs).all():  # a temperature so small (1e-40) that logits / temperature overflow:
+        return int(torch.argmax(logits))  # the sampling's limit is the greedy token (multinomial refuses NaN)
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

@@ -6,6 +6,12 @@ and induction from a probe: a seeded sequence of random tokens of the model's vo
 the tokenizer's own special tokens around it), where the earlier copy of every token of the second half is
 known. Each score is the mean, over the rows where the pattern has a target, of the weight on its targets.
 
+Only rows where the head has a choice count: a row that may attend to a single key (a causal map's first
+row, whose one key is both key 0 and itself) puts all its weight there whatever the head does, so it is left
+out of every type, as the statistics panel leaves it out (stats.py). The first token (a BOS) is otherwise a
+key like any other: its weight stays in each row's total, as TransformerLens' detect_head does with its
+default `exclude_bos=False` (dropping it would make every first_token score 0).
+
 `head_effects(config)` -> (layers, heads): how much the log-probability of the target token drops when
 that head alone is ablated (positive: the head helps the prediction). The heads are knocked out many at a
 time, one per batch row, so a model of 270 heads takes a few batched forwards instead of 270.
@@ -25,15 +31,17 @@ from .config import ConfigError, RunConfig
 from .predictions import target_log_probs
 from .result import Cancelled
 from .runner import run
-from .stats import layer_stats
+from .stats import layer_stats, row_keys
 
+# What every type's tooltip says about the rows it counts (see the module docstring)
+CHOICE = ", over rows with more than one allowed key (a BOS stays a key: detect_head's exclude_bos=False)"
 # type -> (short label for a badge, what the score measures)
 HEAD_TYPES: dict[str, tuple[str, str]] = {
-    "previous_token": ("prev", "mean weight on the previous token (key i − 1)"),
-    "first_token": ("first", "mean weight on the first token (key 0): an attention sink"),
-    "self": ("self", "mean weight on the query's own position (key i)"),
-    "duplicate_token": ("dup", "probe: mean weight on earlier copies of the query's own token"),
-    "induction": ("ind", "probe: mean weight on the token after an earlier copy of the query's token"),
+    "previous_token": ("prev", "mean weight on the previous token (key i − 1)" + CHOICE),
+    "first_token": ("first", "mean weight on the first token (key 0): an attention sink" + CHOICE),
+    "self": ("self", "mean weight on the query's own position (key i)" + CHOICE),
+    "duplicate_token": ("dup", "probe: mean weight on earlier copies of the query's own token" + CHOICE),
+    "induction": ("ind", "probe: mean weight on the token after an earlier copy of the query's token" + CHOICE),
 }
 # A badge is drawn where a head's score is at least this (the one place these numbers live)
 THRESHOLDS: dict[str, float] = {"previous_token": 0.5, "first_token": 0.8, "self": 0.5,
@@ -56,24 +64,35 @@ def head_scores(config: RunConfig, forward=None) -> dict[str, np.ndarray]:
     measured (a seed variant has no vocabulary to probe). `forward`: this config's model forward when the
     caller has it (backed.ModelForward, e.g. result.source), so its maps are not computed a second time."""
     if forward is None or not forward.serves(config):
-        forward = None
         result = run(config)
-        weights = result.layer_weights if result.layer_weights is not None else result.weights[None]
-    else:
-        weights = forward.layer_weights
-    stats = _layer_statistics(weights, forward)
-    scores = {name: stats[column] for name, column in FROM_STATS.items()}
+        forward = result.source  # a model's forward (its pooled statistics are exact), None for a seed
+        if forward is None:
+            weights, masks = result.weights[None], [result.mask]
+    if forward is not None:
+        weights, masks = forward.layer_weights, forward.masks
+    scores = _layer_scores(weights, forward, masks)
     layers, heads = weights.shape[0], weights.shape[2]
     probe = _probe_scores(_model(config), layers, heads)
     return {**scores, **probe}
 
 
-def _layer_statistics(weights: np.ndarray, forward) -> dict[str, np.ndarray]:
-    """Column -> (layers, heads): a pooled forward's exact statistics (its maps are pooled), else the maps'."""
+def map_scores(layer_weights: np.ndarray, masks) -> dict[str, np.ndarray]:
+    """previous_token, first_token and self -> (layers, heads) of (layers, B, H, Lq, Lkv) maps (batch item 0);
+    masks: one per layer, bool (B or 1, H or 1, Lq, Lkv), True = may attend. Rows with fewer than two allowed
+    keys are left out (stats.row_keys)."""
+    lq = layer_weights.shape[-2]
+    keys = np.stack([row_keys(np.asarray(mask)[0], lq) for mask in masks])[:, None]  # (layers, 1, Lq)
+    stats = layer_stats(layer_weights, keys=keys, names=tuple(FROM_STATS.values()))  # the three read: no logs
+    return {name: stats[column] for name, column in FROM_STATS.items()}
+
+
+def _layer_scores(weights: np.ndarray, forward, masks) -> dict[str, np.ndarray]:
+    """map_scores, or a pooled forward's exact statistics (its maps are pooled; rows without a choice are left
+    out of them too)."""
     if forward is not None and getattr(forward, "pooled", ()):
         per_layer = [call.stat_arrays() for call in forward.pooled]
-        return {name: np.stack([s[name][0] for s in per_layer]) for name in per_layer[0]}
-    return layer_stats(weights, names=tuple(FROM_STATS.values()))  # the three head types read: no logs
+        return {name: np.stack([s[column][0] for s in per_layer]) for name, column in FROM_STATS.items()}
+    return map_scores(weights, masks)
 
 
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its probe scores
@@ -101,8 +120,10 @@ def _probe(model, nan: np.ndarray) -> dict[str, np.ndarray]:
         w = trace.weights[0].float().cpu().numpy()  # (H, L, L)
         if w.shape[-2:] != (len(ids), len(ids)):  # a cross-attention or a decoder over other tokens
             continue
-        out["duplicate_token"][layer] = target_weight(w, duplicate)
-        out["induction"][layer] = target_weight(w, induction)
+        # a row with a target sees it and itself (two keys) unless a window hides one: checked, not assumed
+        keys = row_keys(trace["mask"][0].cpu().numpy(), len(ids)) if "mask" in trace else None
+        out["duplicate_token"][layer] = target_weight(w, duplicate, keys)
+        out["induction"][layer] = target_weight(w, induction, keys)
     return out
 
 
@@ -119,9 +140,10 @@ def pattern_targets(ids) -> tuple[np.ndarray, np.ndarray]:
     return duplicate, induction
 
 
-def target_weight(weights: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """(H, L, L) weights -> (H,) mean over the rows with a target of the weight on the targets."""
-    rows = targets.any(-1)
+def target_weight(weights: np.ndarray, targets: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
+    """(H, L, L) weights -> (H,) mean over the rows with a target of the weight on the targets; keys (L,): the
+    keys each row may attend to (rows with fewer than two are left out)."""
+    rows = targets.any(-1) if keys is None else targets.any(-1) & (np.asarray(keys) >= 2)
     if not rows.any():
         return np.full(weights.shape[0], np.nan)
     return np.nan_to_num(weights * targets).sum(-1)[:, rows].mean(-1)

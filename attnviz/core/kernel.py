@@ -51,7 +51,6 @@ class Trace(dict):
         return any(t is tensor for t in self.values())
 
 
-AttentionTrace = Trace  # the name of the first version
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:

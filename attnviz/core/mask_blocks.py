@@ -3,7 +3,8 @@
 
 A block is query rows r0..r1 against the keys k0..k1 some of them may see (blocks.KeySpans), widened to whole
 pooled cells. Its record (MaskBlock) says which of its columns hold a masked cell (those alone get the -inf
-bias), which pooled cells hold a key that may be attended, and which rows have no key at all.
+bias), which pooled cells hold a key that may be attended, which rows have no key at all, and how many keys
+each row may attend to (the statistics leave out rows with fewer than two).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class MaskBlock:
     masked: tuple[int, int]  # the block's columns [m0, m1) that hold a masked cell
     allowed: Tensor  # (B or 1, 1, pooled rows, pooled columns) bool: the cell holds a key that may be attended
     empty: Tensor  # (B, rows) bool: rows with no key
+    choices: Tensor  # (B or 1, H or 1, rows) int: the keys each head's row may attend to
 
 
 class MaskBlocks:
@@ -52,8 +54,10 @@ class MaskBlocks:
         if self.mask is None:
             allowed = torch.ones((1, 1, n, width), dtype=torch.bool)
             return MaskBlock((k0, k1), cells, (0, 0), max_pool(allowed.to(torch.uint8), fq, fk) > 0,
-                             torch.zeros((batch, n), dtype=torch.bool))
+                             torch.zeros((batch, n), dtype=torch.bool), torch.full((1, 1, n), self.lkv))
         block = self.mask[cells].cpu()
         allowed = torch.broadcast_to(block, (block.shape[0], block.shape[1], n, width)).any(dim=1, keepdim=True)
         empty = torch.broadcast_to(~allowed.any(-1)[:, 0], (batch, n)).contiguous()
-        return MaskBlock((k0, k1), cells, masked_columns(block), max_pool(allowed.to(torch.uint8), fq, fk) > 0, empty)
+        choices = torch.broadcast_to(block, (block.shape[0], block.shape[1], n, width)).sum(-1)
+        return MaskBlock((k0, k1), cells, masked_columns(block), max_pool(allowed.to(torch.uint8), fq, fk) > 0, empty,
+                         choices)

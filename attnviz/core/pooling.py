@@ -202,7 +202,8 @@ class Pooling:
             row_max = softmax.row_max
             if "entropy" in call.stats.names:
                 given["entropy"] = softmax.entropy
-        call.stats.add(values.reshape(b * h, n, width), r0, empty.repeat_interleave(h, dim=0), col0=k0,
+        choices = torch.broadcast_to(cells.choices, (b, h, n)).reshape(b * h, n)  # rows of < 2 keys left out
+        call.stats.add(values.reshape(b * h, n, width), r0, empty.repeat_interleave(h, dim=0), choices, col0=k0,
                        row_max=row_max, given=given)
         self._keep_region(call, values, r0, k0)
 

@@ -38,6 +38,7 @@ class RunResult:
     tokens: tuple[str, ...] = ()  # query token labels, Lq of them
     key_tokens: tuple[str, ...] = ()  # key token labels where keys differ from queries (cross-attention)
     token_ids: np.ndarray | None = None  # (Lq,) int ids of the queries' tokens
+    key_token_ids: np.ndarray | None = None  # (Lkv,) the keys' ids where they are not the queries' (cross)
     layer_weights: np.ndarray | None = None  # (layers, B, H, Lq, Lkv) every layer's weights (multi-layer models)
     source: Any = None  # model-backed runs: the backed.ModelForward this is one layer of (source.result(n))
     files: tuple = ()  # userfiles.FileRecord of your own weights / inputs files that produced this run
@@ -50,6 +51,8 @@ class RunResult:
     region: np.ndarray | None = None
     screen_maps: ScreenMaps | None = None  # the shown weights max-pooled by the kernel to a view's size
     score_recipe: Any = None  # a model's layer: how its scores were made (mods.ScoreRecipe), for hover
+    opened: str = ""  # maps read from a file (saved.py): its path; nothing can be computed again for it
+    model_name: str = ""  # maps read from a file: the model's name as titles gave it (no source to ask)
 
     # --- the output head (models with one; None elsewhere). Computed on first read: read on the worker.
 

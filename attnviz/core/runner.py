@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,6 +22,7 @@ from .masks import build_kind
 from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pool_note, pooled_bytes, pooled_parts, pooling
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
+from .scalars import to_int
 from .stages import (
     ALWAYS_KEPT,
     BY_NAME,
@@ -198,6 +200,9 @@ def run(
     size (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache.
     """
 
+    record, region = checked_arguments(record, region)
+    if config.spec.read is not None:  # maps opened from a file: read as they were saved, nothing computed
+        return config.spec.read(config)
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
@@ -342,8 +347,32 @@ def require_kept(result: RunResult, stage: str, field_name: str = "view") -> Non
     if stage in result.stages:
         return
     kept = [n for n in result.stages if BY_NAME[n].is_map]
+    if result.opened:
+        raise ConfigError(field_name, stage, f"{Path(result.opened).name} holds no {stage} stage (its maps: "
+                          f"{', '.join(kept)}): the file holds maps only, nothing is computed again",
+                          f"choose one of {', '.join(kept)}", suggestions=tuple(kept))
     raise ConfigError(field_name, stage, f"this model records no {stage} stage (its maps: {', '.join(kept)})",
                       f"choose one of {', '.join(kept)}", suggestions=tuple(kept))
+
+
+def checked_arguments(record, region) -> tuple[frozenset[str] | None, tuple[int, int, int, int] | None]:
+    """run()'s `record` (a collection of stage names, not one string) and `region` (four whole numbers: 0.5 is
+    not a row) as given through the API, else ConfigError; where the region lies is checked once the map is known."""
+    if record is not None:
+        if isinstance(record, (str, bytes)) or not isinstance(record, Iterable):
+            raise ConfigError("record", record, "not a collection of stage names",
+                              "give a set of names, e.g. {'weights', 'scores'}")
+        record = frozenset(record)
+        unknown = sorted(str(n) for n in record if not isinstance(n, str) or n not in BY_NAME)
+        if unknown:
+            raise ConfigError("stage", unknown[0], "no such stage", f"use one of {', '.join(STAGE_NAMES)}")
+    if region is not None:
+        parts = [to_int(x) for x in region] if isinstance(region, (tuple, list)) else []
+        if len(parts) != 4 or any(problem for _, problem in parts):
+            raise ConfigError("region", region, "not four whole numbers (q0, q1, k0, k1)",
+                              "give the block's rows and keys, e.g. (0, 64, 0, 512)")
+        region = tuple(v for v, _ in parts)
+    return record, region
 
 
 def recorded_stages(config: RunConfig, record: Iterable[str] | None = None) -> frozenset[str]:

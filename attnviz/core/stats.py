@@ -17,15 +17,17 @@ import torch
 
 from .buffers import Scratch
 
+ROWS = " (rows with a single allowed key left out: a causal map's first row has no choice)"
 # column -> (header, tooltip); the order is the table's
 STATS: dict[str, tuple[str, str]] = {
     "entropy": ("entropy (nats)",
-                "mean over query rows of −Σ_j w_ij ln w_ij: 0 = one key, ln(n) = uniform over n keys"),
+                "mean over query rows of −Σ_j w_ij ln w_ij: 0 = one key, ln(n) = uniform over n keys" + ROWS),
     "max_weight": ("max weight", "the largest weight in a row that has more than one key"),
-    "distance": ("mean distance", "mean over query rows of Σ_j w_ij·|i − j|: how far back (or ahead) a head looks"),
-    "sink": ("first key", "mean share of attention on key 0 (an attention sink)"),
-    "previous": ("previous token", "mean share on key i − 1 (a previous-token head), over rows i >= 1"),
-    "diagonal": ("diagonal", "mean share on key i itself"),
+    "distance": ("mean distance",
+                 "mean over query rows of Σ_j w_ij·|i − j|: how far back (or ahead) a head looks" + ROWS),
+    "sink": ("first key", "mean share of attention on key 0 (an attention sink)" + ROWS),
+    "previous": ("previous token", "mean share on key i − 1 (a previous-token head), over rows i >= 1" + ROWS),
+    "diagonal": ("diagonal", "mean share on key i itself" + ROWS),
 }
 STAT_NAMES: tuple[str, ...] = tuple(STATS)
 

@@ -459,8 +459,12 @@ def load_config(path: str | os.PathLike, check_files: bool = True) -> RunConfig:
             raise
         # name the file, never quote its contents
         raise ConfigError("file", str(path), exc.problem, exc.fix) from exc
+    files = json.loads(text).get("files")
+    if files is not None and not isinstance(files, dict):
+        raise ConfigError("file", str(path), f'its "files" is {type(files).__name__}, not the object of files the '
+                          "configuration was saved with", 'remove "files", or save the configuration again')
     if check_files and (config.weights or config.inputs):
-        check_recorded(config, json.loads(text).get("files"))
+        check_recorded(config, files)
     return config
 
 

@@ -91,6 +91,8 @@ class VariantSpec:
     # A model-backed variant (see backed.py): (config, memory_budget) -> a loaded model with
     # info, encode(text) and a traced multi-layer forward. Shapes then come from the model and the text.
     load: Callable[[Any, int | None], Any] | None = None
+    # A variant whose result is read, not computed (saved.py: maps opened from a file): config -> RunResult
+    read: Callable[[Any], Any] | None = None
     own_fields: frozenset[str] | None = None  # when set: exactly the fields this variant uses
     defaults: dict[str, Any] = field(default_factory=dict)  # field values a fresh config of it starts from
     caption: str = ""  # one line above the maps: what to look for

@@ -18,7 +18,7 @@ from .colourbar import colour_bar, legend_swatches
 from .items import Layout, Line, Raster, Text, check_size
 from .options import ExportOptions
 from .qt import Metrics
-from .ticks import position_ticks, token_ticks
+from .ticks import all_labels_scale, position_ticks, token_ticks
 from .titles import title_items, title_lines, title_parts
 
 MIN_TILE_PX = 240  # auto scale: the longer side of a tile reaches at least this ...
@@ -117,7 +117,7 @@ def _tick_texts(result: RunResult, options: ExportOptions, rows: int, cols: int,
         return {}, {}, names is not None
     x_ticks, y_ticks = position_ticks(cols, cols * s), position_ticks(rows, rows * s)
     if names is not None:
-        y_ticks, x_ticks = token_ticks(rows, s), token_ticks(cols, s)
+        y_ticks, x_ticks = token_ticks(rows, s, options.all_labels), token_ticks(cols, s, options.all_labels)
     ytext = {j: names[0][j] if names else str(j * fq) for j in y_ticks}
     xtext = {j: names[1][j] if names else str(j * fk) for j in x_ticks}
     return xtext, ytext, names is not None
@@ -196,6 +196,8 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     tiles, caption, shared, colour_scale = _select(result, options)
     rows, cols = tiles[0].image.shape
     s = options.scale or auto_scale(rows, cols)
+    if options.all_labels and options.axis_labels and not options.scale:
+        s = max(s, all_labels_scale())  # every label fits its cell
     img_w, img_h = cols * s, rows * s
     many = len(tiles) > 1
     tile_titles = _tile_titles(tiles, shared) if options.title and many else None

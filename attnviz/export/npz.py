@@ -10,6 +10,7 @@ import numpy as np
 
 from ..atomic import atomic_writer
 from ..core.runner import RunResult
+from .titles import model_title
 
 
 def file_arrays(result: RunResult) -> dict[str, np.ndarray]:
@@ -24,17 +25,23 @@ def file_arrays(result: RunResult) -> dict[str, np.ndarray]:
 def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = False, replace_readonly: bool = False,
               **extra: np.ndarray) -> Path:
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
-    (the saved-configuration JSON string) and any `extra` arrays, atomically. Token-labelled runs add
-    `tokens` (str) and `token_ids`; all_layers adds `layer_weights`, every layer's weights (layers, H, L, L).
+    (the saved-configuration JSON string), `device` (a model's run also `model_name`: what titles say) and any
+    `extra` arrays, atomically. Token-labelled runs add `tokens` (str) and `token_ids`; all_layers adds
+    `layer_weights`, every layer's weights (layers, H, L, L). core/saved.py reads the file back.
     Runs on your own files add their names and sha256s (file_arrays; also under "files" in `config`); a
     generation adds `prompt_length` and always `layer_weights`."""
     arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | file_arrays(result) | extra
+    arrays["device"] = np.array(result.device)  # the device the maps were computed on, as titles say
+    if result.config.spec.backed:
+        arrays["model_name"] = np.array(model_title(result))
     if result.tokens:  # token-labelled runs: the labels, the ids and, if asked, every layer's weights
         arrays["tokens"] = np.array(result.tokens, dtype=str)
     if result.key_tokens:  # keys labelled apart from the queries (cross-attention)
         arrays["key_tokens"] = np.array(result.key_tokens, dtype=str)
     if result.token_ids is not None:
         arrays["token_ids"] = np.asarray(result.token_ids)
+    if result.key_token_ids is not None:  # keys apart from the queries (an encoder-decoder's cross-attention)
+        arrays["key_token_ids"] = np.asarray(result.key_token_ids)
     if result.pool_factor is not None:  # a pooled run: its maps are pooled, its statistics exact
         arrays["weights_pooled"] = arrays.pop("weights", arrays.get("dropped"))
         arrays.pop("dropped", None)

@@ -34,6 +34,7 @@ class ExportOptions:
     title: bool = True  # the title lines and the tile titles
     colorbar: bool = True  # the colour bar with tick labels (and masked / no-key swatches)
     axis_labels: bool = True  # position ticks and "key position j" / "query position i"
+    all_labels: bool = False  # a label for every token (cells made tall enough for one: auto scale), not every k-th
     colormap: str = colormaps.DEFAULT_SEQUENTIAL  # for weights
     diverging: str = colormaps.DEFAULT_DIVERGING  # for scores and tensors
     batch_index: int = 0

@@ -4,6 +4,7 @@ all text vector <text>. No widgets; Qt (QtGui) only encodes the embedded PNGs.""
 from __future__ import annotations
 
 import base64
+import re
 from xml.sax.saxutils import escape
 
 import numpy as np
@@ -15,6 +16,22 @@ from .figure import layout
 from .items import Bar, Box, Layout, Line, Raster, Text, hex_colour
 from .options import ExportOptions
 from .qt import encode_png, qimage
+
+# What XML 1.0 forbids in a document (C0 controls but tab, newline and return; lone surrogates; U+FFFE/FFFF), plus
+# DEL: a label holding one (a token of a text with control characters) would make the file unreadable
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def _visible(match: re.Match) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # the control pictures: U+0001 is shown as ␁
+    return "\u2421" if code == 0x7F else "\ufffd"
+
+
+def xml_text(text: str) -> str:
+    """`text` as XML character data: escaped, and every character XML cannot hold drawn as its picture."""
+    return escape(_NOT_XML.sub(_visible, text))
 
 
 def _png_data_uri(rgba: np.ndarray) -> str:
@@ -36,7 +53,7 @@ def svg_document(lay: Layout) -> str:
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" version="1.1" '
         f'width="{lay.width}" height="{lay.height}" viewBox="0 0 {lay.width} {lay.height}">',
-        f"<title>{escape(lay.summary)}</title>",
+        f"<title>{xml_text(lay.summary)}</title>",
         f'<rect x="0" y="0" width="{lay.width}" height="{lay.height}" fill="{BACKGROUND}"/>',
         f'<g font-family="{SVG_FONT}">',
     ]
@@ -93,4 +110,4 @@ def _text(it: Text) -> str:
         attrs += ' font-weight="bold"'
     if it.rotated:
         attrs += f' transform="rotate(-90 {_n(it.x)} {_n(it.y)})"'
-    return f"<text {attrs}>{escape(it.text)}</text>"
+    return f"<text {attrs}>{xml_text(it.text)}</text>"

@@ -45,7 +45,13 @@ def value_ticks(lo: float, hi: float, length_px: int) -> tuple[list[float], list
     return values, labels
 
 
-def token_ticks(n: int, scale: int) -> list[int]:
-    """Every token whose label fits its cell; every k-th one when the cells are smaller than the text."""
-    step = max(1, math.ceil((TICK_PX + 2) / max(scale, 1)))
+def all_labels_scale() -> int:
+    """The least pixels per cell where every token's label fits its cell."""
+    return TICK_PX + 2
+
+
+def token_ticks(n: int, scale: int, every: bool = False) -> list[int]:
+    """Every token whose label fits its cell; every k-th one when the cells are smaller than the text (`every`:
+    each token's, whatever the cells)."""
+    step = 1 if every else max(1, math.ceil(all_labels_scale() / max(scale, 1)))
     return list(range(0, n, step))

@@ -61,9 +61,7 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         else:
             heading += f" \u00b7 {c.heads} head{'s' if c.heads != 1 else ''}"
     if c.spec.backed:  # a trained model on a text: its name, the layer, the tokens
-        info = getattr(result.source, "info", None)
-        kind = getattr(info, "model_type", c.spec.label)
-        name = f"{info.name} ({kind}, {info.layers} layers)" if info else c.model
+        name = model_title(result)
         if c.text:
             name += f' · "{c.text if len(c.text) <= 40 else c.text[:39] + "…"}"'
         return heading, [name, f"layer {c.layer}", f"{c.seq_q} tokens", c.shapes_text(), mask_text(c),
@@ -75,6 +73,14 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         parts.append(f"train mode, dropout {c.dropout:g}")
     parts += [f"batch item {b} of {c.batch}", f"seed {c.seed}", f"{c.dtype} on {result.device}"]
     return heading, parts
+
+
+def model_title(result: RunResult) -> str:
+    """A model's name, family and depth as titles say it (kept in an NPZ: maps opened from it have no model)."""
+    info = getattr(result.source, "info", None)
+    if info is None:
+        return result.model_name or result.config.model
+    return f"{info.name} ({getattr(info, 'model_type', result.config.spec.label)}, {info.layers} layers)"
 
 
 def title_lines(m: Metrics, heading: str, parts: list[str], wrap_w: float) -> list[tuple[str, int, bool, str]]:

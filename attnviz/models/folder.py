@@ -14,10 +14,12 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..core.configfile import NotRegularFile, read_regular
 from ..core.device import MEMORY_FRACTION, available_memory
 from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
 from .errors import ModelError
@@ -32,8 +34,6 @@ MAX_HEADER_BYTES = 100 << 20  # a safetensors header (tensor names and shapes), 
 VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 PICKLE_WEIGHTS = "pytorch_model.bin"
 GENERIC_NAMES = {"model", "models", "weights", "checkpoint", "hf", "transformer"}  # a folder named for its role
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,13 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(folder, "no model folder given", "choose a folder with config.json, *.safetensors and "
                          "tokenizer.json (e.g. one in the Hugging Face cache)")
     path = Path(folder).expanduser()
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass  # said below, with the fix
+    except (OSError, ValueError) as exc:  # a name longer than the system allows, a loop of links, no permission
+        raise ModelError(folder, f"cannot be looked at ({getattr(exc, 'strerror', None) or exc})",
+                         "check the path; it must be a local model folder or a .gguf file") from None
     if path.is_file() and (is_gguf(path) or path.suffix.lower() == ".gguf"):  # llama.cpp, LM Studio, an Ollama blob
         gguf_header(path)  # an empty, foreign, cut or damaged file: refused here, naming what is wrong
         return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
@@ -79,25 +86,34 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(folder, "no such folder or .gguf file", "check the path; it must be a local model folder "
                          "or a .gguf file")
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not config_file.exists():  # there but not a regular file (a FIFO, a device): read_json says what it is
         raise ModelError(folder, "not a model folder: it has no config.json",
                          "choose the folder that holds config.json, *.safetensors and tokenizer.json")
-    _check_size(config_file, MAX_JSON_BYTES)
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ModelError(config_file, f"config.json cannot be read ({str(exc)[:120]})", "restore the file") from exc
+    config = read_json(config_file)
     if not isinstance(config, dict):
         raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
     return ModelFolder(path, config, weight_files(path), _tokenizer_file(path))
 
 
-def _check_size(path: Path, limit: int) -> None:
-    """A settings file far larger than any model's would take minutes to parse: refused before it is read."""
-    size = path.stat().st_size
-    if size > limit:
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+    """A model's JSON file (config.json, the shard index): a regular file (a FIFO is never waited on, a device
+    never read to its end) of at most `limit` bytes, parsed; ModelError naming the file otherwise."""
+    try:
+        data = read_regular(path, limit)
+    except NotRegularFile as exc:
+        raise ModelError(path, f"{path.name} {exc}", "restore the file saved with the model") from None
+    except OSError as exc:
+        raise ModelError(path, f"{path.name} cannot be read ({exc.strerror or exc})", "restore the file") from None
+    if len(data) > limit:
+        size = os.stat(path).st_size
         raise ModelError(path, f"{path.name} is {size / 2**20:.0f} MiB, far larger than a model's ({limit >> 20} MiB "
                          "at most)", "restore the file saved with the model")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ModelError(path, f"{path.name} is nested too deeply to be a model's", "restore the file") from None
+    except ValueError as exc:  # not JSON, not UTF-8
+        raise ModelError(path, f"{path.name} cannot be read ({str(exc)[:120]})", "restore the file") from None
 
 
 def _tokenizer_file(path: Path) -> Path:
@@ -122,11 +138,7 @@ def is_gguf(path: Path) -> bool:
 def weight_files(path: Path) -> tuple[Path, ...]:
     index = path / SAFETENSORS_INDEX
     if index.is_file():
-        _check_size(index, MAX_JSON_BYTES)
-        try:
-            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
-            raise ModelError(index, f"the shard index cannot be read ({exc})", "restore the file") from exc
+        names = _shard_names(index)
         missing = [n for n in names if not (path / n).is_file()]
         if missing:
             raise ModelError(path / missing[0], f"a shard named in {SAFETENSORS_INDEX} is missing",
@@ -141,6 +153,22 @@ def weight_files(path: Path) -> tuple[Path, ...]:
     hint = f" (the folder has {', '.join(others[:3])}, but no {SAFETENSORS_INDEX} naming them)" if others else ""
     raise ModelError(path, f"no weights: neither {SAFETENSORS_FILE}, {SAFETENSORS_INDEX} nor {PICKLE_WEIGHTS}{hint}",
                      "use a folder with the model's weights as saved (model.safetensors, or its shards and index)")
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files a model.safetensors.index.json names: plain file names in the folder, at least one."""
+    doc = read_json(index)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        what = "empty" if weight_map == {} else "missing" if weight_map is None else type(weight_map).__name__
+        raise ModelError(index, f"the shard index has no weight_map of tensor names to shard files ({what})",
+                         "restore the file")
+    names = set(weight_map.values())
+    bad = next((n for n in names if not isinstance(n, str) or Path(n).name != n or n in ("", ".", "..")), None)
+    if bad is not None:
+        raise ModelError(index, f"the shard index names {str(bad)[:60]!r}, not a file in the folder",
+                         "restore the file")
+    return sorted(names)
 
 
 def parameter_bytes(folder: ModelFolder, dtype_bytes: int = 4) -> int:
@@ -169,14 +197,37 @@ def safetensors_header(shard: Path) -> dict:
             if size < 8 or n <= 0 or 8 + n > size or n > MAX_HEADER_BYTES:
                 raise ValueError("the header length does not fit the file")
             header = json.loads(f.read(n))
-        end = max((info["data_offsets"][1] for info in header.values()
-                   if isinstance(info, dict) and "data_offsets" in info), default=0)
+        end = _header_end(header)
         if 8 + n + end > size:
             raise ValueError(f"the file is {size} bytes but its tensors need {8 + n + end}")
         return header
+    except RecursionError:
+        raise ModelError(shard, "corrupt safetensors file (its header is nested too deeply)",
+                         "download the file again") from None
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise ModelError(shard, f"corrupt or truncated safetensors file ({exc})",
                          "download the file again") from exc
+
+
+def _header_end(header: Any) -> int:
+    """The end of the last tensor's bytes; ValueError unless every entry is {dtype, shape, data_offsets} with
+    whole, non-negative sizes (a header of [] or null, a shape of "abc", would fail later, unnamed)."""
+    if not isinstance(header, dict):
+        raise ValueError(f"the header is {type(header).__name__}, not a JSON object")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        shape, offsets = (info.get("shape"), info.get("data_offsets")) if isinstance(info, dict) else (None, None)
+        if not (isinstance(shape, list) and all(_whole(d) for d in shape) and isinstance(offsets, list)
+                and len(offsets) == 2 and all(_whole(o) for o in offsets) and offsets[0] <= offsets[1]):
+            raise ValueError(f"tensor {str(name)[:60]!r} has no valid shape and data_offsets")
+        end = max(end, offsets[1])
+    return end
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def check_pickle(folder: ModelFolder) -> None:
@@ -198,7 +249,7 @@ def _load_pickle(path: Path) -> dict[str, Tensor]:
 
 def model_name(path: Path) -> str:
     """'models--org--name/snapshots/<hash>' -> 'org/name'; else the folder's own name."""
-    parts = path.resolve().parts
+    parts = Path(os.path.realpath(path)).parts  # never raises on a link loop (resolve does)
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
         return parts[-3][len("models--"):].replace("--", "/")
     if path.name.lower() in GENERIC_NAMES and len(parts) >= 2:  # e.g. a package's .../all_minilm/model

@@ -27,7 +27,7 @@ class GgufSummary:
     architecture: str  # general.architecture: llama, gemma3, qwen2 ...
     elements: int  # weights in the file, all tensors
     layers: int  # 1 + the highest blk.N among the tensor names
-    quantization: str  # the most common tensor type (Q4_K, Q8_0, F16 ...)
+    quantization: str  # the file's own (general.file_type: Q4_K_M, Q8_0, F16 ...), else its most common tensor type
 
 
 def read_gguf(path: Path) -> GgufSummary:
@@ -40,8 +40,21 @@ def read_gguf(path: Path) -> GgufSummary:
     _check_architecture(str(path), architecture)
     blocks = [int(m.group(1)) for t in header.tensors for m in [BLOCK.match(t.name)] if m]
     types = Counter(t.qtype for t in header.tensors)
+    common = _type_name(types.most_common(1)[0][0]) if types else ""
     return GgufSummary(architecture, sum(t.elements for t in header.tensors), max(blocks, default=-1) + 1,
-                       _type_name(types.most_common(1)[0][0]) if types else "")
+                       file_type_name(header.metadata) or common)
+
+
+def file_type_name(metadata: dict) -> str | None:
+    """The quantisation the file says it is (general.file_type, as llama.cpp names it: Q4_K_M, Q8_0, F16 ...), or
+    None where it says none. The most common tensor type misleads: a Q4_K_M file's many norms are F32."""
+    import gguf
+
+    try:
+        name = gguf.LlamaFileType(int(metadata["general.file_type"])).name
+    except (KeyError, TypeError, ValueError):  # absent, not a number, or a number gguf does not know
+        return None
+    return None if name == "GUESSED" else name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
 def gguf_header(path: Path) -> GgufHeader:

@@ -32,10 +32,6 @@ class Picture:
         rows, cols = self.grid
         return self.prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
 
-    @property
-    def patch_px(self) -> tuple[int, int]:
-        return self.pixels.shape[0] // self.grid[0], self.pixels.shape[1] // self.grid[1]
-
 
 def read_image(path: str):
     """The file as an RGB Pillow image, fully decoded (a truncated file fails here, not later)."""

@@ -2,10 +2,11 @@
 
 The ids are exactly `Tokenizer.encode(text).ids` with the file's own special-token template and any
 padding or truncation it carries switched off (sentence-transformers' MiniLM pads to 128). Labels
-turn the tokenizer's markers into text: GPT-2's byte-level 'Ġ' (space) and 'Ċ' (newline) back into
-the characters they stand for, SentencePiece's '▁' into a space, WordPiece's '##' continuation
-marker dropped (the piece joins the one before). Special tokens ([CLS], <s>, <|endoftext|>) are
-shown as they are.
+turn the tokenizer's space markers into text: GPT-2's byte-level 'Ġ' (space) and 'Ċ' (newline) back
+into the characters they stand for, SentencePiece's '▁' into a space. WordPiece's '##' continuation
+marker is kept as the tokenizer writes it: it is the only sign that a piece joins the one before
+("cat ##s" is one word, "cat s" two), and WordPiece writes no space marker that could say so instead.
+Special tokens ([CLS], <s>, <|endoftext|>) are shown as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 from ..core.backed import Encoded
 from .folder import ModelError
 
-WORDPIECE_PREFIX = "##"
 SENTENCEPIECE_SPACE = "▁"
 
 
@@ -45,9 +45,7 @@ def label(token: str, special: bool, byte_level: bool) -> str:
         if all(ch in table for ch in token):
             return bytes(table[ch] for ch in token).decode("utf-8", errors="replace")
         return token
-    if token.startswith(WORDPIECE_PREFIX) and len(token) > len(WORDPIECE_PREFIX):
-        return token[len(WORDPIECE_PREFIX):]
-    return token.replace(SENTENCEPIECE_SPACE, " ")
+    return token.replace(SENTENCEPIECE_SPACE, " ")  # a WordPiece '##' stays: see the module docstring
 
 
 def display(text: str) -> str:

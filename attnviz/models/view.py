@@ -41,9 +41,11 @@ class ModelView:
         encoded = self._chat_encode(text) if self.chat else self.model.encode(text)
         if self.decoder is None:
             return Encoded(encoded.ids, encoded.tokens)
-        rows = encoded.tokens if self.stack == "encoder" else self.decoder.tokens
-        cols = self.decoder.tokens if self.stack == "decoder" else encoded.tokens
-        return Encoded(encoded.ids, encoded.tokens, ((rows, cols),) * self.info.layers)
+        rows, cols = (encoded if self.stack == "encoder" else self.decoder), (
+            self.decoder if self.stack == "decoder" else encoded)
+        n = self.info.layers
+        return Encoded(encoded.ids, encoded.tokens, ((rows.tokens, cols.tokens),) * n,
+                       ((tuple(rows.ids), tuple(cols.ids)),) * n)
 
     def _chat_encode(self, text: str) -> Encoded:
         """The text wrapped in the chat template, tokenized without specials again; a text too long offers
@@ -100,6 +102,12 @@ class ModelView:
 
     def probe(self, half: int, seed: int) -> list[int]:
         return self.model.probe(half, seed)
+
+    def circuit_parts(self):
+        """Its weights and modules for circuits, logit attribution and patching (core/circuit_parts.py)."""
+        from .circuits import pretrained_parts
+
+        return pretrained_parts(self)
 
     def call_index(self, layer: int) -> int:
         """The attention call of this stack's layer in the whole forward (an encoder-decoder interleaves them)."""

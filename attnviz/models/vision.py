@@ -18,7 +18,6 @@ input; the shown one's traces are returned, the others go to `other_stacks` (the
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +31,7 @@ from ..core.kernel import Trace
 from ..core.lru import LRU
 from ..core.masks import is_causal
 from ..core.stages import ALL_STAGES, STAGE_NAMES
-from .folder import ModelError, ModelFolder, model_name, weight_files, weights_within_budget
+from .folder import ModelError, ModelFolder, model_name, read_json, weight_files, weights_within_budget
 from .hf import ModelInfo
 from .hf_attention import ATTN_NAME, recording, transformers
 from .image_input import Picture
@@ -60,14 +59,16 @@ class Tower:
 def is_vision_folder(folder: str | os.PathLike) -> bool:
     """Whether `folder` holds a vision (or text-image) model's config.json."""
     config = Path(folder).expanduser() / "config.json"
-    try:
-        return _model_type(json.loads(config.read_text(encoding="utf-8"))) in VISION_TYPES
-    except (OSError, ValueError, AttributeError):
+    try:  # checked as read_folder checks it (a FIFO, /dev/zero or 5 GB is never read): the loader then says why
+        return config.is_file() and _model_type(read_json(config)) in VISION_TYPES
+    except (ModelError, AttributeError, OSError, ValueError):  # the loader says what is wrong with the folder
         return False
 
 
 def _read_vision_folder(path: Path) -> ModelFolder:
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    config = read_json(path / "config.json")
+    if not isinstance(config, dict):
+        raise ModelError(path / "config.json", "config.json is not a JSON object", "restore the file")
     if not (path / PREPROCESSOR).is_file():
         raise ModelError(path, f"a {config.get('model_type')} model folder without {PREPROCESSOR} (it says how to "
                          "resize, crop and normalise the image)", "save the model's image processor into the folder "

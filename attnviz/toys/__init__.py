@@ -1,4 +1,4 @@
-"""Trained toy models with known attention heads, shipped in resources/models (no Qt here).
+"""Trained toy models with known attention heads, shipped in attnviz/resources/models (no Qt here).
 
     >>> toy = load_toy("toy-reverse")
     >>> for layer in toy.traces("31415926"):
@@ -32,10 +32,7 @@ __all__ = ["TOYS", "LayerTrace", "ToyBacked", "ToyModel", "ToySpec", "load_toy",
 
 
 def models_dir() -> Path:
-    """resources/models: in a source checkout the one beside this package, else the installed one."""
-    root = Path(__file__).resolve().parents[2]  # the repository, when run from a source checkout
-    if (root / "pyproject.toml").is_file() and (root / "resources" / "__init__.py").is_file():
-        return root / "resources" / "models"
+    """attnviz/resources/models, where the package is (a source checkout or an installed copy)."""
     return Path(str(resources.files("attnviz.resources"))) / "models"
 
 
@@ -182,6 +179,12 @@ class ToyBacked:
                 h.remove()
         self.residuals = seen or None
         return logits, traces
+
+    def circuit_parts(self):
+        """Its weights and modules for circuits, logit attribution and patching (core/circuit_parts.py)."""
+        from .circuits import toy_parts
+
+        return toy_parts(self.toy)
 
     # --- the output head (core/predictions.py)
 

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name", choices=[*TOYS, "all"])
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--seed", type=int, default=None, help="seed for weights and data (default: the recipe's)")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: resources/models)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: attnviz/resources/models)")
     args = parser.parse_args(argv)
     out = args.out or models_dir()
     for name in TOYS if args.name == "all" else [args.name]:

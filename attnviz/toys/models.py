@@ -81,6 +81,9 @@ class AttentionOnly(nn.Module):
         self.pos = nn.Embedding(max_len, width)
         self.lns = nn.ModuleList(nn.LayerNorm(width) for _ in range(layers))
         self.attns = nn.ModuleList(CausalSelfAttention(width, heads) for _ in range(layers))  # seed 002
+        # Where the residual stream enters each layer, for hooks (activation patching); no weights, so the
+        # state_dict and the shipped checkpoints are unchanged
+        self.entering = nn.ModuleList(nn.Identity() for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab)
 
@@ -90,7 +93,8 @@ class AttentionOnly(nn.Module):
         x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
         mask = generate_mask(x, causal=True)  # (1, 1, L, L), the seed's helper
         traces = []
-        for ln, attn in zip(self.lns, self.attns):
+        for ln, attn, entering in zip(self.lns, self.attns, self.entering):
+            x = entering(x)
             a, trace = attn(ln(x), mask, return_trace=record)
             x = x + a
             traces.append(trace)

@@ -17,7 +17,7 @@ def _load_toy(name: str):
 
 def _toy_spec(toy) -> VariantSpec:
     return VariantSpec(
-        id=toy.name, label=f"Trained toy: {toy.task}", seed=f"{toy.name}, trained by attnviz (resources/models)",
+        id=toy.name, label=f"Trained toy: {toy.task}", seed=f"{toy.name}, trained by attnviz",
         description=toy.description, build=not_a_module, inputs=no_inputs,
         labels={"text": f"Input ({toy.vocabulary[0]}..{toy.vocabulary[-1]})", "layer": "Layer"},
         load=_load_toy(toy.name), own_fields=TOY_FIELDS,

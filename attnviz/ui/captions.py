@@ -8,6 +8,7 @@ from pathlib import Path
 from ..core import RunConfig
 from ..core.backed import WEIGHTS_ONLY_NOTE
 from ..core.pooling import pooled_text
+from ..core.saved import MAPS_VARIANT
 from .worker import Outcome
 
 STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
@@ -17,6 +18,8 @@ STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-
 def caption_for(result) -> tuple[str, bool]:
     """What to look for in a result's maps, and whether it is a trained model's own caption."""
     config = result.config
+    if result.opened:
+        return opened_caption(result), False
     text, focus = config.spec.caption, config.spec.defaults.get("layer")
     if text:
         if focus is not None and config.layer != focus:
@@ -33,6 +36,16 @@ def caption_for(result) -> tuple[str, bool]:
         return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
     return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "
             "the mask, positions and scale impose. A \u201cTrained toy\u201d variant shows heads with a job."), False
+
+
+def opened_caption(result) -> str:
+    """What maps opened from a file are: what the file says ran, and which layers it holds."""
+    c = result.config
+    ran = result.model_name or (c.spec.label if c.variant != MAPS_VARIANT else "maps handed to attnviz")
+    layers = (f" It holds every layer's weights (0-{len(result.layer_weights) - 1}): Layer or a click in the model "
+              "view shows another." if result.layer_weights is not None else "")
+    return (f"Opened {Path(result.opened).name}: {ran}, layer {c.layer}, as saved; nothing is computed again.{layers} "
+            "Hover a cell for the token pair and its weight.")
 
 
 def run_key(result) -> RunConfig:
@@ -56,7 +69,8 @@ def status_text(outcome: Outcome, swap_s: float) -> str:
     """The status line for an outcome on screen; `swap_s`: the GUI-thread time its views took. How a long run's
     maps are pooled leads (a long line is cut at the window's edge)."""
     r, c = outcome.result, outcome.result.config
-    out_shape = "x".join(map(str, r.output.shape)) if "output" in r.stages else "not kept for this layer"
+    out_shape = ("x".join(map(str, r.output.shape)) if "output" in r.stages
+                 else "not in the file" if r.opened else "not kept for this layer")
     compute = f"compute {r.compute_time_s * 1e3:.1f} ms" if outcome.recomputed else "view only (no recompute)"
     render = (outcome.frames.render_time_s + swap_s) * 1e3
     pooled = pool_text(r)

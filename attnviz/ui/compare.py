@@ -9,9 +9,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxL
 
 from ..explain import CompareFrames, RolloutFrames
 from ..style import number
+from .heatmap import Tile
 from .panel import named
 from .square import SquareCells
-from .views import Tile
 
 
 class CompareView(QWidget):

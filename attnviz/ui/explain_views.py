@@ -16,12 +16,15 @@ from PySide6.QtWidgets import QDockWidget, QFileDialog, QFrame, QMainWindow, QSc
 
 from ..atomic import write_bytes
 from ..explain import token_labels
+from .attribution_view import AttributionView
+from .circuits_view import CircuitsView
 from .compare import CompareView, RolloutView
 from .focus import FocusView
 from .head_effects import HeadEffectsView, default_effects
 from .lens_view import LensView
 from .panel import named
 from .patch_view import ImageDrop, PatchView
+from .patching_view import PatchingView
 from .pipeline import PipelineView
 from .stats_view import StatsView
 
@@ -37,6 +40,12 @@ DOCKS = {
     "lensDock": ("Logit lens", "Ctrl+Shift+L", "The top-1 token after each layer at each position (causal LMs)"),
     "patchDock": ("Patches", "Ctrl+Shift+G", "A vision model's picture with one query token's attention over its "
                   "patches, per head, mean or rollout"),
+    "circuitsDock": ("Circuits", "Ctrl+Shift+K", "The open head's QK and OV circuits, its copying score and the "
+                     "earlier heads it composes with"),
+    "attributionDock": ("Logit attribution", "Ctrl+Shift+A", "Layer × head: each head's direct share of one logit, "
+                        "and the tokens it came from"),
+    "patchingDock": ("Patching", "Ctrl+Shift+X", "Layer × head: the share of a logit difference each head carries "
+                     "from the shown text into a corrupted one (activation patching)"),
 }
 FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "NumPy arrays (*.npz)",
            "csv": "CSV table (*.csv)"}
@@ -83,10 +92,11 @@ class ExplainViews(QObject):
         self.effects = HeadEffectsView(effects)
         self.lens = LensView()
         self.patch = PatchView()
+        self.circuits, self.attribution, self.patching = CircuitsView(), AttributionView(), PatchingView()
         self.docks: dict[str, QDockWidget] = {}
         self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
         widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout, self.effects, self.lens,
-                   self.patch)
+                   self.patch, self.circuits, self.attribution, self.patching)
         for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
             dock = named(QDockWidget(title, window), name)
             dock.setWidget(PanelScroll(widget))
@@ -102,6 +112,9 @@ class ExplainViews(QObject):
         self.compare.pinButton.toggled.connect(self._pin_toggled)
         self.compare.unablatedButton.toggled.connect(self._unablated_toggled)
         self.effects.sigOpen.connect(self._open_head)
+        for view in (self.circuits, self.attribution, self.patching):
+            view.sigOpen.connect(self._open_head)
+        self.circuits.sigScores.connect(window.modelView.set_circuits)
         self.lens.sigExport.connect(lambda: self.export_dialog("lens"))
         self.pipeline.sigExport.connect(lambda: self.export_dialog("pipeline"))
         self.stats.sigExport.connect(lambda: self.export_dialog("stats"))
@@ -135,6 +148,10 @@ class ExplainViews(QObject):
             self.focus.set_tokens(token_labels(self.window.result))
         if name == "headEffectsDock" and not visible:
             self.effects.stop()  # a hidden panel costs nothing
+        circuit_panels = {"circuitsDock": self.circuits, "attributionDock": self.attribution,
+                          "patchingDock": self.patching}
+        if name in circuit_panels and not visible:
+            circuit_panels[name].stop()
         self.window.headGrid.row_picking = self.shown("focusDock")
         self.window.schedule()
 
@@ -208,6 +225,13 @@ class ExplainViews(QObject):
             self.patch.show_frames(extras["patch"])
         if self.shown("headEffectsDock"):
             self.effects.show_result(result)
+        self.window.modelView.set_circuits(*self.circuits.marks_for(result, self.window.headGrid.focus))
+        if self.shown("circuitsDock"):
+            self.circuits.show_result(result, self.window.headGrid.focus)
+        if self.shown("attributionDock"):
+            self.attribution.show_result(result)
+        if self.shown("patchingDock"):
+            self.patching.show_result(result)
 
     # --- export ------------------------------------------------------------------------------
 

@@ -133,6 +133,11 @@ class ExportDialog(QDialog):
         for check in (self.titleCheck, self.barCheck, self.labelsCheck):
             check.setChecked(True)
             check.setToolTip("Include this in the image (PNG and SVG)")
+        self.allLabelsCheck = named(QCheckBox("Label every token"), "exportAllLabelsCheck")
+        self.allLabelsCheck.setToolTip("A label for every token, not every k-th where the cells are smaller than a "
+                                       "label; with Scale on auto the cells are made tall enough for one "
+                                       "(attnviz render --all-labels)")
+        self.labelsCheck.toggled.connect(self.allLabelsCheck.setEnabled)
         self.pathEdit = named(QLineEdit(), "exportPathEdit")
         self.pathEdit.setToolTip("Target file; the extension picks the format: " +
                                  ", ".join(f"{k} ({v})" for k, v in FORMATS.items()))
@@ -151,6 +156,7 @@ class ExportDialog(QDialog):
         form.addRow("", self.titleCheck)
         form.addRow("", self.barCheck)
         form.addRow("", self.labelsCheck)
+        form.addRow("", self.allLabelsCheck)
         form.addRow("File", path_row)
         return form
 
@@ -159,7 +165,7 @@ class ExportDialog(QDialog):
         return ExportOptions.from_view(
             self.window_.frames.options, what=self.whatCombo.currentData(), head=self.headSpin.value(),
             scale=scale, title=self.titleCheck.isChecked(), colorbar=self.barCheck.isChecked(),
-            axis_labels=self.labelsCheck.isChecked())
+            axis_labels=self.labelsCheck.isChecked(), all_labels=self.allLabelsCheck.isChecked())
 
     def _what_changed(self) -> None:
         self.headSpin.setEnabled(self.whatCombo.currentData() == "head")

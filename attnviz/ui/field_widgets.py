@@ -17,7 +17,7 @@ OBJECT_NAMES: dict[str, str] = {
     "kv_heads": "kvHeadsSpin", "position": "positionCombo", "rope_base": "ropeBaseSpin", "qk_scale": "qkScaleSpin",
     "softcap": "softcapSpin", "sink_logit": "sinkLogitSpin", "dropout": "dropoutSpin", "train": "trainCheck",
     "in_bias": "inBiasCheck", "out_bias": "outBiasCheck", "seed": "seedSpin", "pool": "poolCombo",
-    "device": "deviceCombo", "dtype": "dtypeCombo",
+    "device": "deviceCombo", "dtype": "dtypeCombo", "maps": "mapsChooser",
 }
 
 

@@ -107,3 +107,63 @@ class FileChooser(QWidget):
         if path:
             self.set_path(path)
         return bool(path)
+
+
+class PathChooser(QWidget):
+    """A panel row naming one file: its name, Open… (`prefix`OpenButton) and a clear button (`prefix`ClearButton);
+    path() is "" for none."""
+
+    sigChanged = Signal()
+
+    def __init__(self, prefix: str, title: str, file_filter: str, open_tip: str, none_tip: str,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self._path, self.title, self.file_filter, self.none_tip = "", title, file_filter, none_tip
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.fileLabel = named(ElidedLabel(), f"{prefix}FileLabel")
+        self.fileLabel.setMinimumWidth(16)  # the panel column is narrow: the name elides, the buttons stay
+        self.openButton = named(QToolButton(), f"{prefix}OpenButton")
+        self.openButton.setText("Open…")
+        self.openButton.setToolTip(open_tip)
+        self.clearButton = named(QToolButton(), f"{prefix}ClearButton")
+        self.clearButton.setText("×")
+        self.clearButton.setToolTip("No file")
+        layout.addWidget(self.fileLabel, 1)
+        layout.addWidget(self.openButton)
+        layout.addWidget(self.clearButton)
+        self.openButton.clicked.connect(self.open_dialog)
+        self.clearButton.clicked.connect(lambda: self.set_path(""))
+        self._show()
+
+    def path(self) -> str:
+        return self._path
+
+    def set_path(self, path: str, emit: bool = True) -> None:
+        changed = path != self._path
+        self._path = path
+        self._show()
+        if emit and changed:
+            self.sigChanged.emit()
+
+    def _show(self) -> None:
+        self.fileLabel.setText(Path(self._path).name if self._path else "(none)")
+        self.fileLabel.setToolTip(self._path or self.none_tip)
+        self.clearButton.setEnabled(bool(self._path))
+
+    def open_dialog(self) -> bool:
+        start = str(Path(self._path).parent) if self._path else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, self.title, start, self.file_filter)
+        if path:
+            self.set_path(path)
+        return bool(path)
+
+
+class MapsChooser(PathChooser):
+    """The panel's Maps file row (the variant "maps": an .npz written by attnviz)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__("maps", "Open exported maps", "Exported maps (*.npz);;All files (*)",
+                         "Choose an .npz written by attnviz (Export, attnviz render -o FILE.npz, attnviz.show()), or "
+                         "drop one onto the window", "No maps file: open one, or drop one onto the window", parent)
+

@@ -13,7 +13,7 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider
 
-from ..core import RunResult
+from ..core import RunConfig, RunResult
 from ..models.tokens import display
 from .mosaic import GENERATED_INK
 from .panel import named
@@ -93,3 +93,29 @@ class StepControls:
             return STEP_ALL
         return (f"step {self.slider.value()}/{generated_count(self.result)}: "
                 f"'{display(self.result.tokens[row])}' at {row}")
+
+
+class GenerateOnce:
+    """Generate acts once per click: a request generates only when Generate was pressed or the count was just
+    set (the count off: the text alone). Any other request runs the plain forward of the panel's config, except
+    one whose config is the shown generation's (a view change, a panel opened): that asks for the generation
+    again, and the worker reuses it (or, where it cannot, runs the plain forward: it writes tokens only for a
+    forced request)."""
+
+    def __init__(self) -> None:
+        self.count = 0  # the count the last request saw
+        self.generation: tuple[RunConfig, RunConfig] | None = None  # (its config without generate, as sent)
+
+    def config_for(self, config: RunConfig, force: bool) -> tuple[RunConfig, bool]:
+        """(the config to send, forced) for the panel's `config`; `force`: Generate pressed."""
+        count = config.generate if config.applies("generate") else 0
+        plain = config.replace(generate=0) if config.generate else config
+        changed, self.count = count != self.count, count
+        if count and (force or changed):
+            self.generation = (plain, config)
+            return config, True
+        generation = self.generation
+        if generation is not None and count and generation[0].replace(layer=plain.layer) == plain:
+            return self.generation[1].replace(layer=plain.layer), False  # another layer of it too
+        self.generation = None
+        return plain, False

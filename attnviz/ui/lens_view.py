@@ -52,6 +52,13 @@ class LensView(QWidget):
         self.infoLabel.setText(f"Logit lens: the top-1 token after each of {layers} layers at "
                                f"{len(frames.positions)} positions; colour = its probability (0 … 1)")
 
+    def show_pending(self) -> None:
+        """New maps are on screen and their lens follows: empty until it comes (the last lens was another
+        input's)."""
+        self.frames = None
+        self.table.heat.clear()
+        self.infoLabel.setText("Logit lens: computing for the shown input …")
+
     def _tip(self, row: int, col: int) -> str:
         f = self.frames
         return (f"after layer {row}, position {f.positions[col]}: top-1 {f.tokens[row][col]!r} "

@@ -39,14 +39,16 @@ from .captions import caption_for, run_key, status_text
 from .choices import add_choice
 from .delivery import Delivery, single_shot
 from .explain_views import ExplainViews
-from .generate import StepControls, continuation_html, generated_count
+from .generate import GenerateOnce, StepControls, continuation_html, generated_count
 from .panel import ParameterPanel, named
 from .predictions_view import PredictionStrip
 from .views import CaptionBar, HeadGrid, OverlayBanner, TensorView, prepare_labels
 from .window_actions import WindowActions
+from .window_failures import WindowFailures
 from .window_files import WindowFiles
 from .window_layout import WindowLayout
 from .window_model import WindowModel
+from .window_open import PathDrop, WindowOpen
 from .window_settings import WindowSettings
 from .window_zoom import WindowZoom
 from .worker import Failure, Outcome, Request, Worker, generating
@@ -66,9 +68,11 @@ def _delivered(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.delivery, name), doc=doc)
 
 
-class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, WindowZoom, WindowLayout, QMainWindow):
+class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowModel, WindowZoom, WindowLayout,
+                 WindowFailures, QMainWindow):
     """attnviz's window. `MainWindow()` starts from the defaults and remembers nothing;
-    pass a QSettings to restore and save parameters, view choices and geometry."""
+    pass a QSettings to restore and save parameters, view choices and geometry, and `open_path` to start on
+    a model folder, .gguf, .json, .npz, picture or text file instead of the last session's configuration."""
 
     sigShown = Signal(int)  # the request id whose (final) result is now on screen
     sigPartialShown = Signal(int, int)  # a generation still running: (request id, generated tokens on screen)
@@ -79,11 +83,13 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
     stopped_id = _delivered("stopped_id", "newest request stopped before it had anything to show")
     generating_id = _delivered("generating_id", "the newest request whose generation may still run (0: none)")
 
-    def __init__(self, settings: QSettings | None = None, compute=run, parent: QWidget | None = None):
+    def __init__(self, settings: QSettings | None = None, compute=run, parent: QWidget | None = None,
+                 open_path: str | None = None):
         super().__init__(parent)
         self.setWindowTitle("attnviz")
         self.settings = settings
         self._generate_count = DEFAULT_GENERATE  # what Generate writes while the count is off
+        self._once = GenerateOnce()  # a request generates once per click (or count set), not on every edit
         self._model_shown_at = -math.inf  # when a partial result last went into the model view
         self._model_run = None  # (request id, forward config) of the result the model view last got
         self._swap_s = 0.0  # the GUI-thread time the grid's pass took
@@ -101,6 +107,10 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
             self._restore(settings)
+        self.pathDrop = PathDrop(self)
+        if open_path:
+            self.open_path(open_path)
+        self._once.count = self.panel.widgets["generate"].value()  # a remembered count is not a click
         self.request()
         # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
         # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
@@ -130,6 +140,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         self.panel.generateButton.clicked.connect(self.generate)
         self.panel.stopButton.clicked.connect(self.stop_generation)
         self.panel.sigChanged.connect(self.schedule)
+        self.panel.resetButton.clicked.connect(lambda: self.viewCombo.setCurrentIndex(0))  # Reset: the weights too
         self.panel.sigBatchIndexChanged.connect(self.schedule)
         self.headGrid.sigHover.connect(self._show_hover)
         self.outputView.sigHover.connect(self._show_hover)
@@ -364,7 +375,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             tensor_px=self.outputView.pixels(),
             mean=self.meanCheck.isChecked(),
             scale_mode=self.scaleCombo.currentData(),
-            grid_pixels=self.headGrid.focus is None,  # a focused head is drawn by its own PlotItem
+            grid_pixels=self.headGrid.focus is None,  # a focused head's one map: made on the GUI thread
             predictions=not self.predictionStrip.isHidden(),
             head_scores=self.model_view_wanted() or self.explain.shown("statsDock"),
             **self.explain.options(config, request),
@@ -381,6 +392,8 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             self.delivery.refused(rid)
             self._show_failure(str(exc), exc.field, exc.suggestions)
             return None
+        config, force = self._once.config_for(config, force)
+        self._note_opening(config)
         self._offer_views(config)
         self.delivery.sent(rid, config, force)
         if generating(config):
@@ -391,11 +404,16 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         return rid
 
     def _offer_views(self, config: RunConfig) -> None:
-        """The View box offers only the stages this configuration has (e.g. biased needs ALiBi)."""
+        """The View box offers only the stages this configuration has (e.g. biased needs ALiBi); a change that
+        takes away the stage shown falls back to the weights, saying so, rather than refusing the change."""
         have = set(run_stages(config))
         items = self.viewCombo.model()
         for i in range(self.viewCombo.count()):
             items.item(i).setEnabled(view_stage(self.viewCombo.itemData(i)) in have)
+        shown = self.viewCombo.currentData()
+        if view_stage(shown) not in have:
+            self.viewCombo.setCurrentIndex(0)  # weights: every configuration has them (its scale follows)
+            self.statusBar().showMessage(f"View: weights, since this configuration has no {shown} stage", 8000)
 
     # --- generation: Generate, Stop, streamed partial results, the step slider ------------------
 
@@ -510,6 +528,7 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
             self._clear_failure()
         elif self.last_error is not None and d.failed_id == d.latest_id:
             self._mark_stale(self.last_error)  # the newest request failed before this older one came
+        self._opening = ""  # its maps are here (_note_opening)
         self._show_caption(outcome.result)  # before the grid: a caption that comes or goes resizes it
         zoom = self._grid_zoom(outcome)
         self.headGrid.show_frames(outcome.result, outcome.frames, zoom)
@@ -553,35 +572,13 @@ class MainWindow(WindowActions, WindowFiles, WindowSettings, WindowModel, Window
         """A request stopped before it had anything to show: it is over (the last view stays)."""
         forward = rid == self._forward_id
         self.modelView.end_partial()
+        self._end_opening()
         self._zoom_cancelled(rid)
         if forward:
             self._end_forward()
         if self.delivery.cancelled(rid):
             what = "Cancelled" if forward else "Stopped before the first token"
             self.statusBar().showMessage(f"{what}: the maps show the last run", 6000)
-
-    def _show_failure(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
-        self.last_error = message
-        self.panel.show_error(message, field, suggestions)
-        self.statusBar().showMessage(f"Not updated: {message}")
-        if self.result is not None:
-            self._mark_stale(message)
-
-    def _mark_stale(self, message: str) -> None:
-        self.staleLabel.setText("Stale: the maps show the last valid configuration. " + message)
-        self.staleLabel.show()
-        self.headGrid.set_stale(True)
-        self.outputView.set_stale(True)
-
-    def _clear_failure(self) -> None:
-        if self.last_error is None:
-            return
-        self.last_error = None
-        self.panel.clear_error()
-        self.statusBar().clearMessage()
-        self.staleLabel.hide()
-        self.headGrid.set_stale(False)
-        self.outputView.set_stale(False)
 
     def _on_busy(self, busy: bool) -> None:
         self._busy = busy  # sigBusy(True) comes with every request, sigBusy(False) once the worker is idle

@@ -84,6 +84,14 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.badges = pg.ScatterPlotItem(pxMode=False, symbol="s", pen=pg.mkPen("#202020", width=1))
         self.plot.addItem(self.badges)
         self.ablated: set[tuple[int, int]] = set()  # (layer, head) of the shown stack
+        # the Circuits panel's: every head's copying score (hover text) and the earlier heads the open head
+        # composes with most, outlined with their kind and score ((layer, head, kind, score), circuits_view.py)
+        self.copying: np.ndarray | None = None
+        self.composition: tuple = ()
+        self.compositionBoxes = pg.ScatterPlotItem(pxMode=False, symbol="s", brush=None,
+                                                   pen=pg.mkPen("#ff8c00", width=2))
+        self.plot.addItem(self.compositionBoxes)
+        self.compositionTexts: list[pg.TextItem] = []
         self.head_types = None  # explain.HeadScoreFrames of the shown model
         self.menu: QMenu | None = None
         self.source = None
@@ -329,6 +337,27 @@ class ModelView(pg.GraphicsLayoutWidget):
             self.ablated = set(heads)
             self._draw_overlays()
 
+    def set_circuits(self, copying: np.ndarray | None, composition: tuple) -> None:
+        """Every head's copying score (None: none) and the composition marks of the open head."""
+        self.copying, self.composition = copying, tuple(composition)
+        self._draw_overlays()
+
+    def _draw_composition(self) -> None:
+        for item in self.compositionTexts:
+            self.plot.removeItem(item)
+        self.compositionTexts, spots = [], []
+        for layer, head, kind, score in self.composition:
+            at = self._tile_origin(layer, head)
+            if at is None:
+                continue
+            spots.append({"pos": (at[0] + self.tile / 2, at[1] + self.tile / 2), "size": self.tile})
+            text = pg.TextItem(f"{kind} {score:.2f}", color="#ff8c00", fill=pg.mkBrush(255, 255, 255, 200),
+                               anchor=(0, 1))
+            text.setPos(at[0], at[1] + self.tile)
+            self.plot.addItem(text)
+            self.compositionTexts.append(text)
+        self.compositionBoxes.setData(spots)
+
     def set_head_types(self, frames) -> None:
         """explain.HeadScoreFrames of the shown model (None: no badges)."""
         if frames is not self.head_types:
@@ -353,6 +382,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.crosses.setData(xs, ys)
         self.crossShadow.setData(xs, ys)
         self.badges.setData(self._badge_spots())
+        self._draw_composition()
 
     def _badge_spots(self) -> list[dict]:
         frames = self.head_types
@@ -388,6 +418,9 @@ class ModelView(pg.GraphicsLayoutWidget):
             if head >= 0:
                 text += " · Alt+click to " + ("restore" if (layer, head) in self.ablated else "ablate")
                 text += self._scores_text(layer, head)
+                c = self.copying
+                if c is not None and layer < c.shape[0] and head < c.shape[1]:
+                    text += f" · copying {c[layer, head]:.2f}"
             self.sigHover.emit(text)
 
     def _scores_text(self, layer: int, head: int) -> str:

@@ -8,7 +8,6 @@ wraps the worker's ARGB pixels (frames.argb_pixels) in QImages and a paint draws
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -20,11 +19,24 @@ from PySide6.QtWidgets import QGraphicsWidget, QSizePolicy
 from .. import style
 from ..frames import HeatImage, argb_pixels
 from ..style import STALE_OPACITY
+from .labels import (
+    LABEL_GAP_PX,
+    LABEL_SIZES_PX,
+    AxisFit,
+    fit_flat,
+    fit_lines,
+    flat_room,
+    label_font,
+    scaled_width,
+    upright_room,
+    widest_label_px,
+)
 
 TITLE_ROW_PX = 22  # the row above each map that holds its title
-TOKEN_ROW_PX = 18  # the height a token label needs, with spacing
-TOKEN_LABEL_MAX_PX = 120  # longer token labels are elided (the hover names them in full)
+TOKEN_ROW_PX = 18  # the height a token label needs on a pyqtgraph axis, with spacing
 AXIS_NAME_PX = 16  # the strip for "query token" / "key token"
+TOKEN_AXES = ("query token", "key token")
+POSITION_AXES = ("query position i", "key position j")
 # style's colours as Qt paints them
 INK, SOFT_INK, ROW_MARK = QColor(style.INK), QColor(style.SOFT_INK), QColor(style.ROW_MARK)
 GENERATED_INK, FADE = QColor(style.GENERATED_INK), QColor(*style.FADE)
@@ -51,12 +63,12 @@ def grid_shape(n: int, rows: int, cols: int, width: float, height: float) -> tup
     return best
 
 
-def image_rects(n: int, rows: int, cols: int, area: QRectF) -> list[QRectF]:
-    """Where each of n maps is drawn inside `area`, row by row. Square cells unless a map is more than
-    8x longer than wide (it then fills its box): the title sits right above each image."""
+def image_rects(n: int, rows: int, cols: int, area: QRectF, square: bool = False) -> list[QRectF]:
+    """Where each of n maps is drawn inside `area`, row by row, centred in its box. Square cells when `square`
+    or the map is at most 8x longer than wide (else it fills its box): the title sits right above each image."""
     gr, gc = grid_shape(n, rows, cols, area.width(), area.height())
     box_w, box_h = area.width() / gc, area.height() / gr
-    square = max(rows, cols) <= 8 * min(rows, cols)
+    square = square or max(rows, cols) <= 8 * min(rows, cols)
     rects = []
     for k in range(n):
         box = QRectF(area.left() + (k % gc) * box_w + 2, area.top() + (k // gc) * box_h + TITLE_ROW_PX,
@@ -82,18 +94,6 @@ def _font(points: float) -> QFont:
     return font
 
 
-LABEL_POINTS = 8  # the token labels' font size
-
-
-@functools.lru_cache(maxsize=8)
-def widest_label_px(labels: tuple[str, ...]) -> float:
-    """The widest of `labels` in the token labels' font, at most TOKEN_LABEL_MAX_PX. QFontMetricsF is reentrant:
-    the worker measures a new result's labels before the window swaps it in (views.prepare_labels); one call per
-    label took the swap 30 ms at 2,048 tokens."""
-    metrics = QFontMetricsF(_font(LABEL_POINTS))
-    return min(max((metrics.horizontalAdvance(t) for t in labels), default=0.0), TOKEN_LABEL_MAX_PX)
-
-
 class Mosaic(QGraphicsWidget):
     """Draws the grid's maps with their titles; token labels along the left column and bottom row."""
 
@@ -103,27 +103,40 @@ class Mosaic(QGraphicsWidget):
         self.tiles: list[MapTile] = []
         self.map_shape = (1, 1)  # full-resolution (rows, cols) of every map
         self.tokens: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (query labels, key labels)
+        self.axis_names = TOKEN_AXES  # what the labels are: tokens, or positions (a focused map without tokens)
+        self.square = False  # square cells whatever the map's shape (a focused head, a zoomed block)
         self.stale = False
         self.row: int | None = None  # a query row outlined in every map (token focus)
         self.prompt_length: int | None = None  # a generation: where the prompt ends (a line between)
         self.step_row: int | None = None  # a generation's chosen token: its row marked, the later ones faded
         self.rects: list[QRectF] = []  # where each tile is drawn, in this item's coordinates
         self.pictures: list[QImage] = []  # the tiles' images, ready to draw
+        self.fits = (AxisFit(), AxisFit())  # how the query (left) and key (bottom) labels are drawn
+        self._area = QRectF()  # the maps' part of this item, the labels' room left out
         self._columns = 1
-        self._label_px = (0.0, 0.0)  # widest query and key label drawn
-        self.title_font, self.label_font = _font(9), _font(LABEL_POINTS)
+        self._label_px = (0.0, 0.0)  # widest query and key label at the largest label size
+        self.title_font = _font(9)
+        self.message = ""  # said in the middle while there are no maps (a model opening)
 
     # --- content and layout ------------------------------------------------------------------
 
     def set_tiles(self, tiles: list[MapTile], shape: tuple[int, int],
-                  tokens: tuple[tuple[str, ...], tuple[str, ...]] | None) -> None:
+                  tokens: tuple[tuple[str, ...], tuple[str, ...]] | None, square: bool = False,
+                  axis_names: tuple[str, str] = TOKEN_AXES) -> None:
+        """Show `tiles` of `shape` (rows, cols) cells, labelled with `tokens` (None: no labels); `square`: square
+        cells whatever the shape."""
         self.pictures = [picture(t.heat) for t in tiles]
-        self.tiles, self.map_shape = tiles, shape
+        self.tiles, self.map_shape, self.square, self.axis_names = tiles, shape, square, axis_names
         if tokens != self.tokens:
             self.tokens = tokens
             self._label_px = self._widest_labels()
         self._place()
         self.update()
+
+    def set_message(self, text: str) -> None:
+        if text != self.message:
+            self.message = text
+            self.update()
 
     def set_stale(self, stale: bool) -> None:
         if stale != self.stale:
@@ -143,11 +156,29 @@ class Mosaic(QGraphicsWidget):
 
     def tile_area(self, rect: QRectF | None = None) -> QRectF:
         """The part of `rect` (this item's) left for the maps once token labels have their room."""
-        rect = self.rect() if rect is None else rect
+        return self._layout(self.rect() if rect is None else rect)[0]
+
+    def _layout(self, rect: QRectF) -> tuple[QRectF, list[QRectF], tuple[AxisFit, AxisFit]]:
+        """(the maps' area, each map's rect, the query and key labels' fits) in `rect`: the key labels lie flat
+        where every one fits, else upright when that labels more of them (their room then comes off the maps)."""
+        n, (rows, cols) = len(self.tiles), self.map_shape
         if not self.tokens:
-            return rect
-        line = QFontMetricsF(self.label_font).height()
-        return rect.adjusted(self._label_px[0] + 6 + AXIS_NAME_PX, 0, 0, -(line + 4 + AXIS_NAME_PX))
+            return rect, image_rects(n, rows, cols, rect, self.square), (AxisFit(), AxisFit())
+        query_w, key_w = self._label_px
+        best = None
+        for upright in (False, True):
+            room = upright_room(key_w) if upright else flat_room()
+            area = rect.adjusted(query_w + LABEL_GAP_PX + AXIS_NAME_PX, 0, 0, -(room + AXIS_NAME_PX))
+            rects = image_rects(n, rows, cols, area, self.square)
+            cell_w = (rects[0].width() if rects else area.width()) / cols
+            fit = fit_lines(cols, cell_w, True) if upright else fit_flat(cols, cell_w, key_w)
+            if best is None or fit.step < best[2].step:
+                best = (area, rects, fit)
+            if fit.step == 1:
+                break
+        area, rects, key_fit = best
+        row_fit = fit_lines(rows, (rects[0].height() if rects else area.height()) / rows)
+        return area, rects, (row_fit, key_fit)
 
     def _widest_labels(self) -> tuple[float, float]:
         if not self.tokens:
@@ -155,9 +186,8 @@ class Mosaic(QGraphicsWidget):
         return tuple(widest_label_px(labels) for labels in self.tokens)
 
     def _place(self) -> None:
-        area = self.tile_area()
-        self._columns = grid_shape(len(self.tiles), *self.map_shape, area.width(), area.height())[1]
-        self.rects = image_rects(len(self.tiles), *self.map_shape, area)
+        self._area, self.rects, self.fits = self._layout(self.rect())
+        self._columns = grid_shape(len(self.tiles), *self.map_shape, self._area.width(), self._area.height())[1]
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
@@ -187,6 +217,10 @@ class Mosaic(QGraphicsWidget):
     # --- painting ----------------------------------------------------------------------------
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
+        if self.message and not self.rects:
+            painter.setFont(_font(12))
+            painter.setPen(SOFT_INK)
+            painter.drawText(self.rect(), Qt.AlignCenter | Qt.TextWordWrap, self.message)
         painter.setRenderHint(QPainter.SmoothPixmapTransform, False)  # a cell is a block of one colour
         painter.setOpacity(STALE_OPACITY if self.stale else 1.0)
         for rect, image in zip(self.rects, self.pictures):
@@ -226,7 +260,7 @@ class Mosaic(QGraphicsWidget):
         painter.setFont(self.title_font)
         painter.setPen(INK)
         metrics = QFontMetricsF(self.title_font)
-        box_w = self.tile_area().width() / self._columns
+        box_w = self._area.width() / self._columns
         for tile, rect in zip(self.tiles, self.rects):
             title_rect = QRectF(rect.center().x() - box_w / 2, rect.top() - TITLE_ROW_PX, box_w, TITLE_ROW_PX)
             text = metrics.elidedText(tile.title, Qt.ElideRight, box_w - 4)
@@ -234,37 +268,46 @@ class Mosaic(QGraphicsWidget):
 
     def tick_labels(self, k: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
         """Token labels drawn beside tile k: (query row, label) on its left if it is in the first column,
-        (key column, label) under it if nothing is below; every n-th where the cells are too small for all."""
+        (key column, label) under it if nothing is below; every one whose font fits its cell (labels.py)."""
         if not self.tokens or k >= len(self.rects):
             return [], []
-        (queries, keys), (rows, cols), rect = self.tokens, self.map_shape, self.rects[k]
+        (queries, keys), (rows, cols) = self.tokens, self.map_shape
         left, bottom = [], []
         if k % self._columns == 0:
-            step = max(1, math.ceil(TOKEN_ROW_PX * rows / max(rect.height(), 1.0)))
-            left = [(i, queries[i]) for i in range(0, min(rows, len(queries)), step)]
+            left = [(i, queries[i]) for i in range(0, min(rows, len(queries)), self.fits[0].step)]
         if k + self._columns >= len(self.rects):
-            step = max(1, math.ceil((self._label_px[1] + 8) * cols / max(rect.width(), 1.0)))
-            bottom = [(j, keys[j]) for j in range(0, min(cols, len(keys)), step)]
+            bottom = [(j, keys[j]) for j in range(0, min(cols, len(keys)), self.fits[1].step)]
         return left, bottom
 
     def _paint_tokens(self, painter: QPainter) -> None:
-        painter.setFont(self.label_font)
-        painter.setPen(SOFT_INK)
-        metrics = QFontMetricsF(self.label_font)
-        line = metrics.height()
-        (rows, cols), (query_w, key_w) = self.map_shape, self._label_px
+        (rows, cols), (query_w, key_w), (row_fit, key_fit) = self.map_shape, self._label_px, self.fits
         for k, rect in enumerate(self.rects):
             left, bottom = self.tick_labels(k)
+            painter.setFont(label_font(row_fit.size))
+            metrics = QFontMetricsF(label_font(row_fit.size))
+            line, width = metrics.height(), scaled_width(query_w, row_fit.size)
             for i, label in left:
                 y = rect.top() + (i + 0.5) * rect.height() / rows
                 painter.setPen(self._label_ink(i))
-                painter.drawText(QRectF(rect.left() - query_w - 4, y - line / 2, query_w, line),
-                                 Qt.AlignRight | Qt.AlignVCenter, metrics.elidedText(label, Qt.ElideRight, query_w))
+                painter.drawText(QRectF(rect.left() - width - LABEL_GAP_PX, y - line / 2, width, line),
+                                 Qt.AlignRight | Qt.AlignVCenter, metrics.elidedText(label, Qt.ElideRight, width))
+            painter.setFont(label_font(key_fit.size))
+            metrics = QFontMetricsF(label_font(key_fit.size))
+            line = metrics.height()
+            width = upright_room(key_w) - LABEL_GAP_PX if key_fit.upright else scaled_width(key_w, key_fit.size)
             for j, label in bottom:
                 x = rect.left() + (j + 0.5) * rect.width() / cols
                 painter.setPen(self._label_ink(j))
-                painter.drawText(QRectF(x - key_w / 2 - 4, rect.bottom() + 2, key_w + 8, line),
-                                 Qt.AlignHCenter | Qt.AlignTop, metrics.elidedText(label, Qt.ElideRight, key_w))
+                text = metrics.elidedText(label, Qt.ElideRight, width)
+                if key_fit.upright:  # read bottom to top, ending at the map's edge
+                    painter.save()
+                    painter.translate(x, rect.bottom() + LABEL_GAP_PX)
+                    painter.rotate(-90)
+                    painter.drawText(QRectF(-width, -line / 2, width, line), Qt.AlignRight | Qt.AlignVCenter, text)
+                    painter.restore()
+                else:
+                    painter.drawText(QRectF(x - width / 2 - 4, rect.bottom() + 2, width + 8, line),
+                                     Qt.AlignHCenter | Qt.AlignTop, text)
         self._paint_axis_names(painter)
 
     def _label_ink(self, position: int) -> QColor:
@@ -272,12 +315,17 @@ class Mosaic(QGraphicsWidget):
         return GENERATED_INK if self.prompt_length is not None and position >= self.prompt_length else SOFT_INK
 
     def _paint_axis_names(self, painter: QPainter) -> None:
-        area = self.tile_area()
+        """"query token" left of the labels, "key token" under them, both centred on the maps drawn."""
+        maps = self.rects[0].united(self.rects[-1])
+        (row_fit, key_fit), (query_w, key_w) = self.fits, self._label_px
+        below = upright_room(key_w) if key_fit.upright else flat_room()
+        left = maps.left() - scaled_width(query_w, row_fit.size) - LABEL_GAP_PX - AXIS_NAME_PX
         painter.setPen(INK)
-        painter.drawText(QRectF(area.left(), self.rect().bottom() - AXIS_NAME_PX, area.width(), AXIS_NAME_PX),
-                         Qt.AlignCenter, "key token")
+        painter.setFont(label_font(LABEL_SIZES_PX[0]))
+        query, key = self.axis_names
+        painter.drawText(QRectF(maps.left(), maps.bottom() + below, maps.width(), AXIS_NAME_PX), Qt.AlignCenter, key)
         painter.save()
-        painter.translate(self.rect().left(), area.center().y())
+        painter.translate(max(left, self.rect().left()), maps.center().y())
         painter.rotate(-90)
-        painter.drawText(QRectF(-area.height() / 2, 0, area.height(), AXIS_NAME_PX), Qt.AlignCenter, "query token")
+        painter.drawText(QRectF(-maps.height() / 2, 0, maps.height(), AXIS_NAME_PX), Qt.AlignCenter, query)
         painter.restore()

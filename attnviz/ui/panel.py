@@ -38,7 +38,7 @@ from ..core.userfiles import file_fields
 from ..style import RED
 from .choices import add_choice
 from .field_widgets import object_name
-from .file_chooser import FileChooser, named
+from .file_chooser import FileChooser, MapsChooser, PathChooser, named
 from .model_chooser import ModelChooser
 from .patch_view import ImageChooser
 
@@ -64,7 +64,8 @@ class ParameterPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._loading = False
-        self._fields_for: tuple | None = None  # (variant, mask, position) the rows shown fit
+        self._fields_for: tuple | None = None  # (variant, mask, position, model) the rows shown fit
+        self._model_lacks: tuple[str, frozenset[str]] = ("", frozenset())  # a model run: the fields it does not read
         self.widgets: dict[str, QWidget] = {}
         self._tooltips: dict[str, str] = {}
         self.labels: dict[str, QLabel] = {}
@@ -145,8 +146,8 @@ class ParameterPanel(QWidget):
         line.setContentsMargins(0, 0, 0, 0)
         self.generateButton = named(QPushButton("Generate"), "generateButton")
         self.generateButton.setToolTip("Let the model write the count of tokens after the text (Ctrl+G); with the "
-                                       "count off, writes 20. Each new token's attention streams in as it is made; "
-                                       "while the count is on, editing the text writes again")
+                                       "count off, writes 20. Each new token's attention streams in as it is made. "
+                                       "It writes once per click: editing the text afterwards shows the text alone")
         self.stopButton = named(QPushButton("Stop"), "stopButton")
         self.stopButton.setToolTip("Stop the model writing (Esc): what it wrote so far stays on screen; during a "
                                    "long forward, cancel it within its current layer")
@@ -205,6 +206,9 @@ class ParameterPanel(QWidget):
         elif name == "image":  # a vision model's picture: Open… (or a file dropped onto the window)
             w = ImageChooser()
             w.sigChanged.connect(self._edited)
+        elif name == "maps":  # an .npz of maps written by attnviz: Open… (or a file dropped onto the window)
+            w = MapsChooser()
+            w.sigChanged.connect(self._edited)
         elif name in FILE_FIELDS:  # your own weights / inputs: Random or From file
             w = FileChooser(name, name, WEIGHT_SUFFIXES if name == "weights" else INPUT_SUFFIXES)
             w.sigChanged.connect(self._edited)
@@ -236,7 +240,7 @@ class ParameterPanel(QWidget):
             return w.value()
         if isinstance(w, ModelChooser):
             return w.folder()
-        if isinstance(w, (FileChooser, ImageChooser)):
+        if isinstance(w, (FileChooser, PathChooser)):
             return w.path()
         if name != "kv_lengths":
             return w.text()
@@ -264,7 +268,7 @@ class ParameterPanel(QWidget):
             w.setValue(value)
         elif isinstance(w, ModelChooser):
             w.set_folder(value)
-        elif isinstance(w, (FileChooser, ImageChooser)):
+        elif isinstance(w, (FileChooser, PathChooser)):
             w.set_path(value)
         else:
             w.setText(", ".join(str(v) for v in value) if isinstance(value, tuple) else value)
@@ -328,16 +332,14 @@ class ParameterPanel(QWidget):
                 self._set_value("in_bias", True)
             for name, value in spec.defaults.items():  # a toy's own input and layer
                 self._set_value(name, value)
-            if spec.backed and "model" in spec.fields:  # something to see at once: the first model found
+            if spec.backed and "model" in spec.fields:
                 self._start_backed()
         finally:
             self._loading = False
         self._edited()
 
     def _start_backed(self) -> None:
-        chooser = self.widgets["model"]
-        if not chooser.folder() and chooser.combo.count() > 1:
-            chooser.combo.setCurrentIndex(1)
+        """A text to run once a model is chosen (the model is the user's choice: none is opened unasked)."""
         if not self._value("text").strip():
             self._set_value("text", DEFAULT_TEXT)
 
@@ -388,7 +390,7 @@ class ParameterPanel(QWidget):
                 layout.activate()
 
     def _refresh_visibility(self) -> None:
-        shown_for = tuple(self._value(n) for n in ("variant", "mask", "position"))
+        shown_for = tuple(self._value(n) for n in ("variant", "mask", "position", "model"))
         if shown_for != self._fields_for:  # a seed or length edit shows the same rows: ~70 calls saved
             with self._layouts_held():
                 self._show_fields(*shown_for)
@@ -398,11 +400,23 @@ class ParameterPanel(QWidget):
         self.batchIndexSpin.setMaximum(max(values["batch"] - 1, 0))
         self.batchIndexSpin.setEnabled(values["batch"] > 1)
 
-    def _show_fields(self, variant: str, mask: str, position: str) -> None:
-        """The rows and groups that apply to the variant, mask and position chosen, and their labels."""
+    def know_model(self, model: str, stacks: tuple[str, ...], vision: bool) -> None:
+        """What the model that just ran reads: one stack has no decoder text or stack to choose, a text model
+        no image; those rows hide while that model is chosen."""
+        lacks = frozenset({"decoder_text", "stack"} if len(stacks) <= 1 else ()) | frozenset(() if vision else
+                                                                                             {"image"})
+        if (model, lacks) != self._model_lacks:
+            self._model_lacks = (model, lacks)
+            self._fields_for = None
+            self._refresh_visibility()
+
+    def _show_fields(self, variant: str, mask: str, position: str, model: str) -> None:
+        """The rows and groups that apply to the variant, mask and position chosen (and the model that ran, where
+        it is the one chosen), and their labels."""
         spec = VARIANTS[variant]
         self.variantInfo.setText(f"{spec.seed}: {spec.description}")
-        shown = {name: field_applies(name, variant, mask, position) for name in self.widgets}
+        lacks = self._model_lacks[1] if spec.backed and model and model == self._model_lacks[0] else frozenset()
+        shown = {name: field_applies(name, variant, mask, position) and name not in lacks for name in self.widgets}
         for name, widget in self.widgets.items():
             self.rows.get(name, widget).setVisible(shown[name])
             self.labels[name].setVisible(shown[name])
@@ -430,8 +444,7 @@ class ParameterPanel(QWidget):
         self._error_field = field
         if field in self.widgets:
             w = self.widgets[field]
-            choosers = (FileChooser, ImageChooser)
-            (w.fileLabel if isinstance(w, choosers) else w).setStyleSheet(ERROR_STYLE)  # one box, not each part
+            _marked(w).setStyleSheet(ERROR_STYLE)
             w.setToolTip(message)
         self.errorLabel.setText(message)
         for value in suggestions[:3]:
@@ -478,7 +491,7 @@ class ParameterPanel(QWidget):
     def clear_error(self) -> None:
         if self._error_field in self.widgets:
             w = self.widgets[self._error_field]
-            (w.fileLabel if isinstance(w, (FileChooser, ImageChooser)) else w).setStyleSheet("")
+            _marked(w).setStyleSheet("")
             w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()
@@ -486,6 +499,14 @@ class ParameterPanel(QWidget):
             item = self.fixButtons.takeAt(0)
             if item.widget():
                 item.widget().deleteLater()
+
+
+def _marked(w: QWidget) -> QWidget:
+    """The part of a field's widget an error marks: one box, not each part, and never a parent of the file
+    dialogs a chooser opens (a style sheet is inherited by a widget's children, dialogs included)."""
+    if isinstance(w, (FileChooser, PathChooser)):
+        return w.fileLabel
+    return w.combo if isinstance(w, ModelChooser) else w
 
 
 def _device_combo() -> QComboBox:

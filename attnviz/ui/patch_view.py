@@ -17,14 +17,12 @@ from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPushButton,
     QScrollArea,
     QSlider,
     QSpinBox,
-    QToolButton,
     QToolTip,
     QVBoxLayout,
     QWidget,
@@ -32,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from ..core.config import IMAGE_SUFFIXES
 from ..models.patches import ALPHA, MODES, PatchFrames, overlay_rgba
-from .file_chooser import ElidedLabel, named
+from .file_chooser import PathChooser, named
 
 IMAGE_FILTER = f"Images ({' '.join('*' + s for s in IMAGE_SUFFIXES)});;All files (*)"
 STRIP_PX = 84  # a head strip tile's side
@@ -133,9 +131,6 @@ class PatchCanvas(QWidget):
         text = f"{f.tokens[token]}: {self.values[r, c]:.4g} (click: make it the query)"
         self.setToolTip(text)
         QToolTip.showText(event.globalPosition().toPoint(), text, self)
-
-    def patch_tip(self, token: int) -> str:
-        return self.frames.tokens[token] if self.frames is not None else ""
 
 
 class PatchView(QWidget):
@@ -271,52 +266,12 @@ class PatchView(QWidget):
         return writer(self.frames, path, self.mode, self.headSpin.value(), self.alpha)
 
 
-class ImageChooser(QWidget):
+class ImageChooser(PathChooser):
     """The panel's Image row: the file's name, Open… and a clear button; path() is "" for none."""
 
-    sigChanged = Signal()
-
     def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self._path = ""
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self.fileLabel = named(ElidedLabel(), "imageFileLabel")
-        self.fileLabel.setMinimumWidth(16)  # the panel column is narrow: the name elides, the buttons stay
-        self.openButton = named(QToolButton(), "imageOpenButton")
-        self.openButton.setText("Open…")
-        self.openButton.setToolTip("Choose a PNG, JPEG or WebP picture (or drop one onto the window)")
-        self.clearButton = named(QToolButton(), "imageClearButton")
-        self.clearButton.setText("×")
-        self.clearButton.setToolTip("No image")
-        layout.addWidget(self.fileLabel, 1)
-        layout.addWidget(self.openButton)
-        layout.addWidget(self.clearButton)
-        self.openButton.clicked.connect(self.open_dialog)
-        self.clearButton.clicked.connect(lambda: self.set_path(""))
-        self._show()
-
-    def path(self) -> str:
-        return self._path
-
-    def set_path(self, path: str, emit: bool = True) -> None:
-        changed = path != self._path
-        self._path = path
-        self._show()
-        if emit and changed:
-            self.sigChanged.emit()
-
-    def _show(self) -> None:
-        self.fileLabel.setText(Path(self._path).name if self._path else "(none)")
-        self.fileLabel.setToolTip(self._path or "No image: open one, or drop one onto the window")
-        self.clearButton.setEnabled(bool(self._path))
-
-    def open_dialog(self) -> bool:
-        start = str(Path(self._path).parent) if self._path else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Open image", start, IMAGE_FILTER)
-        if path:
-            self.set_path(path)
-        return bool(path)
+        super().__init__("image", "Open image", IMAGE_FILTER, "Choose a PNG, JPEG or WebP picture (or drop one onto "
+                         "the window)", "No image: open one, or drop one onto the window", parent)
 
 
 class ImageDrop(QObject):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QPen
@@ -312,7 +311,3 @@ class PipelineView(QWidget):
                 tile.marker.setRect(QRectF(-0.5, r - 0.5, cols, 1))
             tile.marker.show()
         return text
-
-    def data_of(self, name: str) -> np.ndarray | None:
-        s = self.stage(name)
-        return None if s is None else s.data

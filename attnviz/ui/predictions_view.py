@@ -39,6 +39,8 @@ def _p(value: float) -> str:
     return f"{value:.2f}".lstrip("0").replace("1.00", "1.0") if value >= 0.01 else f"{value:.0e}"
 
 
+PENDING = "Predictions: computing the output head for the shown input …"
+
 class _Cells(QWidget):
     """The painted row of cells (inside a horizontal scroll area)."""
 
@@ -179,8 +181,12 @@ class PredictionStrip(QWidget):
         self.cells.update()
 
     def show_pending(self) -> None:
-        """New maps are on screen and their predictions follow: the strip says so over the last ones."""
-        self.infoLabel.setText("Predictions: computing the output head for the new input …")
+        """New maps are on screen and their predictions follow: the strip says so, empty (the last result's
+        predictions belong to another input)."""
+        self.frames = None
+        self.cells.setMinimumWidth(0)
+        self.cells.update()
+        self.infoLabel.setText(PENDING)
 
     def set_generation(self, prompt_length: int | None, step: int | None) -> None:
         """Mark a generation's prompt boundary and the chosen token `step` (its position; None: no step)."""
@@ -210,7 +216,7 @@ class PredictionStrip(QWidget):
     def header(self) -> str:
         f = self.frames
         if f is None:
-            return "Predictions: waiting for a run"
+            return PENDING if self.infoLabel.text() == PENDING else "Predictions: waiting for a run"
         if f.message:
             return f"Predictions: {f.message}"
         if self.step_cell() is not None:

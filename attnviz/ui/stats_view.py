@@ -72,6 +72,8 @@ class StatsView(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.verticalHeader().hide()
+        # compact rows: a short dock shows half as many again (the style's default row is ~30 px)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
         self.table.sortByColumn(0, Qt.AscendingOrder)
 
         self.columnCombo = named(QComboBox(), "statsColumnCombo")
@@ -88,33 +90,34 @@ class StatsView(QWidget):
 
         self._make_overview()
 
-        right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Overview of"))
-        row.addWidget(self.columnCombo, 1)
-        rl.addLayout(row)
-        rl.addWidget(self.overview, 1)
-        self.overviewPanel = right
+        # One row of controls above the table and the overview: a row above and another below took a short
+        # dock's height from both (at 1280 x 800 the overview was 5 px high)
+        self.overviewChoice = QWidget()
+        choice = QHBoxLayout(self.overviewChoice)
+        choice.setContentsMargins(0, 0, 0, 0)
+        choice.addWidget(QLabel("Overview of"))
+        choice.addWidget(self.columnCombo, 1)
+        self.overviewPanel = self.overview
         split = QSplitter(Qt.Horizontal)
         split.addWidget(self.table)
-        split.addWidget(right)
+        split.addWidget(self.overview)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 1)
         split.setSizes([750, 350])
-        buttons = QHBoxLayout()
+        row = QHBoxLayout()
         self.infoLabel = QLabel()
         self.infoLabel.setStyleSheet("color: palette(mid);")
-        buttons.addWidget(self.infoLabel)
-        buttons.addWidget(self.overviewNote)
-        buttons.addStretch(1)
-        buttons.addWidget(self.copyButton)
-        buttons.addWidget(self.exportButton)
+        row.addWidget(self.infoLabel)
+        row.addWidget(self.overviewNote)
+        row.addStretch(1)
+        row.addWidget(self.overviewChoice)
+        row.addWidget(self.copyButton)
+        row.addWidget(self.exportButton)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.setSpacing(2)
+        layout.addLayout(row)
         layout.addWidget(split, 1)
-        layout.addLayout(buttons)
 
     def _make_overview(self) -> None:
         """The layer x head image of the chosen statistic, and the note shown when there is one layer."""
@@ -166,6 +169,7 @@ class StatsView(QWidget):
         f = self.frames
         has = f is not None and f.layers is not None
         self.overviewPanel.setVisible(has)
+        self.overviewChoice.setVisible(has)
         self.overviewNote.setVisible(not has)
         if not has:
             return

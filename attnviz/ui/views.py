@@ -24,17 +24,9 @@ from ..core.stages import BY_NAME
 from ..frames import Frames, head_title, not_kept_note, tensor_data, view_stage
 from ..models.tokens import display
 from ..style import STALE_OPACITY, number
-from .heatmap import (
-    TICK_TEXT_PX,
-    ColourBar,
-    CountsPaints,
-    Tile,
-    image_item,
-    lean_axes,
-    set_heat_image,
-    settle_before_paint,
-)
-from .mosaic import FADE, GENERATED_INK, ROW_MARK, TITLE_ROW_PX, MapTile, Mosaic, image_rects, widest_label_px
+from .heatmap import TICK_TEXT_PX, ColourBar, CountsPaints, image_item, lean_axes, set_heat_image, settle_before_paint
+from .labels import widest_label_px
+from .mosaic import POSITION_AXES, ROW_MARK, TOKEN_AXES, MapTile, Mosaic, image_rects
 from .panel import named
 from .zoom import ZoomFrames, drag_region
 
@@ -122,6 +114,12 @@ class CaptionBar(QWidget):
 
 
 @functools.lru_cache(maxsize=8)
+def positions(n: int) -> tuple[str, ...]:
+    """Position labels "0" .. "n-1" (a focused map of a run without tokens)."""
+    return tuple(str(i) for i in range(n))
+
+
+@functools.lru_cache(maxsize=8)
 def display_labels(axis: tuple[str, ...]) -> tuple[str, ...]:
     """One axis's token labels as drawn (a space or newline token made visible)."""
     return tuple(display(t) for t in axis)
@@ -143,7 +141,8 @@ def prepare_labels(result: RunResult) -> None:
 class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     """The maps of the shown batch item, one per head (plus an optional mean), and a colour bar.
 
-    The grid is drawn by one Mosaic item; a focused head is shown large in a PlotItem with axes."""
+    The grid is drawn by one Mosaic item; a focused head (and a zoomed block) too, with square cells and
+    labels (the positions where the run has no tokens) of every row and column whose label fits."""
 
     sigHover = Signal(str)
     sigFocusChanged = Signal()
@@ -162,14 +161,6 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         self.tiles: list[MapTile] = []  # what is shown, in order
         self.mosaic = Mosaic()
         self.ci.addItem(self.mosaic, row=0, col=0)
-        self.focus_tile = Tile()  # the focused head, large with its axes, over the mosaic
-        self.focus_tile.plot.setParentItem(self.mosaic)
-        self.focus_tile.plot.hide()
-        self._focus_row = pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(ROW_MARK, width=1.5))
-        self._focus_row.hide()
-        self.focus_tile.plot.addItem(self._focus_row, ignoreBounds=True)
-        self._generation_items = self._make_generation_items()
-        self.mosaic.geometryChanged.connect(self._fit_focus_tile)
         self.bar = ColourBar()
         self.ci.addItem(self.bar, row=0, col=1)
         self.legend = pg.LabelItem(justify="right", size="8pt")
@@ -191,41 +182,9 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         self.scene().sigMouseMoved.connect(self._hovered)
         self.scene().sigMouseClicked.connect(self._clicked)
 
-    def _make_generation_items(self) -> dict:
-        """The focused map's generation marks: the prompt's boundary (row and column), the step's row, the fade."""
-        dashed = pg.mkPen(GENERATED_INK, width=1.2, style=Qt.DashLine)
-        items = {"row": pg.InfiniteLine(angle=0, movable=False, pen=dashed),
-                 "column": pg.InfiniteLine(angle=90, movable=False, pen=dashed),
-                 "step": pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen(ROW_MARK, width=1.5)),
-                 "fade": QGraphicsRectItem()}
-        items["fade"].setBrush(FADE)
-        items["fade"].setPen(pg.mkPen(None))
-        for item in items.values():
-            item.hide()
-            self.focus_tile.plot.addItem(item, ignoreBounds=True)
-        return items
-
     def set_generation(self, prompt_length: int | None, step_row: int | None) -> None:
         """Mark a generation's prompt / generated boundary and its chosen step (None: no mark) in every map."""
         self.mosaic.set_generation(prompt_length, step_row)
-        rows = self.result.config.seq_q if self.result is not None else 0
-        cols = self.result.config.lkv if self.result is not None else 0
-        items = self._generation_items
-        bounded = prompt_length is not None and 0 < prompt_length < rows
-        for name in ("row", "column"):
-            items[name].setVisible(bounded)
-            if bounded:
-                items[name].setPos(prompt_length - 0.5)
-        stepped = bounded and step_row is not None
-        items["step"].setVisible(stepped)
-        items["fade"].setVisible(stepped and step_row + 1 < rows)
-        if stepped:
-            items["step"].setPos(step_row)
-            items["fade"].setRect(QRectF(-0.5, step_row + 0.5, cols, rows - step_row - 1))
-
-    def _fit_focus_tile(self) -> None:
-        if self.focus_tile.plot.isVisible():  # a hidden PlotItem is not laid out for nothing
-            self.focus_tile.plot.setGeometry(self.mosaic.rect())
 
     @property
     def tile_heads(self) -> list[int]:
@@ -249,11 +208,8 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
 
     def tile_pixels(self, rows: int, cols: int, heads: int) -> tuple[int, int]:
         """On-screen size (rows, cols) of one map, in device pixels: what the worker pools to."""
-        area = self._map_area()
-        if self.focus is not None:
-            size = area.adjusted(0, 0, 0, -TITLE_ROW_PX).size()
-        else:
-            size = image_rects(len(self._wanted_heads(heads)), rows, cols, self.mosaic.tile_area(area))[0].size()
+        area = self.mosaic.tile_area(self._map_area())
+        size = image_rects(len(self._wanted_heads(heads)), rows, cols, area, self.focus is not None)[0].size()
         ratio = self.devicePixelRatioF()
         return max(int(size.height() * ratio), 16), max(int(size.width() * ratio), 16)
 
@@ -267,6 +223,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     def show_frames(self, result: RunResult, frames: Frames, zoom: ZoomFrames | None = None) -> None:
         """Show a result's maps; with `zoom`, that block of them instead (every head, exact, its tokens)."""
         self.result, self.frames, self.zoom = result, frames, zoom
+        self.mosaic.message = ""  # maps now: no "opening" line
         if zoom is not None:
             self._show_zoom(zoom, result.config)
             return
@@ -281,14 +238,11 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
             if heat is not None:  # None: the mean was not rendered for this request
                 lo, hi = heat.levels
                 self.tiles.append(MapTile(h, heat, heat.title + ("" if shared else f" ({number(lo)}..{number(hi)})")))
-        axes = result.axis_tokens()
-        labels = axis_labels(result)
-        focused = self.focus is not None and bool(self.tiles)
-        self.mosaic.set_tiles([] if focused else self.tiles, (c.seq_q, c.lkv), None if focused else labels)
-        self.focus_tile.plot.setVisible(focused)
-        if focused:
-            self._fit_focus_tile()
-            self._show_focused(self.tiles[0], axes, c)
+        labels, names = axis_labels(result), TOKEN_AXES
+        focused = self.focus is not None
+        if focused and labels is None:  # a map shown large has its positions on the axes
+            labels, names = (positions(c.seq_q), positions(c.lkv)), POSITION_AXES
+        self.mosaic.set_tiles(self.tiles, (c.seq_q, c.lkv), labels, focused, names)
         self._show_bar(frames, c)
         focus = frames.extras.get("focus")  # token focus: its query row outlined in every map
         self.mark_row(focus.row if focus is not None else None)
@@ -301,8 +255,8 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
 
     def _show_zoom(self, zoom: ZoomFrames, c) -> None:
         self.tiles = [MapTile(h, heat, heat.title) for h, heat in enumerate(zoom.heads[:MAX_TILES])]
-        self.focus_tile.plot.hide()
-        self.mosaic.set_tiles(self.tiles, zoom.values.shape[1:], zoom.tokens)
+        names = TOKEN_AXES if self.result.axis_tokens() is not None else POSITION_AXES
+        self.mosaic.set_tiles(self.tiles, zoom.values.shape[1:], zoom.tokens, True, names)
         self._show_bar(zoom, c)
         self.mark_row(None)
         legend = f"{zoom.title} · " + _swatch_html(zoom.lut)
@@ -313,18 +267,9 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
 
     def zoom_pixels(self, rows: int, cols: int, heads: int) -> tuple[int, int]:
         """On-screen size (rows, cols) in device pixels of one map of a zoomed block (every head in the grid)."""
-        size = image_rects(min(heads, MAX_TILES), rows, cols, self.mosaic.tile_area(self._map_area()))[0].size()
+        size = image_rects(min(heads, MAX_TILES), rows, cols, self.mosaic.tile_area(self._map_area()), True)[0].size()
         ratio = self.devicePixelRatioF()
         return max(int(size.height() * ratio), 16), max(int(size.width() * ratio), 16)
-
-    def _show_focused(self, tile: MapTile, axes, c) -> None:
-        focus = self.focus_tile
-        focus.show(tile.heat, tile.title, lock_aspect=False)
-        focus.image.setOpacity(STALE_OPACITY if self.stale else 1.0)
-        if axes is None:
-            focus.set_axes(True)
-        else:
-            focus.set_token_axes(axes, self.tile_pixels(c.seq_q, c.lkv, 1))
 
     def _show_bar(self, frames: Frames, c) -> None:
         view = frames.options.view
@@ -340,7 +285,10 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     def set_stale(self, stale: bool) -> None:
         self.stale = stale
         self.mosaic.set_stale(stale)
-        self.focus_tile.image.setOpacity(STALE_OPACITY if stale else 1.0)
+
+    def set_message(self, text: str) -> None:
+        """A line in the middle of the grid while it has no maps (a model opening at launch); "" for none."""
+        self.mosaic.set_message(text)
 
     def set_focus(self, head: int | None) -> None:
         if head == -1 and not self.show_mean:
@@ -352,9 +300,6 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
     def mark_row(self, row: int | None) -> None:
         """Outline query row `row` in every map (token focus); None removes the outline."""
         self.mosaic.set_row(row)
-        self._focus_row.setVisible(row is not None)
-        if row is not None:
-            self._focus_row.setPos(row)
 
     # --- interaction -------------------------------------------------------------------------
 
@@ -362,19 +307,11 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
         """(head, x, y) under scene position `pos`: cell (i, j) spans y, x in i +- 0.5, j +- 0.5."""
         if not self.tiles:
             return None
-        if self.focus_tile.plot.isVisible():
-            vb = self.focus_tile.plot.getViewBox()
-            if not vb.sceneBoundingRect().contains(pos):
-                return None
-            p = vb.mapSceneToView(pos)
-            return self.tiles[0].head, p.x(), p.y()
         hit = self.mosaic.cell_at(self.mosaic.mapFromScene(pos))
         return None if hit is None else (self.tiles[hit[0]].head, hit[1], hit[2])
 
     def cell_scene_pos(self, k: int, x: float, y: float) -> QPointF:
         """Where cell coordinates (x, y) of the k-th shown map lie in the scene (the inverse of hovering)."""
-        if self.focus_tile.plot.isVisible():
-            return self.focus_tile.plot.getViewBox().mapViewToScene(QPointF(x, y))
         return self.mosaic.mapToScene(self.mosaic.cell_pos(k, x, y))
 
     def zoom_text(self, head: int, i: int, j: int) -> str:
@@ -489,12 +426,6 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
 
     def _drag_cells(self, start: QPointF, end: QPointF):
         """((x, y) at start, (x, y) at end) in the cells of the map under `start`, or None."""
-        if self.focus_tile.plot.isVisible():
-            vb = self.focus_tile.plot.getViewBox()
-            if not vb.sceneBoundingRect().contains(start):
-                return None
-            a, b = vb.mapSceneToView(start), vb.mapSceneToView(end)
-            return (a.x(), a.y()), (b.x(), b.y())
         hit = self.mosaic.cell_at(self.mosaic.mapFromScene(start))
         if hit is None:
             return None

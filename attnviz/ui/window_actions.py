@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu, QToolBar
+from PySide6.QtWidgets import QLineEdit, QMenu, QToolBar
+
+
+class ShortcutsFirst(QObject):
+    """Lets the window's Ctrl shortcuts through the panel's text boxes: a line edit claims some of them for itself
+    (on X11 Ctrl+E is "end of line"), and a claimed key never reaches the window's action. Their ShortcutOverride
+    is refused here, so the action fires; typing, and the edit keys (copy, paste, undo ...), stay the box's."""
+
+    def __init__(self, parent: QObject, keys: set) -> None:
+        super().__init__(parent)
+        self.keys = keys
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.ShortcutOverride and event.keyCombination() in self.keys:
+            event.ignore()
+            return True
+        return False
 
 
 class WindowActions:
@@ -37,6 +54,11 @@ class WindowActions:
         self.stopAction = self._action("Stop", "", self.stop_generation, "Stop the model writing (Esc); what it "
                                        "wrote so far stays on screen. During a long forward: cancel it within "
                                        "its current layer", run_menu)
+        keys = {a.shortcut()[0] for a in self.findChildren(QAction)
+                if not a.shortcut().isEmpty() and a.shortcut()[0].keyboardModifiers() & Qt.ControlModifier}
+        self._shortcuts_first = ShortcutsFirst(self, keys)
+        for box in self.panel.findChildren(QLineEdit):
+            box.installEventFilter(self._shortcuts_first)
 
     def _file_actions(self, menu: QMenu) -> None:
         act = self._action
@@ -45,8 +67,10 @@ class WindowActions:
         self.copyAction = act("Copy image", "Ctrl+Shift+C", self.copy_image,
                               "Copy the head grid as an image to the clipboard", menu, "copyButton")
         menu.addSeparator()
-        self.openAction = act("Open configuration…", "Ctrl+O", self.open_dialog,
-                              "Open a saved configuration (JSON)", menu, "openButton")
+        self.openAction = act("Open…", "Ctrl+O", self.open_any_dialog,
+                              "Open a .gguf model, a saved configuration (.json), exported maps (.npz), a picture or a "
+                              "text file; drop any of them, or a model folder, onto the window", menu, "openButton")
+        self._make_recent_menu(menu)
         self.saveAction = act("Save configuration…", "Ctrl+S", self.save_dialog,
                               "Save the configuration as JSON (the preset format)", menu, "saveButton")
         self.openTextAction = act("Open text file…", "Ctrl+Shift+O", self.open_text_dialog,

@@ -1,25 +1,57 @@
 """Where the window's docks go and how tall their area is.
 
 The model view and every explaining panel share one tabbed area at the bottom (a panel opened is a tab
-there, so opening more never takes more of the window's height), with the tensor view beside it. At a first
-launch that area takes what leaves the head grid GRID_SHARE of the window's height; after that the user's
-own arrangement (floated, split, resized: QMainWindow.saveState) is restored as it was left.
-Mixed into MainWindow.
+there, so opening more never takes more of the window's height), with the tensor view beside it. That area
+takes what leaves the head grid its share of the window's height: GRID_SHARE by default, else the share the
+user dragged the split to (remembered between launches). The split is kept as the window resizes and as docks
+open and close: a dock never squeezes the maps into a strip. Where the docks are (floated, split, tabbed:
+QMainWindow.saveState) is restored as it was left. Mixed into MainWindow.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDockWidget, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QDockWidget, QWidget
 
-GRID_SHARE = 0.47  # the head grid's share of the window's height at a first launch (at least 45% kept)
+GRID_SHARE = 0.47  # the head grid's share of the window's height by default (the maps area is over half)
+SHARE_RANGE = (0.25, 0.85)  # the shares a drag of the split may leave (a map stays readable, a dock usable)
 TENSOR_SHARE = 0.3  # the tensor view's share of the bottom row's width
 
 
 class WindowLayout:
     """The bottom dock area of MainWindow (needs its model dock, explaining panels and head grid)."""
 
-    _fitted = False  # the dock area sized for this window (once: then it is the user's)
+    _fitted = False  # the dock area sized for this window once (shown)
+    grid_share = GRID_SHARE  # the head grid's share of the window's height that the docks leave it
+    _fitting = False  # fit_docks is resizing the docks (not the user)
+
+    def _keep_split(self) -> None:
+        """The split follows the window's size and the docks that open or close (on the next loop pass, once)."""
+        self._split_timer = QTimer(self)
+        self._split_timer.setSingleShot(True)
+        self._split_timer.setInterval(0)
+        self._split_timer.timeout.connect(self.fit_docks)
+        self._split_watch = SplitWatch(self)
+        self.headGrid.installEventFilter(self._split_watch)
+
+    def _grid_resized(self, dragged: bool) -> None:
+        """The head grid resized. Under a held mouse button the user dragged the split: its share is kept from now
+        on. Otherwise the window resized, a dock opened or closed, or a row above the maps came or went: the
+        docks are sized again (on the next loop pass, once) so the grid has its share."""
+        if self._fitting or not self._fitted or self.height() <= 0:
+            return
+        if dragged and self._bottom_docks() == self._docked:  # not a dock dragged out or in
+            lo, hi = SHARE_RANGE
+            self.grid_share = min(max(self.headGrid.height() / self.height(), lo), hi)
+        elif abs(self.headGrid.height() - self.grid_share * self.height()) > 2:
+            self._split_timer.start()
+
+    _docked: list = []  # the bottom docks at the last fit
+
+    def _bottom_docks(self) -> list[QDockWidget]:
+        """The docks shown in the bottom area (not floating)."""
+        return [d for d in self.findChildren(QDockWidget) if d.isVisible() and not d.isFloating()
+                and self.dockWidgetArea(d) == Qt.BottomDockWidgetArea]
 
     def _make_tensor_dock(self, tensor: QWidget) -> None:
         self.tensorDock = QDockWidget("Tensor: one tensor of the shown batch item", self)
@@ -28,6 +60,7 @@ class WindowLayout:
         self.addDockWidget(Qt.BottomDockWidgetArea, self.tensorDock)
         self.splitDockWidget(self.modelDock, self.tensorDock, Qt.Horizontal)
         self.tensorDock.visibilityChanged.connect(self._tensor_dock_visible)
+        self._keep_split()
 
     def _tensor_dock_visible(self, visible: bool) -> None:
         if visible and self.result is not None:
@@ -39,22 +72,40 @@ class WindowLayout:
         self.tabifyDockWidget(self.modelDock, dock)
 
     def fit_docks(self) -> None:
-        """Size the bottom area so the head grid gets GRID_SHARE of the window's height (the tensor view's
-        least height permitting) and the bottom row splits TENSOR_SHARE to the tensor view."""
-        self._fitted = True
-        self.layout().activate()
-        bottom = next((d for d in (self.modelDock, self.tensorDock) if d.isVisible() and not d.isFloating()), None)
-        if bottom is None:
-            return
-        spare = self.headGrid.height() - int(GRID_SHARE * self.height())
-        self.resizeDocks([bottom], [max(bottom.height() + spare, 1)], Qt.Vertical)
-        if self.modelDock.isVisible() and self.tensorDock.isVisible():
-            row = self.modelDock.width() + self.tensorDock.width()
-            tensor = int(TENSOR_SHARE * row)
-            self.resizeDocks([self.modelDock, self.tensorDock], [row - tensor, tensor], Qt.Horizontal)
-        self.layout().activate()
+        """Size the bottom area so the head grid gets its share of the window's height (the docks' least
+        heights permitting); at the first fit the bottom row splits TENSOR_SHARE to the tensor view."""
+        self._fitting = True
+        try:
+            self.layout().activate()
+            docks = self._bottom_docks()
+            self._docked = docks
+            if docks:
+                bottom = docks[0]
+                spare = self.headGrid.height() - int(self.grid_share * self.height())
+                self.resizeDocks([bottom], [max(bottom.height() + spare, 1)], Qt.Vertical)
+            if not self._fitted and self.modelDock.isVisible() and self.tensorDock.isVisible():
+                row = self.modelDock.width() + self.tensorDock.width()
+                tensor = int(TENSOR_SHARE * row)
+                self.resizeDocks([self.modelDock, self.tensorDock], [row - tensor, tensor], Qt.Horizontal)
+            self.layout().activate()
+        finally:
+            self._fitting = False
+            self._fitted = True
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
         if not self._fitted:
             self.fit_docks()
+
+
+class SplitWatch(QObject):
+    """Tells the window when the head grid resizes under a held mouse button (a drag of the dock split)."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window = window
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize:
+            self.window._grid_resized(bool(QApplication.mouseButtons() & Qt.LeftButton))
+        return False

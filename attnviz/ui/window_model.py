@@ -3,11 +3,17 @@ opening a tile, and ablating heads from it. Mixed into MainWindow."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget
 
 from ..core.config import field_meta
+from ..core.saved import saved_layers
 from .model_view import ModelPanel, ModelView, ablated_heads, toggle_head
+
+MODEL_PROMPT = ("Choose a model under Model folder: one found on this machine, a folder (Open…) or a .gguf file "
+                "(the arrow beside Open…).")
 
 
 class WindowModel:
@@ -30,6 +36,49 @@ class WindowModel:
 
     _model_behind = False  # the model view open but behind another panel's tab (or the window minimised)
 
+    _opening = ""  # the model whose first run (it loads then) is on its way; "" for none
+
+    def _note_opening(self, config) -> None:
+        """A model other than the one shown is asked for: its first run reads its weights and tokenizer (a large
+        one for a minute or more). Said above the maps and over a grid with none yet, till its maps come."""
+        model = config.model if config.spec.backed and config.applies("model") else ""
+        if not model or (self.result is not None and self.result.config.model == model):
+            self._end_opening()
+            return
+        self._opening = model
+        text = (f"Opening {Path(model).name}: its weights and tokenizer are read on the first run (a large model "
+                "takes a minute or more); its maps follow. The maps below are the last run's.")
+        self.captionLabel.set_caption(text if self.result is not None else text.rsplit(" The maps", 1)[0], True)
+        self.headGrid.set_message(f"Opening {Path(model).name} …")
+        self.statusLabel.setText(f"Opening {Path(model).name} …")
+        self.staleLabel.hide()  # the last variant's state is not this one's
+
+    def _end_opening(self) -> None:
+        """The model's maps came, or its run failed or was cancelled: the caption is the shown result's again."""
+        if not self._opening:
+            return
+        self._opening = ""
+        self.headGrid.set_message("")
+        if self.result is not None:
+            self._show_caption(self.result)
+        else:
+            self.captionLabel.set_caption("", False)
+
+    def _prompt_for_model(self, field: str | None) -> bool:
+        """No model chosen yet for a pretrained variant: a prompt, not an error (no red box, no stale banner);
+        the last maps stay, dimmed, until a model is chosen. False: another failure (shown as one)."""
+        self._end_opening()
+        if field != "model" or self.panel.widgets["model"].folder():
+            return False
+        self.last_error = MODEL_PROMPT  # the next result clears it (_clear_failure)
+        self.panel.clear_error()
+        self.staleLabel.hide()
+        self.captionLabel.set_caption(MODEL_PROMPT, True)
+        self.statusBar().showMessage(MODEL_PROMPT)
+        self.headGrid.set_stale(True)
+        self.outputView.set_stale(True)
+        return True
+
     def model_view_wanted(self) -> bool:
         """Whether results go into the model view: it is open and its tab in front (a window not shown yet
         counts: its first result arrives as it shows)."""
@@ -44,16 +93,20 @@ class WindowModel:
     def _show_model(self, result) -> None:
         """A model-backed result: its layers in the model view, the layer selector bounded by the model."""
         layer_spin = self.panel.widgets["layer"]
-        if result.source is None:  # random weights: no model behind these maps
+        source = result.source or saved_layers(result)  # a model's forward, or an opened file's every layer
+        if source is None:  # random weights: no model behind these maps
             layer_spin.setMaximum(int(field_meta("layer")["maximum"]))
             # The dock stays, saying so: hiding it and showing it again with the next model resized
             # every view in the window, twice per switch between a trained and a random variant.
             self.modelView.show_none()
             return
-        layer_spin.setMaximum(result.source.info.layers - 1)  # a preset or file may widen it again (panel)
+        layer_spin.setMaximum(source.info.layers - 1)  # a preset or file may widen it again (panel)
+        if result.source is not None:  # the panel hides what this model does not read (decoder text, image)
+            self.panel.know_model(result.config.model, getattr(source.info, "stacks", ()),
+                                  getattr(source, "picture", None) is not None)
         if self.modelDock.isVisible() and self.model_view_wanted():  # a tab behind waits: composing every
             # layer's tiles took 25-45 ms of the GUI thread on a 30-layer model
-            self.modelView.show_source(result.source, result.config.layer, self.colormapCombo.currentData())
+            self.modelView.show_source(source, result.config.layer, self.colormapCombo.currentData())
 
     def _show_heads(self, result, frames, late: frozenset[str] = frozenset()) -> None:
         """What the heads do: the predictions strip; the model view's crossed (ablated) heads and badges.
@@ -63,6 +116,8 @@ class WindowModel:
             self.predictionStrip.show_frames(extras["predictions"], self.colormapCombo.currentData())
         elif "predictions" in late:
             self.predictionStrip.show_pending()
+        if "lens" in late:  # it comes with the predictions (sigExtras)
+            self.explain.lens.show_pending()
         if result.source is None:
             return
         heads = result.source.layer_weights.shape[2]

@@ -76,12 +76,12 @@ def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int]
 def complete_stages(result: RunResult, also: frozenset[str] = frozenset()) -> RunResult:
     """`result` with every stage of the default record (and `also`) its configuration has: run again (a
     seed variant with the same seed, a model on the same text: the same numbers) when the window's run left
-    some out (window_record). A pooled run's or a generation's stays as it is. On a worker thread only."""
+    some out (window_record). A pooled run's, a generation's or a file's stays as it is. On a worker thread only."""
     wanted = (DEFAULT_RECORD | also | result.stages.keys()) & frozenset(run_stages(result.config))
     if result.source is not None:
         wanted &= frozenset(backed_stages(result.source.info))
-    if result.pool_factor is not None or generating(result.config) or wanted <= result.stages.keys():
-        return result
+    if result.pool_factor is not None or generating(result.config) or result.opened or wanted <= result.stages.keys():
+        return result  # (maps opened from a file: nothing to run, the file's stages are all there is)
     config = result.config if result.source is None else result.source.key.replace(layer=result.config.layer)
     return run(config, record=wanted)
 
@@ -635,9 +635,11 @@ class Worker(QObject):
             reused = None if request.force else self._from_source(request.config, needed)  # a model's other layer
             self._last = None  # free the old maps before allocating new ones
             self._pools.clear()
-            if reused is None and generating(request.config):
+            if reused is None and generating(request.config) and request.force:
                 reused, stopped = self._generate(request, needed)
-            self._last = reused or self._run(request.config, needed, cancel=self._forward_cancel(request),
+            # a generation's view that its result cannot serve (a panel reading more): the plain forward
+            plain = request.config if request.force else request.config.replace(generate=0)
+            self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request),
                                              progress=self._progress_of(request),
                                              screen_px=kernel_screen_px(request.config, request.options))
             self._last_request = request.config
@@ -653,7 +655,7 @@ class Worker(QObject):
             return
         if recomputed and self.prepare is not None:
             self.prepare(self._last)
-        asked = request.config.generate if generating(request.config) else 0
+        asked = request.config.generate if generating(request.config) and self._last.prompt_length is not None else 0
         self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
                               generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom,
                               late=late), LATE_YIELD_MAX_S if late else None)

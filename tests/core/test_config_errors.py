@@ -66,21 +66,6 @@ def test_window_must_not_be_negative():
     check(info, "window", -1, "0 or more")
 
 
-@pytest.mark.parametrize("field, value", [("dropout", 1.5), ("dropout", -0.1), ("seed", -1), ("d_model", 1 << 17)])
-def test_other_ranges(field, value):
-    with pytest.raises(ConfigError) as info:
-        RunConfig(**{field: value})
-    check(info, field, value, field)
-
-
-@pytest.mark.parametrize("field, value", [("heads", "4"), ("heads", 4.0), ("heads", True), ("train", "yes"),
-                                          ("mask", 3), ("dropout", "0.1")])
-def test_wrong_types(field, value):
-    with pytest.raises(ConfigError) as info:
-        RunConfig(**{field: value})
-    check(info, field, value)
-
-
 def test_heads_not_dividing_the_width_lists_the_nearest_valid_counts():
     with pytest.raises(ConfigError) as info:
         RunConfig(variant="causal", d_model=64, heads=6)
@@ -118,13 +103,6 @@ def test_cuda_index_that_does_not_exist():
         check(info, "device", "cuda:99", "cuda:0", problem_words=(str(torch.cuda.device_count()),))
     else:
         check(info, "device", "cuda:99", "cpu")
-
-
-@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "CPU", "mps"])
-def test_malformed_device_names(device):
-    with pytest.raises(ConfigError) as info:
-        RunConfig(device=device)
-    check(info, "device", device, "cpu, cuda, cuda:N or auto")
 
 
 def test_unknown_variant_mask_and_dtype():

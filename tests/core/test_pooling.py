@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from attnviz.core import ConfigError, RunConfig, run
 from attnviz.core import pooling as pooling_module
 from attnviz.core.runner import MemoryBudgetError
-from attnviz.core.stats import head_stats
+from attnviz.core.stats import head_stats, row_keys
 
 
 def _max_pool(maps: np.ndarray, f: int) -> np.ndarray:
@@ -50,7 +50,7 @@ def test_the_seed_variant_pooled_equals_its_exact_maps(small_target, changes, bl
     np.testing.assert_allclose(pooled.output, exact.output, atol=1e-5)  # the layer's output is exact
     np.testing.assert_allclose(pooled.region, exact.dropped[:, :, 100:180, 30:90], atol=1e-6)
     if config.variant != "differential":
-        stats = head_stats(exact.dropped[0])
+        stats = head_stats(exact.dropped[0], keys=row_keys(exact.mask[0], 1024))  # as the statistics panel
         for name, values in stats.items():
             np.testing.assert_allclose(pooled.exact_stats[name][0], values, rtol=1e-5, atol=1e-7, err_msg=name)
     assert any("max-pooled 1,024 → 256" in n for n in pooled.notes)
@@ -129,4 +129,5 @@ def test_a_heads_row_with_no_key_under_safe_softmax_weighs_nothing_in_the_pooled
         with pooling_module.pooling(pool):
             attention(q, k, v, mask=mask, safe_softmax=True)
     got = pool.calls[0].stat_arrays()["max_weight"][0]
-    np.testing.assert_allclose(got, head_stats(exact.weights[0].numpy())["max_weight"], rtol=1e-6)
+    keys = mask[0].sum(-1).numpy()  # (H, Lq): head 1's row 3 is left out, head 0's counts
+    np.testing.assert_allclose(got, head_stats(exact.weights[0].numpy(), keys=keys)["max_weight"], rtol=1e-6)

@@ -22,11 +22,11 @@ from torch.overrides import TorchFunctionMode
 
 import attnviz.core as core
 from attnviz.core import (
-    AttentionTrace,
     CausalSelfAttention,
     ContextCrossAttention,
     CrossAttention,
     SelfAttention,
+    Trace,
     generate_mask,
 )
 from attnviz.core.stages import ordered
@@ -84,12 +84,12 @@ def record_seed(seed_module, out_proj, *args, **kwargs):
                      dropped=dropped, context=seen["context"])
 
 
-def assert_trace_matches(trace: AttentionTrace, ref: dict, equal_nan=False):
+def assert_trace_matches(trace: Trace, ref: dict, equal_nan=False):
     for name, expected in ref.items():
         close(getattr(trace, name), expected, equal_nan=equal_nan, msg=lambda m, n=name: f"trace.{n}: {m}")
 
 
-def assert_trace_shapes(trace: AttentionTrace, b, h, lq, lkv, d):
+def assert_trace_shapes(trace: Trace, b, h, lq, lkv, d):
     dh = d // h
     assert trace.q.shape == (b, h, lq, dh)
     assert trace.k.shape == (b, h, lkv, dh)

@@ -256,3 +256,45 @@ def test_predictions_made_a_few_positions_at_a_time_equal_transformers_with_thei
     np.testing.assert_allclose(result.unablated.top_probs, intact.exp().topk(3, -1).values.numpy(), atol=1e-5)
     kl = (intact.exp() * (intact - ablated)).sum(-1).numpy()
     np.testing.assert_allclose(result.kl, kl, atol=1e-5)
+
+
+def _mean_over_rows_with_a_choice(layer_weights, column):
+    """(layers, H): the mean weight on key `column(i)` over the rows i of a causal map with more than one
+    allowed key (rows 1..L-1), computed here from the maps themselves."""
+    lw = np.asarray(layer_weights, np.float64)[:, 0]  # (layers, H, L, L)
+    rows = np.arange(1, lw.shape[-2])
+    return lw[..., rows, column(rows)].mean(-1)
+
+
+def test_first_token_and_self_count_only_rows_where_the_head_has_a_choice(tiny_models):
+    from attnviz.core import heads as heads_module
+
+    heads_module._PROBED.clear()
+    config = _config(tiny_models("llama"))
+    lw = run(config).layer_weights
+    scores = head_scores(config)
+    first = _mean_over_rows_with_a_choice(lw, lambda i: np.zeros_like(i))
+    own = _mean_over_rows_with_a_choice(lw, lambda i: i)
+    np.testing.assert_allclose(scores["first_token"], first, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(scores["self"], own, rtol=1e-5, atol=1e-7)
+    # the forced first row (weight 1 on key 0, which is itself) counted would raise both scores
+    counted = lw[:, 0, :, :, 0].astype(np.float64).mean(-1)
+    assert (counted - scores["first_token"] > 1e-3).all()
+
+
+def test_a_head_that_attends_only_to_itself_scores_one_for_self_and_a_uniform_head_does_not():
+    from attnviz.core.heads import map_scores
+
+    n = 6
+    causal = np.tri(n, dtype=bool)
+    uniform = causal / causal.sum(-1, keepdims=True)
+    maps = np.stack([np.eye(n), uniform])[None, None]  # (layers 1, B 1, H 2, L, L)
+    scores = map_scores(maps, [causal[None, None]])
+    assert scores["self"][0, 0] == 1.0 and scores["first_token"][0, 0] == 0.0
+    expected = np.mean([1 / (i + 1) for i in range(1, n)])  # rows 1..5: weight 1/(i+1) on itself and on key 0
+    assert scores["self"][0, 1] == pytest.approx(expected) and scores["self"][0, 1] < 0.5
+    assert scores["first_token"][0, 1] == pytest.approx(expected)
+    # a bidirectional map has no forced row: every row counts
+    full = np.full((n, n), 1 / n)
+    both = map_scores(np.stack([np.eye(n), full])[None, None], [np.ones((1, 1, n, n), bool)])
+    assert both["self"][0].tolist() == pytest.approx([1.0, 1 / n])

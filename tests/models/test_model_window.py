@@ -43,6 +43,7 @@ def model_window(qtbot, tiny_models, monkeypatch, tmp_path):
     settle(qtbot, w)
     combo = w.panel.widgets["variant"]
     combo.setCurrentIndex(combo.findData("pretrained"))
+    w.panel.widgets["model"].combo.setCurrentIndex(1)  # the first model found
     settle(qtbot, w)
     yield w
     w.close()
@@ -52,7 +53,7 @@ def test_choosing_the_variant_shows_a_model_on_a_sentence(model_window, tiny_mod
     w = model_window
     chooser = w.panel.widgets["model"]
     assert chooser.objectName() == "modelEdit" and chooser.combo.objectName() == "modelCombo"
-    assert chooser.folder() == str(tiny_models("bert"))  # the first found, sorted
+    assert chooser.folder() == str(tiny_models("bert"))  # the first found, sorted, as chosen
     r = w.result
     assert r.config.variant == "pretrained" and r.tokens[0] == "[CLS]" and len(w.headGrid.tiles) == 4
     assert not w.panel.widgets["heads"].isVisible()
@@ -216,3 +217,100 @@ def test_a_model_window_leaves_the_scores_out_until_a_view_draws_them(model_wind
     w.viewCombo.setCurrentIndex(w.viewCombo.findData("weights"))
     settle(qtbot, w)
     assert len(w.compute.calls) == n + 1 and w.result.config.layer == 0
+
+
+def test_pretrained_with_no_model_chosen_is_a_prompt_not_an_error(qtbot, tiny_models, monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNVIZ_MODELS", str(tiny_models("bert")))  # a model is found, but nobody chose it
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    from attnviz.ui import MainWindow
+    from attnviz.ui.window_model import MODEL_PROMPT
+
+    compute = Counting()
+    w = MainWindow(compute=compute)
+    qtbot.addWidget(w)
+    w.show()
+    settle(qtbot, w)
+    calls = len(compute.calls)
+    combo = w.panel.widgets["variant"]
+    combo.setCurrentIndex(combo.findData("pretrained"))
+    qtbot.waitUntil(lambda: w.is_settled() and w.last_error is not None, timeout=10000)
+    chooser = w.panel.widgets["model"]
+    assert chooser.folder() == "" and len(compute.calls) == calls  # nothing opened unasked
+    assert w.captionLabel.text() == MODEL_PROMPT and MODEL_PROMPT in w.statusBar().currentMessage()
+    assert not w.staleLabel.isVisible() and w.panel.errorLabel.text() == ""  # no banner, no red message
+    assert chooser.styleSheet() == "" and chooser.combo.styleSheet() == ""
+    chooser.combo.setCurrentIndex(1)  # chosen: it opens, the prompt goes
+    settle(qtbot, w)
+    assert w.result.config.variant == "pretrained" and w.last_error is None and not w.headGrid.stale
+    w.close()
+
+
+def test_an_error_marks_the_model_box_not_the_file_dialogs_it_opens(qtbot, tmp_path):
+    from attnviz.ui import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    chooser = w.panel.widgets["model"]
+    w.panel.show_error("not a model folder", "model")
+    assert chooser.combo.styleSheet() and not chooser.styleSheet()  # a style sheet is inherited by children
+    w.close()
+
+
+class Gated(Counting):
+    """The real engine; a pretrained model's run waits for `gate` (a model that takes long to open)."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.gate = threading.Event()
+
+    def __call__(self, config, cancel=None, **kw):
+        if config.variant == "pretrained":
+            self.gate.wait(30)
+        return super().__call__(config, cancel=cancel, **kw)
+
+
+def test_opening_a_model_says_so_until_its_maps_come(qtbot, tiny_models, tmp_path):
+    from attnviz.core import RunConfig
+    from attnviz.ui import MainWindow
+
+    compute = Gated()
+    w = MainWindow(compute=compute)
+    qtbot.addWidget(w)
+    w.show()
+    settle(qtbot, w)
+    folder = tiny_models("bert")
+    w.panel.set_config(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+    qtbot.waitUntil(lambda: f"Opening {folder.name}" in w.captionLabel.text(), timeout=5000)
+    assert not w.staleLabel.isVisible() and w.result.config.variant != "pretrained"  # the last maps, said so
+    compute.gate.set()
+    settle(qtbot, w)
+    assert w.result.config.variant == "pretrained" and "Opening" not in w.captionLabel.text()
+    w.close()
+
+
+def test_a_relaunch_on_a_remembered_model_says_it_is_opening_over_the_empty_grid(qtbot, tiny_models, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from attnviz.core import RunConfig
+    from attnviz.ui import MainWindow
+    from attnviz.ui.window_settings import SETTINGS_VERSION
+
+    folder = tiny_models("bert")
+    settings = QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat)
+    settings.setValue("version", SETTINGS_VERSION)
+    settings.setValue("config", RunConfig(variant="pretrained", model=str(folder), text=SENTENCE).to_json())
+    settings.sync()
+    compute = Gated()
+    w = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat), compute=compute)
+    qtbot.addWidget(w)
+    w.show()
+    mosaic = w.headGrid.mosaic
+    qtbot.waitUntil(lambda: mosaic.message.startswith(f"Opening {folder.name}"), timeout=5000)
+    assert w.result is None and mosaic.rects == [] and folder.name in w.captionLabel.text()
+    w.grab().save(str(tmp_path / "opening.png"))
+    compute.gate.set()
+    settle(qtbot, w)
+    assert mosaic.message == "" and len(mosaic.rects) == w.result.config.heads
+    w.close()

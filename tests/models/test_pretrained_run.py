@@ -201,6 +201,21 @@ def test_cross_attention_rows_are_decoder_tokens_and_columns_the_encoders(tiny_m
     assert main([*argv, "-o", str(tmp_path / "cross.npz")]) == 0
     with np.load(tmp_path / "cross.npz") as saved:
         assert saved["weights"].shape == (1, model.info.heads, len(dec.ids), len(enc.ids))
+        assert list(saved["token_ids"]) == list(dec.ids) and list(saved["key_token_ids"]) == list(enc.ids)
+
+
+def test_each_stack_s_token_ids_are_its_rows_and_its_keys(tiny_models):
+    """token_ids are the ids of the rows' tokens; key_token_ids the keys', where they are not the rows'."""
+    folder = tiny_models("t5")
+    model = load_model(folder)
+    enc, dec = model.encode(SENTENCE), model.view("cross", "the cat").decoder
+    config = RunConfig(variant="pretrained", model=str(folder), text=SENTENCE, decoder_text="the cat")
+    expected = {"encoder": (enc.ids, None), "decoder": (dec.ids, None), "cross": (dec.ids, enc.ids)}
+    for stack, (rows, keys) in expected.items():
+        result = run(config.replace(stack=stack))
+        assert list(result.token_ids) == list(rows), stack
+        assert (result.key_token_ids is None) if keys is None else list(result.key_token_ids) == list(keys), stack
+        assert len(result.token_ids) == result.weights.shape[-2]
 
 
 @pytest.mark.parametrize(("family", "changes", "field", "match"), [

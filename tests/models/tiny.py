@@ -12,13 +12,18 @@ SENTENCE = "The cat sat on the mat, and the dog chased it."
 WORDS = sorted({w.strip(".,!;").lower() for s in CORPUS + [SENTENCE] for w in s.split()})
 
 
-def wordpiece_tokenizer():
+# the pieces all-MiniLM-L6-v2's vocabulary splits "attnviz" into (at ##t ##n ##vi ##z)
+MINILM_PIECES = ["at", "##t", "##n", "##vi", "##z"]
+
+
+def wordpiece_tokenizer(extra: tuple[str, ...] = ()):
     """BERT-style: lower-cased WordPiece, [CLS] $A [SEP] template, and padding left on (as
-    sentence-transformers ships it) so the loader must switch it off."""
+    sentence-transformers ships it) so the loader must switch it off. `extra`: more pieces, at the end."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {t: i for i, t in enumerate(specials + WORDS + [",", ".", "!", ";", "##s", "##ed", "ch", "##ase"])}
+    pieces = [",", ".", "!", ";", "##s", "##ed", "ch", "##ase", *extra]
+    vocab = {t: i for i, t in enumerate(specials + WORDS + pieces)}
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -50,10 +55,10 @@ def _save(folder, model, tokenizer) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
-def make_bert(folder):
+def make_bert(folder, extra: tuple[str, ...] = ()):
     from transformers import BertConfig, BertForMaskedLM
 
-    tok = wordpiece_tokenizer()
+    tok = wordpiece_tokenizer(extra)
     config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=40, initializer_range=0.3)
     _save(folder, BertForMaskedLM(config), tok)  # keys under "bert."
@@ -184,9 +189,9 @@ def make_llama3(folder):
                                                          "original_max_position_embeddings": 8})
 
 
-BUILDERS = {"bert": make_bert, "gpt2": make_gpt2, "llama": make_llama,
-            "qwen2": lambda f: make_llama(f, "qwen2"), "mistral": lambda f: make_llama(f, "mistral"),
-            "llama3": make_llama3}
+BUILDERS = {"bert": make_bert, "bert-minilm-pieces": lambda f: make_bert(f, tuple(MINILM_PIECES)),
+            "gpt2": make_gpt2, "llama": make_llama, "qwen2": lambda f: make_llama(f, "qwen2"),
+            "mistral": lambda f: make_llama(f, "mistral"), "llama3": make_llama3}
 for _family in INTERFACE_FAMILIES + WEIGHTS_ONLY_FAMILIES:
     BUILDERS.setdefault(_family, lambda f, t=_family: make_family(f, t))
 for _family in SEQ2SEQ_FAMILIES:

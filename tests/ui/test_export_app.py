@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QKeyCombination, QObject, Qt
 from PySide6.QtGui import QGuiApplication, QImage
 from uihelpers import wait_shown
 
@@ -126,3 +126,35 @@ def test_a_scores_image_from_a_window_that_left_the_scores_out(window, qtbot, tm
     expected = png_bytes(run(window.result.config), ExportOptions.from_view(
         window.frames.options, what="scores", scale=4))
     assert (tmp_path / "scores.png").read_bytes() == expected
+
+
+class ClaimsCtrlE(QObject):
+    """What a line edit does on X11, where Ctrl+E is "end of line": it claims the key (accepts its
+    ShortcutOverride), so no action of the window fires. Offscreen it does not: the claim is made here."""
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.ShortcutOverride and event.keyCombination() == QKeyCombination(
+                Qt.ControlModifier, Qt.Key_E):
+            event.accept()
+        return False
+
+
+def test_ctrl_e_exports_while_the_text_box_has_focus(window, qtbot):
+    from attnviz.core import load_preset
+
+    window.panel.set_config(load_preset("toy-induction"))
+    wait_shown(qtbot, window)
+    window.activateWindow()
+    text = window.panel.widgets["text"]
+    claim = ClaimsCtrlE(text)
+    text.installEventFilter(claim)
+    text.setFocus()
+    text.setCursorPosition(0)
+    qtbot.waitUntil(text.hasFocus, timeout=5000)
+    qtbot.keyClick(text, Qt.Key_E, Qt.ControlModifier)
+    qtbot.waitUntil(lambda: getattr(window, "exportDialog", None) is not None and window.exportDialog.isVisible(),
+                    timeout=5000)
+    window.exportDialog.close()
+    text.selectAll()
+    qtbot.keyClick(text, Qt.Key_C, Qt.ControlModifier)  # the edit keys stay the box's: copy copies the text
+    assert QGuiApplication.clipboard().text() == text.text()

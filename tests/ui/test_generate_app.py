@@ -107,7 +107,7 @@ def test_partials_arrive_in_order_and_grow(toy, qtbot, slow):
     assert len(toy.result.tokens) == 24 and toy.shown_id == rid  # then the final result, all 10
 
 
-def test_a_new_text_cancels_the_generation_and_nothing_of_it_is_shown_after(toy, qtbot, slow):
+def test_a_new_text_cancels_the_generation_and_runs_the_plain_forward(toy, qtbot, slow):
     seen = record_partials(toy)
     toy.panel.widgets["generate"].setValue(16)
     first = toy.request()
@@ -117,10 +117,28 @@ def test_a_new_text_cancels_the_generation_and_nothing_of_it_is_shown_after(toy,
     steps_before = sum(1 for text, _, _ in slow.steps if text == PROMPT)
     shown_at_edit = len(seen)
     wait_shown(qtbot, toy)
-    assert all(rid == second for rid, _ in seen[shown_at_edit:])  # no late partial of the old run
+    assert not seen[shown_at_edit:]  # no late partial of the old run, and the edit writes nothing
     assert PROMPT in slow.cancelled and sum(1 for text, _, _ in slow.steps if text == PROMPT) <= steps_before + 1
-    assert "".join(toy.result.tokens).startswith("abcdefabc") and toy.result.prompt_length == 9
-    assert first < second == toy.shown_id
+    assert "".join(toy.result.tokens) == "abcdefabc" and toy.result.prompt_length is None
+    assert slow.calls[-1].generate == 0 and first < second == toy.shown_id
+
+
+def test_generate_acts_once_edits_and_panels_run_the_plain_forward(toy, qtbot, slow):
+    qtbot.mouseClick(toy.panel.generateButton, Qt.LeftButton)  # the count off: it writes what fits, once
+    wait_shown(qtbot, toy)
+    assert toy.result.prompt_length == 14 and toy.panel.widgets["generate"].value() == 18
+    generations = sum(1 for c in slow.calls if c.generate)
+    toy.colormapCombo.setCurrentIndex(2)  # a view change shows the generation, run again for nothing
+    wait_shown(qtbot, toy)
+    assert toy.result.prompt_length == 14 and len(toy.result.tokens) == 32
+    toy.explain.docks["pipelineDock"].toggleViewAction().trigger()  # a panel that reads every stage
+    qtbot.waitUntil(lambda: toy.explain.pipeline.frames is not None, timeout=15000)
+    wait_shown(qtbot, toy)
+    toy.panel.widgets["text"].setText("abcdefabc")  # an edit: the plain forward of the new text
+    wait_shown(qtbot, toy)
+    assert "".join(toy.result.tokens) == "abcdefabc" and toy.result.prompt_length is None
+    assert sum(1 for c in slow.calls if c.generate) == generations  # no generation after the one asked for
+    assert not toy.panel.stopButton.isEnabled()
 
 
 def test_stop_keeps_what_was_written_and_shows_no_later_partial(toy, qtbot, slow):

@@ -352,6 +352,32 @@ def test_the_maps_come_first_and_the_predictions_follow(toy, qtbot, monkeypatch)
         np.testing.assert_array_equal(toy.modelView.head_types.scores[name], np.asarray(values, np.float64))
 
 
+def test_what_is_not_computed_yet_for_the_shown_input_says_so_never_the_last_values(toy, qtbot, monkeypatch):
+    import attnviz.explain as explain
+
+    release = threading.Event()
+    release.set()
+    original = explain.prediction_frames
+    monkeypatch.setattr(explain, "prediction_frames", lambda result: (release.wait(10), original(result))[1])
+    toy.explain.docks["lensDock"].toggleViewAction().trigger()
+    wait_shown(qtbot, toy)
+    lens = toy.explain.lens
+    qtbot.waitUntil(lambda: lens.table.heat.rowCount() > 0, timeout=10000)
+    release.clear()
+    before = toy.latest_id
+    toy.panel.widgets["text"].setText("abcdabcdponm")  # a new input: its predictions and lens follow its maps
+    qtbot.waitUntil(lambda: toy.latest_id > before and toy.shown_id == toy.latest_id, timeout=15000)
+    assert "".join(toy.result.tokens) == "abcdabcdponm"
+    strip = toy.predictionStrip
+    assert strip.top1() == [] and "computing" in strip.infoLabel.text()  # not the last input's predictions
+    assert lens.table.heat.rowCount() == 0 and "computing" in lens.infoLabel.text()
+    release.set()
+    wait_shown(qtbot, toy)
+    qtbot.waitUntil(lambda: lens.table.heat.rowCount() > 0, timeout=10000)
+    assert strip.top1() == [row[0] for row in run(toy.result.config).top_tokens]
+    assert lens.frames is toy.frames.extras["lens"] and len(lens.frames.positions) == len(toy.result.tokens)
+
+
 def test_a_view_only_change_brings_the_predictions_with_the_maps(toy, qtbot, monkeypatch):
     outcomes = arrivals(toy, monkeypatch)
     toy.colormapCombo.setCurrentIndex(2)  # the same result, shown again

@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QComboBox, QWidget
 from uihelpers import CountingRun, wait_shown
 
@@ -225,7 +226,8 @@ def test_click_focuses_a_head_and_escape_returns(window, qtbot):
     grid.set_focus(3)
     wait_shown(qtbot, window)
     assert len(tiles(window)) == 1 and grid.tile_heads == [3]
-    assert grid.focus_tile.plot.isVisible() and grid.focus_tile.plot.getAxis("left").isVisible()
+    assert grid.mosaic.axis_names == ("query position i", "key position j")  # drawn large with position labels
+    assert len(grid.mosaic.tick_labels(0)[0]) > 1
     qtbot.keyClick(window, Qt.Key_Escape)
     wait_shown(qtbot, window)
     assert len(tiles(window)) == 4
@@ -288,9 +290,16 @@ def test_settings_are_remembered(qtbot, tmp_path):
     w.panel.widgets["heads"].setValue(2)
     select(w.colormapCombo, "cividis")
     assert w.modelDock.isVisible()  # open at a first launch
-    w.resizeDocks([w.modelDock], [260], Qt.Vertical)  # the user makes it taller, then closes it
-    qtbot.waitUntil(lambda: abs(w.modelDock.height() - 260) <= 4)
-    w.modelDock.close()
+    central, dock = w.centralWidget().geometry(), w.modelDock.geometry()
+    start = QPoint(dock.center().x(), (central.bottom() + dock.top()) // 2)
+    QTest.mousePress(w, Qt.LeftButton, Qt.NoModifier, start)  # the user drags the split to make it taller ...
+    for dy in range(-10, -70, -10):
+        QTest.mouseMove(w, start + QPoint(0, dy))
+        qtbot.wait(10)
+    QTest.mouseRelease(w, Qt.LeftButton, Qt.NoModifier, start + QPoint(0, -60))
+    qtbot.waitUntil(lambda: w.modelDock.height() >= dock.height() + 50)
+    share = w.headGrid.height() / w.height()  # the maps' share of the window's height, kept and remembered
+    w.modelDock.close()  # ... then closes it
     wait_shown(qtbot, w)
     w.close()
     again = MainWindow(settings=QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat))
@@ -302,7 +311,7 @@ def test_settings_are_remembered(qtbot, tmp_path):
     assert not again.modelDock.isVisible()
     again.modelDock.show()
     qtbot.waitUntil(lambda: again.modelDock.isVisible())
-    assert abs(again.modelDock.height() - 260) <= 4
+    qtbot.waitUntil(lambda: abs(again.headGrid.height() / again.height() - share) < 0.01)
     again.close()
 
 
@@ -600,12 +609,14 @@ def test_a_focused_map_has_token_axes_then_position_axes_again(qtbot):
     grid.set_focus(1)
     toy = run(load_preset("toy-reverse"))
     grid.show_frames(toy, render(toy, ViewOptions()))
-    left = grid.focus_tile.plot.getAxis("left")
-    assert grid.tile_heads == [1] and grid.mosaic.tiles == []  # drawn large with axes, not in the mosaic
-    assert [label for _, label in left._tickLevels[0]] == list(toy.axis_tokens()[0])
+    left = grid.mosaic.tick_labels(0)[0]
+    assert grid.tile_heads == [1] and len(grid.mosaic.rects) == 1  # drawn large, square cells, every label
+    assert [label for _, label in left] == list(toy.axis_tokens()[0])
     plain = run(RunConfig.for_variant("causal", heads=toy.config.heads, seq_q=toy.config.seq_q, d_model=64))
     grid.show_frames(plain, render(plain, ViewOptions()))
-    assert left._tickLevels is None and left.labelText == "query position i"
+    left = grid.mosaic.tick_labels(0)[0]
+    assert [label for _, label in left] == [str(i) for i in range(plain.config.seq_q)]
+    assert grid.mosaic.axis_names[0] == "query position i"
 
 
 def test_a_resize_while_stale_regrids(window, qtbot):

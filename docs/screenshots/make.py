@@ -1,6 +1,6 @@
 """Make the README's "Using the app" screenshots: the real MainWindow, offscreen, at 1600 x 1000.
 
-    python resources/screenshots/make.py --minilm DIR --smollm FILE.gguf [--out DIR] [--only NAME ...]
+    python docs/screenshots/make.py --minilm DIR --smollm FILE.gguf [--out DIR] [--only NAME ...]
 
 --minilm is a local all-MiniLM-L6-v2 folder (config.json, model.safetensors, tokenizer.json), --smollm
 SmolLM2-135M-Instruct's Q4_1 GGUF file; nothing is downloaded. Before each grab the window shows its newest

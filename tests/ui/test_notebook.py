@@ -1,0 +1,144 @@
+"""attnviz.show() and bertviz's head_view / model_view from a notebook: the maps someone already has (transformers'
+output_attentions, a TransformerLens cache, an array) open in a window of their own process, exactly as given."""
+
+from __future__ import annotations
+
+import inspect
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from uihelpers import wait_shown
+
+import attnviz
+from attnviz.core import ConfigError
+from attnviz.notebook import attention_maps, maps_result
+from attnviz.ui import MainWindow
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the tiny checkpoints' writers
+from tiny import make_gpt2  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gpt2_attentions(tmp_path_factory):
+    """transformers' own eager attention weights (output_attentions=True) of a tiny GPT-2 and its tokens."""
+    from tokenizers import Tokenizer
+    from transformers import GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    make_gpt2(folder)
+    model = GPT2LMHeadModel.from_pretrained(folder, local_files_only=True, attn_implementation="eager").eval()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    encoding = tokenizer.encode("the cat sat on the mat")
+    with torch.no_grad():
+        out = model(torch.tensor([encoding.ids]), output_attentions=True)
+    return out.attentions, encoding.tokens
+
+
+def shown_in_window(qtbot, path):
+    w = MainWindow(open_path=str(path))
+    qtbot.addWidget(w)
+    w.show()
+    wait_shown(qtbot, w)
+    return w
+
+
+def test_show_opens_transformers_attentions_in_a_process_of_its_own(qtbot, gpt2_attentions):
+    attentions, tokens = gpt2_attentions
+    shown = attnviz.show(attentions, tokens=tokens, layer=1)
+    try:
+        assert shown.process.args[-1] == str(shown.path) and shown.process.args[1:3] == ["-m", "attnviz"]
+        w = shown_in_window(qtbot, shown.path)  # what that window opens, opened here
+        assert np.array_equal(w.result.weights[0], attentions[1][0].numpy())  # max diff 0
+        assert np.array_equal(w.result.layer_weights[:, 0], torch.stack(attentions)[:, 0].numpy())
+        assert w.result.axis_tokens() == (tuple(tokens), tuple(tokens))
+        w.panel.widgets["layer"].setValue(2)
+        qtbot.waitUntil(lambda: w.shown_id == w.latest_id and w.result.weights is not None
+                        and np.array_equal(w.result.weights[0], attentions[2][0].numpy()), timeout=15000)
+        w.close()
+        assert shown.process.poll() is None  # the window's process still runs; this one went on meanwhile
+    finally:
+        shown.process.send_signal(signal.SIGTERM)
+        shown.process.wait(timeout=30)
+    assert shown.process.returncode == -signal.SIGTERM  # it ran until stopped, it did not fail
+
+
+def test_a_transformerlens_cache_and_plain_arrays(gpt2_attentions):
+    attentions, tokens = gpt2_attentions
+    cache = {f"blocks.{i}.attn.hook_pattern": a for i, a in enumerate(attentions)}
+    cache |= {"blocks.0.hook_resid_pre": torch.zeros(1, 7, 32), "blocks.1.attn.hook_z": torch.zeros(1, 7, 4, 8)}
+    expected = torch.stack(attentions)[:, 0].numpy()
+    assert np.array_equal(attention_maps(cache), expected)
+    assert np.array_equal(attention_maps(expected[1]), expected[1:2])  # (heads, q, k): one layer
+    assert np.array_equal(attention_maps(torch.stack(attentions)), expected)  # (layers, batch, heads, q, k)
+
+    class Saved:  # nnsight: a saved proxy's value
+        value = attentions[0]
+    assert np.array_equal(attention_maps([Saved()]), expected[:1])
+    result = maps_result(expected, tokens, layer=2)
+    assert np.array_equal(result.weights[0], expected[2]) and result.config.heads == 4
+    assert result.config.seq_q == result.config.lkv == len(tokens)
+
+
+def test_cross_attention_needs_its_key_tokens():
+    weights = torch.softmax(torch.randn(2, 3, 5), dim=-1).numpy()
+    result = maps_result(attention_maps(weights), ["a", "b", "c"], ["k1", "k2", "k3", "k4", "k5"])
+    assert result.axis_tokens() == (("a", "b", "c"), ("k1", "k2", "k3", "k4", "k5"))
+    with pytest.raises(ConfigError, match="give key_tokens="):
+        maps_result(attention_maps(weights), ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("bad, words", [
+    (np.zeros((2, 3)), "not (layers, heads, q, k)"),
+    (np.full((1, 2, 3, 3), np.nan), "NaN or infinite"),
+    (np.ones((1, 2, 3, 3)), "sums to 3, not 1"),
+    ("attention", "not an array of numbers"),
+    ({"blocks.0.hook_resid_pre": np.zeros(3)}, "holds no blocks.N.attn.hook_pattern"),
+])
+def test_bad_maps_are_one_clear_error(bad, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        attention_maps(bad)
+
+
+def test_scores_are_taken_when_said_to_be_scores():
+    scores = np.array([[[[0.0, -np.inf], [1.0, 2.0]]]], dtype=np.float32)
+    with pytest.raises(ConfigError, match="NaN or infinite"):
+        attention_maps(scores)
+    result = maps_result(attention_maps(scores, scores=True), scores=True)
+    assert np.array_equal(result.scores, scores[:1])
+    assert np.allclose(result.weights[0, 0], [[1, 0], [np.exp(-1) / (1 + np.exp(-1)), 1 / (1 + np.exp(-1))]])
+
+
+def test_wrong_token_counts_name_the_count():
+    weights = attention_maps(torch.softmax(torch.randn(2, 4, 4), dim=-1))
+    with pytest.raises(ConfigError, match="3 tokens for maps of 4 query rows"):
+        maps_result(weights, ["a", "b", "c"])
+
+
+def test_bertviz_calls_work_as_they_are():
+    bertviz_head = ["attention", "tokens", "sentence_b_start", "prettify_tokens", "layer", "heads",
+                    "encoder_attention", "decoder_attention", "cross_attention", "encoder_tokens", "decoder_tokens",
+                    "include_layers", "html_action"]
+    bertviz_model = ["attention", "tokens", "sentence_b_start", "prettify_tokens", "display_mode",
+                     "encoder_attention", "decoder_attention", "cross_attention", "encoder_tokens", "decoder_tokens",
+                     "include_layers", "include_heads", "html_action"]
+    assert list(inspect.signature(attnviz.head_view).parameters)[:len(bertviz_head)] == bertviz_head
+    assert list(inspect.signature(attnviz.model_view).parameters)[:len(bertviz_model)] == bertviz_model
+
+
+def test_head_view_and_model_view_write_the_maps_bertviz_would_draw(monkeypatch, gpt2_attentions):
+    from attnviz import notebook
+    from attnviz.core.saved import read_maps
+
+    opened = []
+    monkeypatch.setattr(notebook, "open_window", lambda path: opened.append(Path(path)) or path)
+    attentions, tokens = gpt2_attentions
+    attnviz.head_view(attentions, tokens, layer=2)
+    attnviz.model_view(attentions, tokens, include_layers=[0, 2])
+    head, model = (read_maps(p) for p in opened)
+    assert np.array_equal(head.weights[0], attentions[2][0].numpy()) and head.config.layer == 2
+    assert head.tokens == tuple(t.replace("\u0120", " ") for t in tokens)  # bertviz's prettify_tokens
+    assert np.array_equal(model.layer_weights[:, 0], torch.stack([attentions[0], attentions[2]])[:, 0].numpy())

@@ -1,0 +1,138 @@
+"""Opening what people have in the window: `attnviz PATH` (MainWindow(open_path=...)), exported maps (.npz) shown
+as saved with no recompute, File > Open Recent, and drops onto the window."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+from uihelpers import CountingRun, wait_shown
+
+from attnviz.cli import main as cli_main
+from attnviz.core import RunConfig
+from attnviz.ui import MainWindow
+from attnviz.ui.window_open import RECENT_COUNT
+
+
+def open_window(qtbot, path=None, settings=None, compute=None):
+    w = MainWindow(settings=settings, compute=compute or CountingRun(), open_path=None if path is None else str(path))
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    wait_shown(qtbot, w)
+    return w
+
+
+def rendered(tmp_path, name, *flags):
+    path = tmp_path / name
+    assert cli_main(["render", *flags, "-o", str(path)]) == 0
+    return path
+
+
+def test_an_exported_npz_opens_as_saved_with_nothing_computed(qtbot, tmp_path):
+    npz = rendered(tmp_path, "toy.npz", "--variant", "toy-induction", "--all-layers")
+    compute = CountingRun()
+    w = open_window(qtbot, npz, compute=compute)
+    saved = np.load(npz)
+    assert w.panel.config().variant == "maps"
+    assert w.result.opened == str(npz)
+    assert np.array_equal(w.result.weights, saved["weights"])  # the file's arrays, not a new forward
+    assert w.result.tokens == tuple(saved["tokens"])
+    assert w.result.config.variant == "toy-induction"  # the run it was saved from, for titles and shapes
+    assert all(c.variant == "maps" for c in compute.calls)  # no toy was run
+    w.close()
+
+
+def test_another_layer_of_an_all_layers_npz_and_a_stage_the_file_lacks(qtbot, tmp_path):
+    npz = rendered(tmp_path, "toy.npz", "--variant", "toy-induction", "--all-layers")
+    w = open_window(qtbot, npz)
+    layer = w.panel.widgets["layer"]
+    other = 1 - layer.value()
+    layer.setValue(other)
+    qtbot.waitUntil(lambda: w.shown_id == w.latest_id and w.result.config.layer == other, timeout=15000)
+    assert np.array_equal(w.result.weights, np.load(npz)["layer_weights"][other][None])
+    w.viewCombo.setCurrentIndex(w.viewCombo.findData("scores"))
+    qtbot.waitUntil(lambda: w.failed_id == w.latest_id, timeout=15000)
+    assert "holds no scores" in w.last_error and "maps only" in w.last_error
+    assert np.array_equal(w.result.weights, np.load(npz)["layer_weights"][other][None])  # the last good maps stay
+    w.close()
+
+
+def test_the_window_exports_an_opened_npz_as_the_cli_drew_the_run(qtbot, tmp_path):
+    from attnviz.ui.export_dialog import ExportDialog
+
+    npz = rendered(tmp_path, "seed.npz", "--preset", "seed000-demo")
+    w = open_window(qtbot, npz)
+    scale = w.scaleCombo.currentData()  # the window's default scale for the run (the CLI's is linear)
+    png = rendered(tmp_path, "seed.png", "--preset", "seed000-demo", "--scale-mode", scale)
+    w.exportAction.trigger()
+    dialog = w.exportDialog
+    assert isinstance(dialog, ExportDialog)
+    dialog.pathEdit.setText(str(tmp_path / "again.png"))
+    with qtbot.waitSignal(dialog.sigFinished, timeout=20000) as blocker:
+        dialog.exportButton.click()
+    assert blocker.args[0], blocker.args
+    assert (tmp_path / "again.png").read_bytes() == png.read_bytes()
+    w.close()
+
+
+def test_a_damaged_npz_is_one_line_and_the_last_maps_stay(qtbot, tmp_path):
+    w = open_window(qtbot)
+    before = w.result
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip archive")
+    assert not w.open_path(str(bad))
+    message = w.statusBar().currentMessage()
+    assert "bad.npz is not an NPZ archive" in message and "Fix:" in message
+    assert w.result is before
+    assert not w.open_path(str(tmp_path / "nothing.gguf"))
+    assert "does not exist" in w.statusBar().currentMessage()
+    w.close()
+
+
+def test_open_recent_keeps_the_last_ten_newest_first_across_sessions(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    w = open_window(qtbot, settings=settings)
+    configs = []
+    for i in range(RECENT_COUNT + 2):
+        path = tmp_path / f"config{i}.json"
+        path.write_text(RunConfig(seed=i).to_json(), encoding="utf-8")
+        configs.append(str(path))
+        assert w.open_path(str(path))
+    assert w.open_path(configs[3])  # opened again: to the top, not twice
+    expected = [configs[3], *reversed(configs[4:]), *reversed(configs[:3])][:RECENT_COUNT]
+    assert w.recent_files() == expected
+    entries = [a for a in w.recentMenu.actions() if a.toolTip() in expected]
+    assert [a.toolTip() for a in entries] == expected
+    w.close()
+    again = open_window(qtbot, settings=QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    assert again.recent_files() == expected
+    next(a for a in again.recentMenu.actions() if a.toolTip() == configs[5]).trigger()
+    assert again.panel.config().seed == 5
+    again.close()
+
+
+def drop(window, path) -> None:
+    """A file dragged onto the window and dropped there, as Qt delivers it."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    enter = QDragEnterEvent(QPoint(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()
+    QApplication.sendEvent(window, QDropEvent(QPointF(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+
+
+def test_a_dropped_npz_or_model_folder_is_opened(qtbot, tmp_path):
+    npz = rendered(tmp_path, "seed.npz", "--preset", "seed000-demo")
+    w = open_window(qtbot)
+    drop(w, npz)
+    assert w.panel.config() == RunConfig.for_variant("maps", maps=str(npz), layer=0)
+    wait_shown(qtbot, w)
+    assert w.result.opened == str(npz)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    drop(w, folder)
+    assert w.panel.widgets["variant"].currentData() == "pretrained"
+    assert w.panel.widgets["model"].folder() == str(folder)
+    w.close()
