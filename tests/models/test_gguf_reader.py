@@ -1,17 +1,14 @@
 """attnviz's own GGUF reader: tensors dequantise bit for bit as the gguf package's NumPy does, config, tensor
-names and weights equal transformers' GGUF load, and every damaged header or tensor table is refused in one
-line naming what is wrong (CLI exit 2, nothing written) before anything is allocated or drawn."""
+names, weights, maps and logits equal transformers' GGUF load, and opening reports its steps and stops on
+Cancel. (Damaged files: tests/test_bad_input_table.py's GGUF rows.)"""
 
 from __future__ import annotations
-
-import struct
 
 import numpy as np
 import pytest
 import torch
 from tiny import SENTENCE, write_llama_gguf
 
-from attnviz.cli import main
 from attnviz.models import load_model
 from attnviz.models.gguf_dequant import dequantize
 from attnviz.models.gguf_reader import read_header, tensor_bytes
@@ -113,67 +110,7 @@ def test_the_tokenizer_equals_transformers_gguf_tokenizer(quantised):
         assert list(model.encode(text).ids) == theirs(text)["input_ids"]
 
 
-# --- damaged files: each one line naming the real cause, CLI exit 2, nothing written
-
-
-def _field_offset(path, tensor: int, part: int) -> int:
-    reader = gguf.GGUFReader(str(path))
-    field = reader.tensors[tensor].field  # parts: name length, name, n_dims, dims, type, offset
-    return int(field.parts[part].ctypes.data - reader.data.ctypes.data)
-
-
-def _set_offset(data: bytearray, good, tensor: int, value) -> bytearray:
-    at = _field_offset(good, tensor, -1)
-    data[at:at + 8] = struct.pack("<Q", value if isinstance(value, int) else value(data, at))
-    return data
-
-
-def _set_count(data: bytearray, good, key: str, value: int) -> bytearray:
-    reader = gguf.GGUFReader(str(good))
-    count = reader.fields[key].parts[4]  # parts of an array: key length, key, value type, element type, count
-    at = int(count.ctypes.data - reader.data.ctypes.data)
-    assert count.dtype == np.uint64
-    data[at:at + 8] = struct.pack("<Q", value)
-    return data
-
-
-def _offset_of(good, tensor: int) -> int:
-    return int(gguf.GGUFReader(str(good)).tensors[tensor].data_offset) - read_header(good).data_start
-
-
-DAMAGE = {
-    "empty": (lambda d, g: bytearray(), "the file is empty (0 bytes)"),
-    "wrong magic": (lambda d, g: bytearray(b"PK\x03\x04") + d[4:], "not a GGUF file: it starts with b'PK"),
-    "header cut": (lambda d, g: d[:12], "cut short: 12 bytes"),
-    "version 1": (lambda d, g: d[:4] + struct.pack("<I", 1) + d[8:], "GGUF version 1"),
-    "2^60 tensors": (lambda d, g: d[:8] + struct.pack("<Q", 1 << 60) + d[16:],
-                     "promises 1,152,921,504,606,846,976 tensors"),
-    "2^60 metadata entries": (lambda d, g: d[:16] + struct.pack("<Q", 1 << 60) + d[24:],
-                              "promises 1,152,921,504,606,846,976 metadata entries"),
-    "cut at 1 KB": (lambda d, g: d[:1024], "truncated or damaged"),
-    "a key 2^60 bytes long": (lambda d, g: d[:24] + struct.pack("<Q", 1 << 60) + d[32:],
-                              "metadata entry 1 of 18 needs 1,152,921,504,606,846,976 bytes at byte 32"),
-    "a vocabulary of 2^60 tokens": (lambda d, g: _set_count(d, g, "tokenizer.ggml.tokens", 1 << 60),
-                                    "'tokenizer.ggml.tokens' promises 1,152,921,504,606,846,976 values"),
-    "cut in the data": (lambda d, g: d[:len(d) - 100], "truncated or damaged: tensor 'blk.1.ffn_norm.weight' ends"),
-    "unaligned offset": (lambda d, g: _set_offset(d, g, 1, _offset_of(g, 1) + 4), "not a multiple of the file's "
-                         "alignment 32"),
-    "offset wrapping past 2^64": (lambda d, g: _set_offset(d, g, 1, (1 << 64) - 32), "ends at byte"),
-    "overlapping tensors": (lambda d, g: _set_offset(d, g, 2, _offset_of(g, 1)), "overlap"),
-    "offset past the end": (lambda d, g: _set_offset(d, g, 0, 1 << 40), "ends at byte"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(DAMAGE))
-def test_a_damaged_gguf_names_its_damage(tiny_gguf_path, tmp_path, capsys, case):
-    damage, words = DAMAGE[case]
-    path = tmp_path / "model.gguf"
-    path.write_bytes(bytes(damage(bytearray(tiny_gguf_path.read_bytes()), tiny_gguf_path)))
-    out = tmp_path / "never.png"
-    assert main(["render", "--model", str(path), "--text", SENTENCE, "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert words in err and "Fix:" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert not out.exists()
+# --- damaged files: their rows are in tests/test_bad_input_table.py (GGUF_ROWS)
 
 
 @pytest.fixture(scope="module")
