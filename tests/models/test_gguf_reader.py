@@ -142,3 +142,28 @@ def test_opening_reports_its_steps_and_cancel_stops_it(tiny_gguf_path, tmp_path)
         model = load_model(path)  # nothing half-built was kept
     assert heard == [("tensors", n, 21) for n in range(1, 22)] + [("tokenizer", 0, 1), ("tokenizer", 1, 1)]
     assert model.info.layers == 2
+
+
+def test_the_file_is_parsed_once_by_attnviz_alone(tiny_gguf_path, tmp_path, monkeypatch):
+    """No GGUFReader, no load_gguf_checkpoint, no get_gguf_tokenizer: the header attnviz parsed once serves the
+    summary, the config, the tokenizer and the weights."""
+    import shutil
+
+    import gguf as gguf_package
+    from transformers import modeling_gguf_pytorch_utils
+    from transformers.integrations import gguf as tf_gguf
+
+    from attnviz.models import gguf_files
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the file was parsed again")
+
+    for owner, name in ((gguf_package, "GGUFReader"), (modeling_gguf_pytorch_utils, "load_gguf_checkpoint"),
+                        (tf_gguf, "get_gguf_tokenizer"), (tf_gguf, "read_gguf_metadata")):
+        monkeypatch.setattr(owner, name, forbidden)
+    parsed = []
+    monkeypatch.setattr(gguf_files, "read_header", lambda path: parsed.append(path) or read_header(path))
+    path = tmp_path / "once.gguf"
+    shutil.copy(tiny_gguf_path, path)
+    model = load_model(path)
+    assert parsed == [str(path)] and model.encode(SENTENCE).ids
