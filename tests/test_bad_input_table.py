@@ -11,8 +11,11 @@ A new feature's bad inputs go here as new rows (GGUF files have their own marked
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -300,8 +303,76 @@ OUTPUT_ROWS = [
 ]
 
 # --- GGUF files ----------------------------------------------------------------------------------------------
-# The GGUF reader's rows (empty, wrong magic, truncated, header counts past the file, tensor offsets) go here.
-GGUF_ROWS: list[Row] = []
+# A tiny llama GGUF (tests/models/tiny.py), damaged: each refused before anything is allocated or drawn, naming
+# the damage (models/gguf_reader.py).
+LOTS = 1 << 60
+
+
+def gguf(damage: Callable[[bytearray, dict], bytes | bytearray]) -> Make:
+    """`damage(the file's bytes, where its fields lie)` written as model.gguf, then `attnviz render --model` it."""
+    def make(work: Path, models):
+        with contextlib.redirect_stderr(io.StringIO()):  # building the tiny model draws a progress bar
+            good = _good_gguf(models)
+        (work / "model.gguf").write_bytes(bytes(damage(bytearray(good.read_bytes()), _fields(good))))
+        return ["--model", str(work / "model.gguf"), "--text", "hi", "-o", str(work / "o.png")]
+    return make
+
+
+def _good_gguf(models) -> Path:
+    path = models("llama").parent / "tiny-llama.gguf"
+    if not path.exists():
+        from tiny import write_llama_gguf
+
+        write_llama_gguf(models("llama"), path)
+    return path
+
+
+def _fields(path: Path) -> dict:
+    """Byte positions of the fields the rows damage, and the tensors' offsets, found with gguf's own reader."""
+    import gguf as gguf_package
+
+    reader = gguf_package.GGUFReader(str(path))
+    at = lambda part: int(part.ctypes.data - reader.data.ctypes.data)  # noqa: E731
+    start = min(int(t.data_offset) for t in reader.tensors)
+    return {"offset_at": [at(t.field.parts[-1]) for t in reader.tensors],
+            "type_at": [at(t.field.parts[4]) for t in reader.tensors],
+            "offset": [int(t.data_offset) - start for t in reader.tensors],
+            "tokens_count_at": at(reader.fields["tokenizer.ggml.tokens"].parts[4])}
+
+
+def put(data: bytearray, at: int, fmt: str, value: int) -> bytearray:
+    data[at:at + struct.calcsize(fmt)] = struct.pack(fmt, value)
+    return data
+
+
+GGUF_ROWS: list[Row] = [
+    Row("gguf-empty", gguf(lambda d, f: b""), 2, ("the file is empty (0 bytes)", "Fix:"), computes=True),
+    Row("gguf-wrong-magic", gguf(lambda d, f: b"PK\x03\x04" + d[4:]), 2,
+        ("not a GGUF file: it starts with b'PK", "magic bytes"), computes=True),
+    Row("gguf-header-cut", gguf(lambda d, f: d[:12]), 2, ("cut short: 12 bytes",), computes=True),
+    Row("gguf-version-1", gguf(lambda d, f: put(d, 4, "<I", 1)), 2, ("GGUF version 1",), computes=True),
+    Row("gguf-2^60-tensors", gguf(lambda d, f: put(d, 8, "<Q", LOTS)), 2,
+        ("truncated or damaged", "promises 1,152,921,504,606,846,976 tensors"), computes=True),
+    Row("gguf-2^60-metadata-entries", gguf(lambda d, f: put(d, 16, "<Q", LOTS)), 2,
+        ("promises 1,152,921,504,606,846,976 metadata entries",), computes=True),
+    Row("gguf-key-2^60-bytes", gguf(lambda d, f: put(d, 24, "<Q", LOTS)), 2,
+        ("metadata entry 1 of", "needs 1,152,921,504,606,846,976 bytes at byte 32"), computes=True),
+    Row("gguf-2^60-tokens", gguf(lambda d, f: put(d, f["tokens_count_at"], "<Q", LOTS)), 2,
+        ("'tokenizer.ggml.tokens' promises 1,152,921,504,606,846,976 values",), computes=True),
+    Row("gguf-cut-at-1kb", gguf(lambda d, f: d[:1024]), 2, ("truncated or damaged",), computes=True),
+    Row("gguf-cut-in-the-data", gguf(lambda d, f: d[:-100]), 2,
+        ("truncated or damaged: tensor", "ends at byte"), computes=True),
+    Row("gguf-unknown-quantisation", gguf(lambda d, f: put(d, f["type_at"][0], "<I", 250)), 2,
+        ("quantisation type 250, which the gguf package does not know",), computes=True),
+    Row("gguf-offset-unaligned", gguf(lambda d, f: put(d, f["offset_at"][1], "<Q", f["offset"][1] + 4)), 2,
+        ("not a multiple of the file's alignment 32",), computes=True),
+    Row("gguf-offset-wrapping-past-2^64", gguf(lambda d, f: put(d, f["offset_at"][1], "<Q", (1 << 64) - 32)), 2,
+        ("ends at byte",), computes=True),
+    Row("gguf-tensors-overlapping", gguf(lambda d, f: put(d, f["offset_at"][2], "<Q", f["offset"][1])), 2,
+        ("overlap",), computes=True),
+    Row("gguf-offset-past-the-end", gguf(lambda d, f: put(d, f["offset_at"][0], "<Q", 1 << 40)), 2,
+        ("ends at byte",), computes=True),
+]
 
 ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + IMAGE_ROWS + OUTPUT_ROWS + GGUF_ROWS
 

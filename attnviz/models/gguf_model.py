@@ -27,18 +27,23 @@ from .gguf_dequant import dequantize
 from .gguf_reader import GgufHeader, TensorInfo, tensor_bytes
 
 # Architectures whose config or tensors transformers converts with more than renaming (left to transformers)
-SPECIAL = frozenset({"t5", "t5encoder", "stablelm", "lfm2", "gpt-oss", "gpt_oss", "minimax-m2", "qwen2moe",
-                     "qwen3moe", "gemma4", "bloom", "gpt2", "mamba"})
+SPECIAL = frozenset({"t5", "t5encoder", "umt5", "stablelm", "lfm2", "gpt-oss", "gpt_oss", "minimax-m2", "minimax_m2",
+                     "qwen2moe", "qwen2_moe", "qwen3moe", "qwen3_moe", "gemma4", "bloom", "gpt2", "mamba"})
 NORM_PLUS_ONE = ("gemma2", "gemma3", "nemotron")  # norms stored as 1 + w (Gemma2TensorProcessor ...)
 TIED_ANYWAY = ("falcon", "bloom")  # tie_word_embeddings even with output.weight (load_gguf_checkpoint)
 
 
 def fast_path(architecture: str) -> bool:
-    """Whether attnviz's reader builds this architecture (else transformers' GGUF loader does)."""
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
-
-    return architecture in GGUF_CONFIG_MAPPING and architecture not in SPECIAL and _processor(architecture) \
-        is not None
+    """Whether attnviz's reader builds this architecture (else transformers' GGUF loader does): one whose config
+    transformers maps key by key and whose tensors it only renames or permutes, in a transformers with the
+    GGUF tokenizer converter this module calls (5.25's integrations.gguf)."""
+    try:
+        from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+        from transformers.integrations.gguf import GGUF_CONFIG_ARCHS, GGUF_TOKENIZER_MAPPING  # noqa: F401
+    except ImportError:  # another transformers: its own loader
+        return False
+    return (architecture in GGUF_CONFIG_MAPPING and architecture not in SPECIAL
+            and architecture not in GGUF_CONFIG_ARCHS and _processor(architecture) is not None)
 
 
 def _processor(architecture: str):

@@ -1,17 +1,14 @@
 """attnviz's own GGUF reader: tensors dequantise bit for bit as the gguf package's NumPy does, config, tensor
-names and weights equal transformers' GGUF load, and every damaged header or tensor table is refused in one
-line naming what is wrong (CLI exit 2, nothing written) before anything is allocated or drawn."""
+names, weights, maps and logits equal transformers' GGUF load, and opening reports its steps and stops on
+Cancel. (Damaged files: tests/test_bad_input_table.py's GGUF rows.)"""
 
 from __future__ import annotations
-
-import struct
 
 import numpy as np
 import pytest
 import torch
 from tiny import SENTENCE, write_llama_gguf
 
-from attnviz.cli import main
 from attnviz.models import load_model
 from attnviz.models.gguf_dequant import dequantize
 from attnviz.models.gguf_reader import read_header, tensor_bytes
@@ -113,54 +110,7 @@ def test_the_tokenizer_equals_transformers_gguf_tokenizer(quantised):
         assert list(model.encode(text).ids) == theirs(text)["input_ids"]
 
 
-# --- damaged files: each one line naming the real cause, CLI exit 2, nothing written
-
-
-def _field_offset(path, tensor: int, part: int) -> int:
-    reader = gguf.GGUFReader(str(path))
-    field = reader.tensors[tensor].field  # parts: name length, name, n_dims, dims, type, offset
-    return int(field.parts[part].ctypes.data - reader.data.ctypes.data)
-
-
-def _set_offset(data: bytearray, good, tensor: int, value) -> bytearray:
-    at = _field_offset(good, tensor, -1)
-    data[at:at + 8] = struct.pack("<Q", value if isinstance(value, int) else value(data, at))
-    return data
-
-
-def _offset_of(good, tensor: int) -> int:
-    return int(gguf.GGUFReader(str(good)).tensors[tensor].data_offset) - read_header(good).data_start
-
-
-DAMAGE = {
-    "empty": (lambda d, g: bytearray(), "the file is empty (0 bytes)"),
-    "wrong magic": (lambda d, g: bytearray(b"PK\x03\x04") + d[4:], "not a GGUF file: it starts with b'PK"),
-    "header cut": (lambda d, g: d[:12], "cut short: 12 bytes"),
-    "version 1": (lambda d, g: d[:4] + struct.pack("<I", 1) + d[8:], "GGUF version 1"),
-    "2^60 tensors": (lambda d, g: d[:8] + struct.pack("<Q", 1 << 60) + d[16:],
-                     "promises 1,152,921,504,606,846,976 tensors"),
-    "2^60 metadata entries": (lambda d, g: d[:16] + struct.pack("<Q", 1 << 60) + d[24:],
-                              "promises 1,152,921,504,606,846,976 metadata entries"),
-    "cut at 1 KB": (lambda d, g: d[:1024], "truncated or damaged"),
-    "cut in the data": (lambda d, g: d[:len(d) - 100], "truncated or damaged: tensor 'blk.1.ffn_norm.weight' ends"),
-    "unaligned offset": (lambda d, g: _set_offset(d, g, 1, _offset_of(g, 1) + 4), "not a multiple of the file's "
-                         "alignment 32"),
-    "offset wrapping past 2^64": (lambda d, g: _set_offset(d, g, 1, (1 << 64) - 32), "ends at byte"),
-    "overlapping tensors": (lambda d, g: _set_offset(d, g, 2, _offset_of(g, 1)), "overlap"),
-    "offset past the end": (lambda d, g: _set_offset(d, g, 0, 1 << 40), "ends at byte"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(DAMAGE))
-def test_a_damaged_gguf_names_its_damage(tiny_gguf_path, tmp_path, capsys, case):
-    damage, words = DAMAGE[case]
-    path = tmp_path / "model.gguf"
-    path.write_bytes(bytes(damage(bytearray(tiny_gguf_path.read_bytes()), tiny_gguf_path)))
-    out = tmp_path / "never.png"
-    assert main(["render", "--model", str(path), "--text", SENTENCE, "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert words in err and "Fix:" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert not out.exists()
+# --- damaged files: their rows are in tests/test_bad_input_table.py (GGUF_ROWS)
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +142,28 @@ def test_opening_reports_its_steps_and_cancel_stops_it(tiny_gguf_path, tmp_path)
         model = load_model(path)  # nothing half-built was kept
     assert heard == [("tensors", n, 21) for n in range(1, 22)] + [("tokenizer", 0, 1), ("tokenizer", 1, 1)]
     assert model.info.layers == 2
+
+
+def test_the_file_is_parsed_once_by_attnviz_alone(tiny_gguf_path, tmp_path, monkeypatch):
+    """No GGUFReader, no load_gguf_checkpoint, no get_gguf_tokenizer: the header attnviz parsed once serves the
+    summary, the config, the tokenizer and the weights."""
+    import shutil
+
+    import gguf as gguf_package
+    from transformers import modeling_gguf_pytorch_utils
+    from transformers.integrations import gguf as tf_gguf
+
+    from attnviz.models import gguf_files
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the file was parsed again")
+
+    for owner, name in ((gguf_package, "GGUFReader"), (modeling_gguf_pytorch_utils, "load_gguf_checkpoint"),
+                        (tf_gguf, "get_gguf_tokenizer"), (tf_gguf, "read_gguf_metadata")):
+        monkeypatch.setattr(owner, name, forbidden)
+    parsed = []
+    monkeypatch.setattr(gguf_files, "read_header", lambda path: parsed.append(path) or read_header(path))
+    path = tmp_path / "once.gguf"
+    shutil.copy(tiny_gguf_path, path)
+    model = load_model(path)
+    assert parsed == [str(path)] and model.encode(SENTENCE).ids
