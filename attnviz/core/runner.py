@@ -178,7 +178,7 @@ def run(
     config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
     record: Iterable[str] | None = None, on_step: Callable[[int, Callable[[], RunResult]], None] | None = None,
     region: tuple[int, int, int, int] | None = None, progress: Callable[[int, int], None] | None = None,
-    screen_px: tuple[int, int] | None = None,
+    screen_px: tuple[int, int] | None = None, stages: Callable[[str, int, int], None] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
@@ -198,6 +198,7 @@ def run(
     one per layer), and `cancel` is also polled between the blocks of a call (progress.py).
     screen_px: the (rows, cols) a view shows the weights at; a seed run then also keeps them max-pooled to that
     size (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache.
+    stages(step, done, total) hears a model's opening where it reports its steps (a GGUF: "tensors", 12, 272).
     """
 
     record, region = checked_arguments(record, region)
@@ -206,7 +207,7 @@ def run(
     if config.spec.backed:  # a trained model: one forward over every layer, this config's layer returned
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
-                           on_step=stream, region=region, progress=progress).result(config.layer)
+                           on_step=stream, region=region, progress=progress, stages=stages).result(config.layer)
 
     started = time.perf_counter()
     files = prepare(config)  # your own weights and inputs (cached reads); the config takes their shapes

@@ -33,6 +33,20 @@ class WindowModel:
         self.modelView.sigHover.connect(self._show_hover)
         self.modelView.sigAblate.connect(self._toggle_ablation)
         self.modelView.sigRestoreAll.connect(lambda: self._set_ablation(()))
+        self.worker.sigOpening.connect(self._on_opening)
+
+    def _on_opening(self, rid: int, step: str, done: int, total: int) -> None:
+        """A model opening step by step (a GGUF's tensors, then its tokenizer): on the busy bar, with Stop (Esc)
+        to cancel between two steps."""
+        if rid != self.delivery.latest_id:
+            return
+        self._forward_id = rid
+        self._show_busy_now()
+        self.busyIndicator.setRange(0, max(total, 1))
+        self.busyIndicator.setValue(done)
+        self.busyIndicator.setFormat(f"opening: {step} {done} / {total}")
+        self.panel.stopButton.setEnabled(True)
+        self.stopAction.setEnabled(True)
 
     _model_behind = False  # the model view open but behind another panel's tab (or the window minimised)
 

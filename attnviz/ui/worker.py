@@ -351,6 +351,7 @@ class Worker(QObject):
     sigBusy = Signal(bool)
     sigCancelled = Signal(int)  # a request id that ended with nothing to show (stopped before its first token)
     sigProgress = Signal(int, int, int)  # request id, attention calls (layers) done, of how many
+    sigOpening = Signal(int, str, int, int)  # request id, a model's opening step ("tensors"), done, of how many
     sigExtras = Signal(int, object)  # request id, {name: frames} of its Outcome.late (empty: not computed)
     sigLayers = Signal(int, object, int)  # request id, the finished layers (layer_feed.Layer), of how many
 
@@ -538,6 +539,19 @@ class Worker(QObject):
                 self.sigLayers.emit(request.id, layers, total)
         return progress
 
+    def _opening_of(self, request: Request):
+        """stages(step, done, total) for run(): a model's opening steps (a GGUF's tensors, its tokenizer) as
+        sigOpening of this request, at most every PROGRESS_INTERVAL_S (and each step's last)."""
+        sent_at = -math.inf
+
+        def stages(step: str, done: int, total: int) -> None:
+            nonlocal sent_at
+            now = time.monotonic()
+            if now - sent_at >= PROGRESS_INTERVAL_S or done >= total:
+                sent_at = now
+                self.sigOpening.emit(request.id, step, done, total)
+        return stages
+
     def _zoomed(self, request: Request, needed: frozenset[str]) -> ZoomFrames | None:
         """The request's zoom, from the shown maps or a run that keeps the region exact (progress, Cancel)."""
         if request.zoom is None:
@@ -640,7 +654,7 @@ class Worker(QObject):
             # a generation's view that its result cannot serve (a panel reading more): the plain forward
             plain = request.config if request.force else request.config.replace(generate=0)
             self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request),
-                                             progress=self._progress_of(request),
+                                             progress=self._progress_of(request), stages=self._opening_of(request),
                                              screen_px=kernel_screen_px(request.config, request.options))
             self._last_request = request.config
             self._freeze_loaded(request.config)
