@@ -448,18 +448,6 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         if not self.delivery.stop() and self._forward_id:
             self.worker.cancel(self._forward_id)
 
-    def _on_progress(self, rid: int, done: int, total: int) -> None:
-        """A model's forward, layer by layer: "layer 12 / 30" on the busy bar, and Stop (Esc) cancels it."""
-        if rid != self.delivery.latest_id or total <= 1 or self.delivery.generating_id:
-            return
-        self._forward_id = rid
-        self._show_busy_now()
-        self.busyIndicator.setRange(0, total)
-        self.busyIndicator.setValue(done)
-        self.busyIndicator.setFormat(f"layer {done} / {total}")
-        self.panel.stopButton.setEnabled(True)
-        self.stopAction.setEnabled(True)
-
     def _escape(self) -> None:
         if self.delivery.generating_id or self._forward_id:
             self.stop_generation()

@@ -35,16 +35,24 @@ class WindowModel:
         self.modelView.sigRestoreAll.connect(lambda: self._set_ablation(()))
         self.worker.sigOpening.connect(self._on_opening)
 
+    def _on_progress(self, rid: int, done: int, total: int) -> None:
+        """A model's forward, layer by layer: "layer 12 / 30" on the busy bar, and Stop (Esc) cancels it."""
+        if total > 1 and not self.delivery.generating_id:
+            self._count_on_busy_bar(rid, done, total, f"layer {done} / {total}")
+
     def _on_opening(self, rid: int, step: str, done: int, total: int) -> None:
         """A model opening step by step (a GGUF's tensors, then its tokenizer): on the busy bar, with Stop (Esc)
         to cancel between two steps."""
+        self._count_on_busy_bar(rid, done, max(total, 1), f"opening: {step} {done} / {total}")
+
+    def _count_on_busy_bar(self, rid: int, done: int, total: int, text: str) -> None:
         if rid != self.delivery.latest_id:
             return
         self._forward_id = rid
         self._show_busy_now()
-        self.busyIndicator.setRange(0, max(total, 1))
+        self.busyIndicator.setRange(0, total)
         self.busyIndicator.setValue(done)
-        self.busyIndicator.setFormat(f"opening: {step} {done} / {total}")
+        self.busyIndicator.setFormat(text)
         self.panel.stopButton.setEnabled(True)
         self.stopAction.setEnabled(True)
 
