@@ -20,6 +20,7 @@ from .circuit_job import Job, circuit_config, fill
 from .heat_table import HeatTable
 from .panel import named
 
+MAX_COLUMN_PX = 64  # a longer token is elided in its column's header (whole in the cells' tooltips)
 TOP = 3  # earlier heads listed (and marked in the model view) per open head
 _SCORES: LRU = LRU(2)  # config -> (copying, composition): per model and text, not per head
 
@@ -138,6 +139,9 @@ class CircuitsView(QWidget):
         links = [f'<a href="{l1}.{h1}">L{l1} H{h1}</a> {kind} {score:.3f}' for l1, h1, kind, score in bundle.marks]
         self.compositionLabel.setText("Composes most with: " + (", ".join(links) if links else "no earlier layer"))
         tokens = list(c.tokens)
+        for table in (self.qkTable, self.ovTable):  # words need wider columns than the toys' letters
+            widest = max((table.fontMetrics().horizontalAdvance(t) for t in tokens), default=0)
+            table.horizontalHeader().setDefaultSectionSize(max(24, min(MAX_COLUMN_PX, widest + 12)))
         fill(self.qkTable, c.qk, tokens, tokens, partial(self._tip, "qk"))
         fill(self.ovTable, c.ov, tokens, tokens, partial(self._tip, "ov"))
         self.sigScores.emit(bundle.copying, bundle.marks)
