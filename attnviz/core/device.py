@@ -39,6 +39,15 @@ def available_memory(device: torch.device) -> int:
     return (8 << 30 if free is None else free) + buffers.idle_bytes()  # not Linux: assume 8 GiB free
 
 
+def memory_allowance(budget: int | None, device: torch.device | None = None) -> tuple[int, str]:
+    """(bytes a run may take, what that figure is): the budget given, else MEMORY_FRACTION of the free memory
+    on `device` (the CPU where None: a model's weights and every result's copy live there)."""
+    if budget is not None:
+        return budget, "the memory budget given"
+    where = torch.device("cpu") if device is None else device
+    return int(available_memory(where) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory on {where}"
+
+
 def format_bytes(n: float) -> str:
     if n >= 2**28:
         return f"{n / 2**30:.2f} GiB"

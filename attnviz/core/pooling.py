@@ -31,7 +31,10 @@ from .stats import StatSums
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
 POOLED_BYTES = 384 << 20  # every call's pooled maps together at most (the target halves until they fit)
 MIN_TARGET = 256  # ... but a map keeps at least this many cells a side (a grid tile's width)
-BLOCK_BYTES = 16 << 20  # one block of float32 scores at most (its temporaries: a few more blocks)
+# A pooled block of float32 scores at most: it bounds the pooled path's transient memory (a block and its
+# temporaries, a few more blocks; the budgets count 4 of them). Not blocks.CACHE_BLOCK_BYTES, which sizes the
+# whole-map path's blocks to the CPU's caches: a pooled block is reduced and dropped, never kept.
+POOLED_BLOCK_BYTES = 16 << 20
 POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB or the memory budget",
               "always": "always pool the maps (statistics stay exact)",
               "never": "never pool: a run whose maps do not fit is refused, with the size"}
@@ -152,9 +155,9 @@ class Pooling:
         return self._masks
 
     def _rows(self, q: Tensor, lkv: int) -> int:
-        """Query rows per block: a multiple of the row factor, the block's scores within BLOCK_BYTES."""
+        """Query rows per block: a multiple of the row factor, the block's scores within POOLED_BLOCK_BYTES."""
         fq = factor(q.shape[2], self.target or TARGET)
-        fit = BLOCK_BYTES // max(1, q.shape[0] * q.shape[1] * lkv * 4)
+        fit = POOLED_BLOCK_BYTES // max(1, q.shape[0] * q.shape[1] * lkv * 4)
         return max(fq, fit // fq * fq)
 
     def _start(self, block: Tensor, lq: int, lkv: int) -> PooledCall:

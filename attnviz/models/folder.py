@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ..core.configfile import NotRegularFile, read_regular
-from ..core.device import MEMORY_FRACTION, available_memory
+from ..core.device import memory_allowance
 from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
 from .errors import ModelError
 from .gguf_files import gguf_header, read_gguf
@@ -255,13 +254,6 @@ def model_name(path: Path) -> str:
     if path.name.lower() in GENERIC_NAMES and len(parts) >= 2:  # e.g. a package's .../all_minilm/model
         return f"{parts[-2]}/{parts[-1]}"
     return path.name
-
-
-def memory_allowance(memory_budget: int | None) -> tuple[int, str]:
-    """(bytes a model may take, what that figure is) for the budget given, else the share of the free memory."""
-    if memory_budget is not None:
-        return memory_budget, "the memory budget given"
-    return int(available_memory(torch.device("cpu")) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory"
 
 
 def weights_within_budget(folder: ModelFolder, memory_budget: int | None) -> int:
