@@ -46,3 +46,12 @@ def number(x: float, digits: int = DIGITS, typeset: bool = False) -> str:
     else:
         text = f"{x:.{digits}g}"
     return text.replace("-", MINUS) if typeset else text
+
+
+def format_bytes(n: float) -> str:
+    """A byte count in words: GiB with two decimals from a quarter GiB, else whole MiB, KiB or bytes."""
+    if n >= 2**28:
+        return f"{n / 2**30:.2f} GiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"

@@ -102,7 +102,7 @@ def test_when_gpu_and_host_both_refuse_the_quick_fix_fits_both(monkeypatch):
 
 def test_memory_allowance_is_the_budget_given_else_the_share_of_the_free_memory(monkeypatch):
     fake_free_memory(monkeypatch, gpu=8 << 30, cpu=4 << 30)
-    assert device.memory_allowance(123) == (123, "the memory budget given")
+    assert device.memory_allowance(123) == (123, "the memory_budget given")
     allowed, source = device.memory_allowance(None)
     assert allowed == int((4 << 30) * device.MEMORY_FRACTION) and "free memory on cpu" in source
     assert device.memory_allowance(None, torch.device("cuda"))[0] == int((8 << 30) * device.MEMORY_FRACTION)
