@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import colormaps
+from .. import colormaps, style
 from ..core import ConfigError, RunConfig, run
 from ..core.runner import run_stages
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
@@ -212,7 +212,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         maps_layout.setContentsMargins(0, 0, 0, 0)
         maps_layout.addLayout(self._view_controls())
         self.staleLabel = named(OverlayBanner(self.headGrid), "staleLabel")  # over the grid: never resizes it
-        self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
+        self.staleLabel.setStyleSheet("background: {}; color: {}; padding: 3px;".format(*style.STALE_NOTE))
         self.staleLabel.hide()
         self.captionLabel = named(CaptionBar(), "captionLabel")  # what to look for in these maps
         maps_layout.addWidget(self.captionLabel)

@@ -23,7 +23,7 @@ from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..frames import Frames, head_title, not_kept_note, tensor_data, view_stage
 from ..models.tokens import display
-from ..style import STALE_OPACITY, number
+from ..style import BACKGROUND, STALE_OPACITY, number
 from .heatmap import TICK_TEXT_PX, ColourBar, CountsPaints, image_item, lean_axes, set_heat_image, settle_before_paint
 from .labels import widest_label_px
 from .mosaic import POSITION_AXES, ROW_MARK, TOKEN_AXES, MapTile, Mosaic, image_rects
@@ -157,7 +157,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
                         "Hover a cell for its values; click a head to show it large (click again or Esc for the grid). "
                         "Drag a rectangle on a map to see that block exactly, every head, with its tokens "
                         "(Esc or Back: the full maps).")
-        self.setBackground("w")
+        self.setBackground(BACKGROUND)
         self.tiles: list[MapTile] = []  # what is shown, in order
         self.mosaic = Mosaic()
         self.ci.addItem(self.mosaic, row=0, col=0)
@@ -481,7 +481,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         named(self, "outputView")
         self.setToolTip("The output tensor (or Q, K, V, context) of the shown batch item: rows are positions, "
                         "columns features; blue negative, red positive. Hover for values.")
-        self.setBackground("w")
+        self.setBackground(BACKGROUND)
         self.plot = self.getPlotItem()
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
