@@ -231,8 +231,8 @@ def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = Non
 
 def stack_weights(weights: list[Tensor]) -> np.ndarray:
     """Every layer's (B, H, Lq, Lkv) map as one float32 (layers, B, H, Lq, Lkv) array, in a buffer a result no
-    longer shown has left (buffers.py: at 512 tokens of a 30-layer model a fresh 283 MB array's pages took
-    most of np.stack's 110 ms), each layer copied by torch (threads, no GIL held)."""
+    longer shown has left (buffers.py: a fresh array's pages took most of np.stack's time, benchmarks/README.md, Behind
+    the code), each layer copied by torch (threads, no GIL held)."""
     slab = buffers.empty((len(weights), *weights[0].shape), torch.float32)
     for layer, w in zip(slab, weights):
         layer.copy_(w.detach())
@@ -447,9 +447,9 @@ def _check_finite(layer_weights: np.ndarray, info, context_sums: list[Tensor | N
     context_sums: each layer's attention context summed by the kernel (None: a layer it did not run). A NaN or
     infinite weight makes its row's context NaN or infinite (NaN · v and inf · 0 are NaN), so a finite context
     sum vouches for the layer's map: its 9 x 512 x 64 values are read instead of the 9 x 512 x 512 of the map
-    (25 ms of a 30-layer forward at 512 tokens). The others are checked by their maps' own sums: a sum is
+    (benchmarks/README.md, Behind the code). The others are checked by their maps' own sums: a sum is
     finite exactly when every term is (maps of values within ±1 cannot overflow it), no temporary of the map's
-    size (np.isfinite(w).all() took 54 ms at 512 tokens)."""
+    size (np.isfinite(w).all() was slower)."""
     sums = [None if c is None else bool(torch.isfinite(c)) for c in context_sums]
     sums += [None] * (len(layer_weights) - len(sums))
     bad = next((i for i, (w, vouched) in enumerate(zip(layer_weights, sums))

@@ -43,10 +43,9 @@ def block_rows(q: Tensor, lkv: int, block_bytes: int | None = None) -> int:
 
 def model_block_bytes() -> int:
     """A model forward's block (its weights go to the slab, its scores are scratch): CACHE_BLOCK_BYTES on two or more
-    torch threads, half of it on one, as the window runs a model. One thread through a SmolLM2-shaped causal
-    model's 30 attention calls: 2 MiB blocks took ~355-370 ms at 512 tokens against ~410-430 with 4 MiB, and
-    ~145 against ~160-180 at 256 (AMD EPYC, 512 KiB of L2 a core). A seed forward, which also keeps its scores,
-    measured faster with CACHE_BLOCK_BYTES on one thread as well (M, causal: 71 against 76 ms)."""
+    torch threads, half of it on one, as the window runs a model: on one thread the half block was faster, for a
+    SmolLM2-shaped model and for a seed forward, which also keeps its scores (benchmarks/README.md, Behind the
+    code)."""
     return CACHE_BLOCK_BYTES if torch.get_num_threads() > 1 else CACHE_BLOCK_BYTES // 2
 
 
@@ -166,11 +165,11 @@ def _head_blocks(q: Tensor, keys_t: Tensor, values: Tensor, mask: Tensor | None,
                  record: frozenset[str], map_rows: Callable, work: MaskWork) -> Tensor:
     """blocked_attention in blocks of whole heads, every row and key: for one batch item a block's place in a
     whole map is one contiguous run, so the scores and the softmax are written straight there (the weights into
-    the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: at 512 tokens
-    of a 30-layer model without a mask ~100 ms of a ~1.3 s forward. The masked cells are computed too (-inf, 0),
-    as in the whole path, so a mask that lets blocks of rows leave keys out keeps those: a causal map's lower
-    triangle alone took 30 layers' attention (9 heads) from ~300 to ~280 ms at 512 tokens and from ~1,000-1,130
-    to ~810-860 ms at 1,024. keys_t, values: k and v repeated to q's heads (keys transposed); the rest as
+    the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: a large part of
+    a forward without a mask (benchmarks/README.md, Behind the code). The masked cells are computed too (-inf, 0),
+    as in the whole path, so a mask that lets blocks of rows leave keys out keeps those: computing a causal map's
+    lower triangle alone saves time (Behind the code, as above). keys_t, values: k and v repeated to q's heads (keys
+    transposed); the rest as
     blocked_attention's."""
     b, h, lq, _ = q.shape
     lkv = keys_t.shape[-1]
@@ -211,8 +210,8 @@ def _whole_map(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: to
 class MaskWork:
     """What the blocks need of one mask: the keys each block may see, the mask's 0 / -inf bias and each block's
     share of it, worked out once for every attention call given that very mask inside sharing_masks() (a model's
-    layers share theirs: at 512 tokens of a 30-layer model that was ~14 ms of NumPy reductions and a bias made
-    30 times)."""
+    layers share theirs: NumPy reductions and a bias made once a layer otherwise, benchmarks/README.md, Behind the
+    code)."""
 
     def __init__(self, mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, bias_of: Callable):
         self.mask = None if mask is None else weakref.ref(mask)
@@ -265,7 +264,7 @@ def mask_work(mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, 
 def _scratch() -> tuple[Scratch, Scratch]:
     """This thread's memory for a block's scores and weights, kept from run to run: fresh block-sized tensors
     are mapped page by page whenever the allocator has handed their pages back (a 4 MiB block: ~1,000 page
-    faults, a few ms in a virtual machine)."""
+    faults; benchmarks/README.md, Behind the code)."""
     if not hasattr(_held, "scratch"):
         _held.scratch = (Scratch(), Scratch())
     return _held.scratch

@@ -124,7 +124,7 @@ class Pooling:
         keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
         scratch = self.blocks if reusable() else (None, None)
         for held in filter(None, scratch):  # the largest block's size at once: blocks growing one by one (a
-            # causal map's) would leave a trail of freed sizes in the heap (~280 MB at 8,192 tokens)
+            # causal map's) would leave a trail of freed sizes in the heap (benchmarks/README.md, Behind the code)
             held.reserve(q.shape[0] * q.shape[1] * self._rows(q, lkv) * lkv, torch.float32, q.device)
         call, context, r0 = None, None, 0
         while r0 < lq:
@@ -139,7 +139,7 @@ class Pooling:
             if call is None:
                 call = self._start(block, lq, lkv)
                 # one tensor written block by block: small blocks kept alive between the block-sized
-                # temporaries would pin the heap, and a layer's first call grew it by ~250 MB at 8,192 tokens
+                # temporaries would pin the heap and grow it (benchmarks/README.md, Behind the code)
                 context = q.new_empty((q.shape[0], block.shape[1], lq, v.shape[-1]))
             self._add(call, block, cells, r0, signed, softmax)
             context[:, :, r0:r1] = grouped_matmul(block, v[:, :, k0:k1], repeat)
@@ -149,7 +149,7 @@ class Pooling:
 
     def _mask_blocks(self, mask: Tensor | None, lkv: int) -> MaskBlocks:
         """The mask's MaskBlocks, kept for every call given that very mask (a model's layers share one: reading
-        an 8,192² mask costs ~0.1 s a layer)."""
+        a long mask once a layer is slow, benchmarks/README.md, Behind the code)."""
         if self._masks is None or not self._masks.serves(mask, lkv):
             self._masks = MaskBlocks(mask, lkv)
         return self._masks

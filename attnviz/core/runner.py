@@ -172,7 +172,7 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
 def _seed(seed: int, device: torch.device) -> None:
     """torch.manual_seed(seed) as the seed scripts call it, for the generators this run draws from.
     On the CPU only the CPU generator: manual_seed also seeds every CUDA device, and before CUDA
-    starts that records a stack trace per call (1.5-1.7 ms of a 20 ms run at S)."""
+    starts that records a stack trace per call (benchmarks/README.md, Behind the code)."""
     if device.type == "cuda":
         torch.manual_seed(seed)  # dropout on the GPU draws from its generator
     else:

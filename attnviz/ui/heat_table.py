@@ -16,7 +16,7 @@ from .. import style
 
 # Qt asks data() for seven roles of every cell it paints (3,780 calls for a 30 x 9 table painted twice):
 # plain ints compared with ints and a colour picked from lists, not Qt enums compared with an int or NumPy
-# scalars indexed per call (painting a table of head effects took ~50 ms of the GUI thread that way)
+# scalars indexed per call, which made painting a table of head effects slow (benchmarks/README.md, Behind the code)
 DISPLAY, BACKGROUND, FOREGROUND = (int(r.value) for r in (Qt.DisplayRole, Qt.BackgroundRole, Qt.ForegroundRole))
 TOOLTIP, ALIGNMENT = int(Qt.ToolTipRole.value), int(Qt.TextAlignmentRole.value)
 CENTRED = int(Qt.AlignCenter.value)
@@ -94,7 +94,7 @@ class HeatTable(QTableView):
         self.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
         self.verticalHeader().setDefaultSectionSize(22)
         # A scroll bar that appears when the first rows come re-lays out the table inside that result's paint
-        # (the end of a head-effects run: ~30 ms of the GUI thread): it is always there instead
+        # (the end of a head-effects run; benchmarks/README.md, Behind the code): it is always there instead
         self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOn)
 
     def cell_text(self, row: int, col: int) -> str:

@@ -151,7 +151,7 @@ class ModelView(pg.GraphicsLayoutWidget):
 
         def compose() -> None:
             lower_priority()  # like the worker: the GUI thread wins the CPU
-            blocks = source.blocks()  # here: stacking every layer's mask took the GUI thread 13 ms at 1,024 tokens
+            blocks = source.blocks()  # here, not on the GUI thread (benchmarks/README.md, Behind the code)
             mosaic = model_mosaic([(lw, allowed) for _, lw, allowed in blocks], tile, colormap, GAP)
             with contextlib.suppress(RuntimeError):  # the window closed meanwhile
                 self._sigMosaic.emit(source, (mosaic, [(name, lw.shape[0]) for name, lw, _ in blocks]), tile)

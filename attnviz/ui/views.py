@@ -43,7 +43,7 @@ def _swatch_html(lut: np.ndarray) -> str:
 class OverlayBanner(QLabel):
     """A message laid over the top edge of `host`: showing, hiding or rewording it never resizes
     the host. (As a row above the head grid, the stale banner resized the grid each time it came
-    or went, and a resized grid lays out and re-renders every tile: 30-50 ms on the GUI thread.)"""
+    or went, and a resized grid lays out and re-renders every tile: benchmarks/README.md, Behind the code.)"""
 
     def __init__(self, host: QWidget):
         super().__init__(host)
@@ -69,7 +69,7 @@ class OverlayBanner(QLabel):
 class CaptionBar(QWidget):
     """Two lines above the maps saying what to look for, painted here at a fixed height: a new
     caption never lays the window out again. (A word-wrapped QLabel that came, went or rewrapped
-    resized the head grid inside the result swap: 7-28 ms of the longest fuzz stalls.)"""
+    resized the head grid inside the result swap: benchmarks/README.md, Behind the code.)"""
 
     LINES = 2
     PAD = 3
@@ -133,7 +133,8 @@ def axis_labels(result: RunResult) -> tuple[tuple[str, ...], tuple[str, ...]] | 
 
 def prepare_labels(result: RunResult) -> None:
     """On the worker (Worker.prepare), before a new result goes to the window: its labels and their widths,
-    which the grid's swap then finds made (a call per token: 60 ms of the GUI thread at 2,048 tokens)."""
+    which the grid's swap then finds made (a call per token on the GUI thread: benchmarks/README.md, Behind the
+    code)."""
     for labels in axis_labels(result) or ():
         widest_label_px(labels)
 
@@ -511,7 +512,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         self.result, self.frames = result, frames
         heat = frames.tensor
         kept = heat is not None  # else this layer of a long pooled run holds its maps only: say so
-        if kept != self.plot.getAxis("left").isVisible():  # showing an axis re-lays out and redraws it (2 ms)
+        if kept != self.plot.getAxis("left").isVisible():  # showing an axis re-lays out and redraws it
             for side in ("left", "bottom"):
                 self.plot.showAxis(side, kept)
         if not kept:
