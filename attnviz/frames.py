@@ -613,9 +613,9 @@ def model_mosaic(blocks, tile_px: int, colormap: str, gap: int = 2) -> np.ndarra
 
 def _square_tiles(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px: int) -> list[np.ndarray]:
     """One stack's tiles (each layer's heads, then their mean) as tile_px x tile_px uint8 index images. A layer
-    at a time, with its own mask for its heads and their mean (the masks of every layer repeated for every head
-    were 78 MB at 8,192 tokens, made by a NumPy call that holds the GIL: the window froze; benchmarks/README.md, Behind
-    the code)."""
+    at a time, with its own mask for its heads and their mean (the masks of every layer repeated for every head were 78
+    MB at 8,192 tokens, made by a NumPy call that holds the GIL: the window froze; benchmarks/README.md, Behind the
+    code)."""
     layers, _, heads, lq, lkv = layer_weights.shape
     w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, Lq, Lkv)
     tiles = []

@@ -165,12 +165,11 @@ def _head_blocks(q: Tensor, keys_t: Tensor, values: Tensor, mask: Tensor | None,
                  record: frozenset[str], map_rows: Callable, work: MaskWork) -> Tensor:
     """blocked_attention in blocks of whole heads, every row and key: for one batch item a block's place in a
     whole map is one contiguous run, so the scores and the softmax are written straight there (the weights into
-    the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: a large part of
-    a forward without a mask (benchmarks/README.md, Behind the code). The masked cells are computed too (-inf, 0),
-    as in the whole path, so a mask that lets blocks of rows leave keys out keeps those: computing a causal map's
-    lower triangle alone saves time (Behind the code, as above). keys_t, values: k and v repeated to q's heads (keys
-    transposed); the rest as
-    blocked_attention's."""
+    the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: a large part of a
+    forward without a mask (benchmarks/README.md, Behind the code). The masked cells are computed too (-inf, 0), as in
+    the whole path, so a mask that lets blocks of rows leave keys out keeps those: computing a causal map's lower
+    triangle alone saves time (Behind the code, as above). keys_t, values: k and v repeated to q's heads (keys
+    transposed); the rest as blocked_attention's."""
     b, h, lq, _ = q.shape
     lkv = keys_t.shape[-1]
     whole = {name: _whole_map(name, (b, h, lq, lkv), q.dtype, q.device) for name in record & {"scores", "weights"}}

@@ -37,8 +37,7 @@ def max_pool(x: Tensor, fq: int, fk: int, signed: bool = False) -> Tensor:
     """(..., n, L) -> the max over fq x fk blocks of the last two dims (the last ones partial: max_pool2d's
     ceil mode); signed: the value of largest magnitude. Two block reductions give max_pool2d's numbers faster
     (benchmarks/README.md, Behind the code): the rows first (an elementwise max of whole rows, faster than pooling the
-    columns of the
-    full block), then the columns of the fq times smaller result (max_pool1d)."""
+    columns of the full block), then the columns of the fq times smaller result (max_pool1d)."""
     if fq == 1 and fk == 1:
         return x
     hi = _pooled(x, fq, fk, torch.amax)

@@ -25,9 +25,8 @@ class WindowModel:
         self.modelDock.setObjectName("modelDock")
         self.modelPanel = ModelPanel(self.modelView)  # the view and its head-type legend
         self.modelDock.setWidget(self.modelPanel)
-        # Open from the start (a note says when no model is behind the maps): a dock that opened with
-        # the first model's result re-laid out the whole window inside that result's swap (benchmarks/README.md, Behind
-        # the code).
+        # Open from the start (a note says when no model is behind the maps): a dock that opened with the first model's
+        # result re-laid out the whole window inside that result's swap (benchmarks/README.md, Behind the code).
         self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
         self.modelView.sigOpen.connect(self._open_tile)
         self.modelDock.visibilityChanged.connect(self._model_dock_visible)

@@ -192,26 +192,23 @@ class Failure:
 YIELD_MAX_S = 0.05
 # A result whose late extras follow (Outcome.late) waits for the window's paint at most this long before the
 # worker computes them: a long input's maps take the window a while to swap in (every token's label;
-# benchmarks/README.md, Behind the code), and
-# the logits' Python, started after YIELD_MAX_S, took the GIL from it between its Qt calls (a 4,096-token
-# run's longest stall).
+# benchmarks/README.md, Behind the code), and the logits' Python, started after YIELD_MAX_S, took the GIL from it
+# between its Qt calls (a 4,096-token run's longest stall).
 LATE_YIELD_MAX_S = 0.5
 
 
 # A model forward's busy bar ("layer 12 / 30"): its first layer at once (Stop applies from then), then at most
 # this often. One signal per layer slowed a 30-layer forward (benchmarks/README.md, Behind the code): each a queued
-# call, a slot
-# and a repaint of the bar on the GUI thread, whose Python took the GIL from the forward's between its ops.
+# call, a slot and a repaint of the bar on the GUI thread, whose Python took the GIL from the forward's between its ops.
 PROGRESS_INTERVAL_S = 0.2
 
 
 # Under "adaptive", a forward of fewer operations than this runs on one torch thread, on the busy
 # lane. Right after an edit the GUI thread repaints the edited control on one of the cores; a small
 # forward is over before that is done, and with a thread on each core every op waited for the
-# thread sharing the GUI's core (S in the window was faster on one thread). Two threads were even
-# at 0.48 GFLOP and won every pair from 0.67 GFLOP up
-# (benchmarks/README.md, "Threads for small forwards"); S is 0.30. Half precision on the CPU runs
-# far slower than its count says, so it never counts as small.
+# thread sharing the GUI's core (S in the window was faster on one thread). Two threads were even at 0.48 GFLOP and won
+# every pair from 0.67 GFLOP up (benchmarks/README.md, "Threads for small forwards"); S is 0.30. Half precision on the
+# CPU runs far slower than its count says, so it never counts as small.
 SMALL_FORWARD_FLOPS = 400_000_000
 
 
@@ -268,10 +265,9 @@ def tune_malloc() -> bool:
 
 
 def _malloc_trim():
-    """glibc's malloc_trim, or None. After a free glibc keeps medium blocks in the heap (random edits
-    grew RSS by memory that was free inside the process: benchmarks/README.md, Behind the code); trimming once a burst
-    of
-    edits is over and its last replaced result is freed hands those pages back."""
+    """glibc's malloc_trim, or None. After a free glibc keeps medium blocks in the heap (random edits grew RSS by memory
+    that was free inside the process: benchmarks/README.md, Behind the code); trimming once a burst of edits is over and
+    its last replaced result is freed hands those pages back."""
     return _libc("malloc_trim")
 
 
@@ -288,10 +284,9 @@ class Reaper:
     """Lets go of replaced results on a background thread, a moment after the GUI is done with them.
 
     Freeing GiB of maps costs the kernel time (benchmarks/README.md, Behind the code). On the GUI thread that is a
-    visible stall; on another thread right after a new result arrived it still stalled the GUI
-    thread. So the newest replaced result is held for
-    HOLD_S, and freed early when a newer one replaces it or when flush() asks for its memory:
-    at most one extra result is alive, and during fast updates each goes as the next comes.
+    visible stall; on another thread right after a new result arrived it still stalled the GUI thread. So the newest
+    replaced result is held for HOLD_S, and freed early when a newer one replaces it or when flush() asks for its
+    memory: at most one extra result is alive, and during fast updates each goes as the next comes.
 
     The memory itself (free map buffers past PAUSE_KEEP_BYTES, the heap's free pages) goes back to the
     system only once no result has come for IDLE_S more, or on flush(): the next edit writes into it
