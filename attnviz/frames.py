@@ -131,9 +131,10 @@ def argb_table(lut: np.ndarray) -> np.ndarray:
 
 def argb_pixels(heat: HeatImage, table: np.ndarray | None = None) -> np.ndarray:
     """(h, w) uint32 premultiplied 0xAARRGGBB: the map through its LUT, the pixels Qt draws as they
-    are. The worker makes them for the grid: converting there took the GUI thread up to 15 ms a result.
+    are. The worker makes them for the grid: converting on the GUI thread stalled it (benchmarks/README.md, Behind the
+    code).
     `table`: argb_table(heat.lut), when many maps share the LUT."""
-    return np.take(argb_table(heat.lut) if table is None else table, heat.image)  # 3x faster than table[image]
+    return np.take(argb_table(heat.lut) if table is None else table, heat.image)  # faster than table[image]
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def _indices(x: torch.Tensor, data: torch.Tensor, hidden: torch.Tensor, levels: 
 
 
 def _all(flags: torch.Tensor) -> bool:
-    """Whether every block holds data (NumPy's all: torch's bool reductions are ~20x slower)."""
+    """Whether every block holds data (NumPy's all: torch's bool reductions are slower; Behind the code)."""
     return bool(_unexpanded(flags).numpy().all())
 
 
@@ -306,7 +307,7 @@ def _pooled_flags(data: torch.Tensor, allowed: np.ndarray | None, empty_rows: np
 
 def _row_normalised(x: torch.Tensor, signed: bool, in_place: bool = False) -> torch.Tensor:
     """Each row of (N, h, w) over its maximum (largest magnitude when signed); all-zero rows stay 0. in_place:
-    x may be overwritten (a fresh full-size result is mapped page by page: 21 against 9 ms at L)."""
+    x may be overwritten (a fresh full-size result is mapped page by page: benchmarks/README.md, Behind the code)."""
     top = (x.abs() if signed else x).amax(-1, keepdim=True)
     positive = top > 0
     divisor = torch.where(positive, top, 1.0)
@@ -329,7 +330,7 @@ def _masked(x: torch.Tensor, where: torch.Tensor, op: str) -> float:
 def _log_fraction(x: torch.Tensor, data: torch.Tensor, signed: bool):
     """Fractions 0..1 of the LUT on a log scale, the levels (data units) and the bar's ticks.
     The levels come from the finite values where `data` holds; masked reductions, not boolean
-    indexing (a copy of every value, 3-5 ms per render at S and M)."""
+    indexing (a copy of every value on every render: benchmarks/README.md, Behind the code)."""
     valid = data & torch.isfinite(x)
     if signed:  # symmetric log: linear within m / 10^SYMLOG_DECADES of zero, log beyond
         m = _masked(x.abs(), valid, "max")
@@ -612,8 +613,9 @@ def model_mosaic(blocks, tile_px: int, colormap: str, gap: int = 2) -> np.ndarra
 
 def _square_tiles(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px: int) -> list[np.ndarray]:
     """One stack's tiles (each layer's heads, then their mean) as tile_px x tile_px uint8 index images. A layer
-    at a time, with its own mask for its heads and their mean (the masks of every layer repeated for every head
-    were 78 MB at 8,192 tokens, made by a NumPy call that holds the GIL: the window froze for 170 ms)."""
+    at a time, with its own mask for its heads and their mean (the masks of every layer repeated for every head were 78
+    MB at 8,192 tokens, made by a NumPy call that holds the GIL: the window froze; benchmarks/README.md, Behind the
+    code)."""
     layers, _, heads, lq, lkv = layer_weights.shape
     w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, Lq, Lkv)
     tiles = []

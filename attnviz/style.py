@@ -21,6 +21,23 @@ GENERATED_INK = "#1f5fbf"  # a generation's written tokens (labels) and the prom
 FADE = (255, 255, 255, 190)  # RGBA over the rows after a generation's chosen step: not yet written then
 RED = "#d0312d"  # the one strong red: error text, a field's error border, the model view's layer marker
 STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls
+STALE_NOTE = "#fff3cd", "#664d03"  # background and ink of the note over stale maps
+LIGHT_INK, DARK_INK = "#ffffff", "#000000"  # text on a coloured cell (ink_on picks), marks drawn over maps
+OUTLINE = "#202020"  # the dark edge that keeps a light mark or a grey badge visible on any colormap
+LABEL_FILL = (255, 255, 255, 200)  # RGBA behind a label or a legend drawn over maps
+HIGHLIGHT = "#ff8c00"  # the Circuits panel's composition boxes on the model view, and their scores
+SELECTED = "#1f6feb"  # the frame of the selected picture (the patching panels)
+NO_TARGET = "#eeeeee"  # a predictions cell with no next token to score
+PENDING_GREY = 228  # the grey level of a model view's tiles while their layer still runs
+# one colour per head type (the model view's badges and legend); a type not listed gets OTHER_HEAD_TYPE
+HEAD_TYPE_COLOURS = {"previous_token": "#1f77b4", "first_token": "#7f7f7f", "self": "#2ca02c",
+                     "duplicate_token": "#9467bd", "induction": "#ff7f0e"}
+OTHER_HEAD_TYPE = "#bbbbbb"
+
+
+def ink_on(r: float, g: float, b: float) -> str:
+    """The ink readable on an RGB fill: LIGHT_INK on dark (luminance under the middle, 140), else DARK_INK."""
+    return LIGHT_INK if 0.299 * r + 0.587 * g + 0.114 * b < 140 else DARK_INK
 
 # --- text ------------------------------------------------------------------------------------
 
@@ -46,3 +63,12 @@ def number(x: float, digits: int = DIGITS, typeset: bool = False) -> str:
     else:
         text = f"{x:.{digits}g}"
     return text.replace("-", MINUS) if typeset else text
+
+
+def format_bytes(n: float) -> str:
+    """A byte count in words: GiB with two decimals from a quarter GiB, else whole MiB, KiB or bytes."""
+    if n >= 2**28:
+        return f"{n / 2**30:.2f} GiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"

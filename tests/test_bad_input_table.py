@@ -226,7 +226,7 @@ MODEL_ROWS = [
     Row("config-json-dev-zero", model({"config.json": DEV_ZERO, **WITH_WEIGHTS}), 2,
         ("config.json exists but is a character device",), computes=True),
     Row("config-json-5gb", model({"config.json": ("sparse", 5 << 30), **WITH_WEIGHTS}), 2,
-        ("config.json is 5120 MiB", "far larger than a model's"), computes=True),
+        ("config.json is 5.00 GiB", "far larger than a model's"), computes=True),
     Row("config-json-nested", model({"config.json": b"[" * 100_000 + b"]" * 100_000, **WITH_WEIGHTS}), 2,
         ("config.json is nested too deeply",), computes=True),
     Row("shard-index-empty", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",

@@ -15,7 +15,7 @@ import pytest
 
 from attnviz import cli
 from attnviz.cli import main
-from attnviz.core import runner
+from attnviz.core import device, runner
 
 SMALL = ["--d-model", "8", "--heads", "2", "--seq-q", "4"]
 
@@ -86,7 +86,7 @@ def test_a_read_only_target_is_refused_and_kept(ext, tmp_path, capsys, no_comput
 
 
 def test_memory_refusal_of_a_padding_run_names_memory(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "available_memory", lambda device: 64 << 20)
+    monkeypatch.setattr(device, "available_memory", lambda device: 64 << 20)
     args = ["--variant", "cross", "--pool", "never", "--mask", "padding", "--kv-lengths", "4000,3000",
             "--batch", "2",
             "--seq-q", "4096", "--seq-kv", "4096", "--heads", "8"]

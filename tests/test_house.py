@@ -1,9 +1,11 @@
 """The house rules CI checks besides ruff and the layers contract (pyproject's [tool.importlinter]): no
-import cycle anywhere in attnviz (lazy imports included), no private name imported across modules."""
+import cycle anywhere in attnviz (lazy imports included), no private name imported across modules, and each
+fact in one home (bytes are written in words by style.format_bytes alone)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -63,4 +65,11 @@ def test_no_private_name_is_imported_across_modules():
             if isinstance(node, ast.ImportFrom) and node.module != "__future__":
                 found += [f"{path.relative_to(PACKAGE)}: {a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
+
+
+def test_bytes_are_written_in_words_by_style_format_bytes_alone():
+    by_hand = re.compile(r"/ ?2 ?\*\* ?(10|20|30)\b|>> ?(10|20|30)\}")  # n / 2**20 or {n >> 20} in a message
+    found = [f"{path.relative_to(PACKAGE)}:{i}" for path in PACKAGE.rglob("*.py") if path.name != "style.py"
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if by_hand.search(line)]
     assert found == []

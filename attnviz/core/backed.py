@@ -36,10 +36,10 @@ from .ablation import ABLATIONS, Plan, ablating
 from .ablation import parse as parse_ablation
 from .blocks import sharing_masks
 from .config import ConfigError, RunConfig
-from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
+from .device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
 from .generation import GENERATED_STAGES, Ran, generate_count, generated_run
 from .masks import identify
-from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pooled_bytes, pooling, stacked
+from .pooling import AUTO_BYTES, POOLED_BLOCK_BYTES, Pooling, fitting_target, pooled_bytes, pooling, stacked
 from .predictions import SPILL_BYTES, Outputs
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult
@@ -184,7 +184,7 @@ def forward_bytes(info, length: int, keep: frozenset[str], pooled: bool = False)
         heads = info.layers * info.heads
         maps = pooled_bytes(info.layers, info.heads, length, length, fitting_target(heads, length, length))
         residuals = min(info.layers * length * info.d_model * 4, SPILL_BYTES)  # the rest goes to a file
-        return maps + tokens + residuals + length * length + 4 * BLOCK_BYTES + FORWARD_OVERHEAD
+        return maps + tokens + residuals + length * length + 4 * POOLED_BLOCK_BYTES + FORWARD_OVERHEAD
     maps = map_count(keep)
     one_map = info.heads * length * length * 4
     return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD
@@ -197,7 +197,7 @@ def map_count(keep: frozenset[str]) -> int:
 def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[str], budget: int | None,
                          pooled: bool = False) -> None:
     need = forward_bytes(info, length, keep, pooled)
-    allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
+    allowed = memory_allowance(budget)[0]
     if need <= allowed:
         return
     fits = max((n for n in range(1, length) if forward_bytes(info, n, keep, pooled) <= allowed), default=0)
@@ -231,8 +231,8 @@ def _arrays(traces: list, keep: frozenset[str], stacked: np.ndarray | None = Non
 
 def stack_weights(weights: list[Tensor]) -> np.ndarray:
     """Every layer's (B, H, Lq, Lkv) map as one float32 (layers, B, H, Lq, Lkv) array, in a buffer a result no
-    longer shown has left (buffers.py: at 512 tokens of a 30-layer model a fresh 283 MB array's pages took
-    most of np.stack's 110 ms), each layer copied by torch (threads, no GIL held)."""
+    longer shown has left (buffers.py: a fresh array's pages took most of np.stack's time, benchmarks/README.md, Behind
+    the code), each layer copied by torch (threads, no GIL held)."""
     slab = buffers.empty((len(weights), *weights[0].shape), torch.float32)
     for layer, w in zip(slab, weights):
         layer.copy_(w.detach())
@@ -309,7 +309,7 @@ def model_pooling(config: RunConfig, model, length: int, count: int, keep: froze
     if config.pool == "never" or count or getattr(model, "forward_layers", model.info.layers) != model.info.layers:
         return None
     maps = model.info.layers * model.info.heads * length * length * 4 * max(map_count(keep), 1)
-    allowed = budget if budget is not None else int(available_memory(torch.device("cpu")) * MEMORY_FRACTION)
+    allowed = memory_allowance(budget)[0]
     if config.pool == "auto" and region is None and maps <= min(AUTO_BYTES, allowed):
         return None
     layers = model.info.layers
@@ -447,9 +447,9 @@ def _check_finite(layer_weights: np.ndarray, info, context_sums: list[Tensor | N
     context_sums: each layer's attention context summed by the kernel (None: a layer it did not run). A NaN or
     infinite weight makes its row's context NaN or infinite (NaN · v and inf · 0 are NaN), so a finite context
     sum vouches for the layer's map: its 9 x 512 x 64 values are read instead of the 9 x 512 x 512 of the map
-    (25 ms of a 30-layer forward at 512 tokens). The others are checked by their maps' own sums: a sum is
+    (benchmarks/README.md, Behind the code). The others are checked by their maps' own sums: a sum is
     finite exactly when every term is (maps of values within ±1 cannot overflow it), no temporary of the map's
-    size (np.isfinite(w).all() took 54 ms at 512 tokens)."""
+    size (np.isfinite(w).all() was slower)."""
     sums = [None if c is None else bool(torch.isfinite(c)) for c in context_sums]
     sums += [None] * (len(layer_weights) - len(sums))
     bad = next((i for i, (w, vouched) in enumerate(zip(layer_weights, sums))

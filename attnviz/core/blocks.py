@@ -1,7 +1,7 @@
 """The whole attention map computed in blocks of query rows, each block's keys trimmed to those it may see.
 
 A (B, H, Lq, Lkv) map passes through several full-size ops (Q·Kᵀ, scale, mask, softmax, @ V); done at once,
-each op streams the whole map through memory. In blocks of BLOCK_BYTES the scores stay in the CPU's cache
+each op streams the whole map through memory. In blocks of CACHE_BLOCK_BYTES the scores stay in the CPU's cache
 between the ops, and a block only computes the keys that some of its rows may attend (a causal map: the
 lower triangle, half the work; a sliding window: its band). The cells left out hold what the whole
 computation gives there exactly: -inf scores, 0 weights. The numbers are the whole path's to float32
@@ -26,7 +26,9 @@ from . import buffers, progress, screen, slab
 from .buffers import Scratch
 from .current import ThreadCurrent
 
-BLOCK_BYTES = 4 << 20  # one block of float32 scores: a few of them fit the caches of a desktop CPU
+# One block of float32 scores on the whole-map path: a few of them fit the caches of a desktop CPU (the pooled
+# path's blocks are pooling.POOLED_BLOCK_BYTES, a memory bound rather than a cache fit).
+CACHE_BLOCK_BYTES = 4 << 20
 PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
 FILL = {"scores": -math.inf}  # what a left-out (masked) cell holds; every other map stage holds 0 there
 INPUT_STAGES = frozenset({"q_proj", "k_proj", "q", "k", "v"})  # kept by the caller, not per block
@@ -34,18 +36,17 @@ _held = threading.local()  # each thread's block scratch (_scratch)
 
 
 def block_rows(q: Tensor, lkv: int, block_bytes: int | None = None) -> int:
-    """Query rows per block: the block's scores within block_bytes (BLOCK_BYTES; at least one row)."""
+    """Query rows per block: the block's scores within block_bytes (CACHE_BLOCK_BYTES; at least one row)."""
     b, h, _, _ = q.shape
-    return max(1, (BLOCK_BYTES if block_bytes is None else block_bytes) // max(1, b * h * lkv * q.element_size()))
+    return max(1, (CACHE_BLOCK_BYTES if block_bytes is None else block_bytes) // max(1, b * h * lkv * q.element_size()))
 
 
 def model_block_bytes() -> int:
-    """A model forward's block (its weights go to the slab, its scores are scratch): BLOCK_BYTES on two or more
-    torch threads, half of it on one, as the window runs a model. One thread through a SmolLM2-shaped causal
-    model's 30 attention calls: 2 MiB blocks took ~355-370 ms at 512 tokens against ~410-430 with 4 MiB, and
-    ~145 against ~160-180 at 256 (AMD EPYC, 512 KiB of L2 a core). A seed forward, which also keeps its scores,
-    measured faster with BLOCK_BYTES on one thread as well (M, causal: 71 against 76 ms)."""
-    return BLOCK_BYTES if torch.get_num_threads() > 1 else BLOCK_BYTES // 2
+    """A model forward's block (its weights go to the slab, its scores are scratch): CACHE_BLOCK_BYTES on two or more
+    torch threads, half of it on one, as the window runs a model: on one thread the half block was faster, for a
+    SmolLM2-shaped model and for a seed forward, which also keeps its scores (benchmarks/README.md, Behind the
+    code)."""
+    return CACHE_BLOCK_BYTES if torch.get_num_threads() > 1 else CACHE_BLOCK_BYTES // 2
 
 
 class KeySpans:
@@ -156,7 +157,7 @@ def _by_heads(q: Tensor, lkv: int, mask: Tensor | None, record: frozenset[str]) 
     batch item, where one head's whole map fits a block and the kept map stages are those written in place."""
     b, _, lq, _ = q.shape
     return (slab.active() and b == 1 and buffers.reusable() and "weights" in record
-            and not record & (PRE_MASK | {"combined"}) and lq * lkv * q.element_size() <= BLOCK_BYTES
+            and not record & (PRE_MASK | {"combined"}) and lq * lkv * q.element_size() <= CACHE_BLOCK_BYTES
             and (mask is None or mask.dim() < 3 or mask.shape[-3] == 1))
 
 
@@ -164,16 +165,15 @@ def _head_blocks(q: Tensor, keys_t: Tensor, values: Tensor, mask: Tensor | None,
                  record: frozenset[str], map_rows: Callable, work: MaskWork) -> Tensor:
     """blocked_attention in blocks of whole heads, every row and key: for one batch item a block's place in a
     whole map is one contiguous run, so the scores and the softmax are written straight there (the weights into
-    the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: at 512 tokens
-    of a 30-layer model without a mask ~100 ms of a ~1.3 s forward. The masked cells are computed too (-inf, 0),
-    as in the whole path, so a mask that lets blocks of rows leave keys out keeps those: a causal map's lower
-    triangle alone took 30 layers' attention (9 heads) from ~300 to ~280 ms at 512 tokens and from ~1,000-1,130
-    to ~810-860 ms at 1,024. keys_t, values: k and v repeated to q's heads (keys transposed); the rest as
-    blocked_attention's."""
+    the model's slab). Blocks of rows were copied there instead, and their left-out keys filled: a large part of a
+    forward without a mask (benchmarks/README.md, Behind the code). The masked cells are computed too (-inf, 0), as in
+    the whole path, so a mask that lets blocks of rows leave keys out keeps those: computing a causal map's lower
+    triangle alone saves time (Behind the code, as above). keys_t, values: k and v repeated to q's heads (keys
+    transposed); the rest as blocked_attention's."""
     b, h, lq, _ = q.shape
     lkv = keys_t.shape[-1]
     whole = {name: _whole_map(name, (b, h, lq, lkv), q.dtype, q.device) for name in record & {"scores", "weights"}}
-    per = max(1, BLOCK_BYTES // (lq * lkv * q.element_size()))
+    per = max(1, CACHE_BLOCK_BYTES // (lq * lkv * q.element_size()))
     context = q.new_empty((b, h, lq, values.shape[-1]))
     bias = work.narrow_bias(mask, block_cells(mask, 0, lq, 0, lkv))
     scores_at = _scratch()[0]
@@ -209,8 +209,8 @@ def _whole_map(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: to
 class MaskWork:
     """What the blocks need of one mask: the keys each block may see, the mask's 0 / -inf bias and each block's
     share of it, worked out once for every attention call given that very mask inside sharing_masks() (a model's
-    layers share theirs: at 512 tokens of a 30-layer model that was ~14 ms of NumPy reductions and a bias made
-    30 times)."""
+    layers share theirs: NumPy reductions and a bias made once a layer otherwise, benchmarks/README.md, Behind the
+    code)."""
 
     def __init__(self, mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, bias_of: Callable):
         self.mask = None if mask is None else weakref.ref(mask)
@@ -263,7 +263,7 @@ def mask_work(mask: Tensor | None, lkv: int, dtype: torch.dtype, trimmed: bool, 
 def _scratch() -> tuple[Scratch, Scratch]:
     """This thread's memory for a block's scores and weights, kept from run to run: fresh block-sized tensors
     are mapped page by page whenever the allocator has handed their pages back (a 4 MiB block: ~1,000 page
-    faults, a few ms in a virtual machine)."""
+    faults; benchmarks/README.md, Behind the code)."""
     if not hasattr(_held, "scratch"):
         _held.scratch = (Scratch(), Scratch())
     return _held.scratch

@@ -11,6 +11,8 @@ import os
 import stat
 from pathlib import Path
 
+from ..style import format_bytes
+
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: thousands of times a real configuration
 TEXT_FILE_BYTES = 16 << 20  # a text file to run: far more than any model reads
 SAVE_AS_JSON = "give a configuration saved by attnviz (UTF-8 JSON, e.g. File > Save configuration)"
@@ -69,7 +71,7 @@ def read_config_text(path: str | os.PathLike) -> str:
     except OSError as exc:
         raise ConfigFileError(f"cannot be read ({exc.strerror or exc})", "check the path") from exc
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigFileError(f"is larger than {MAX_CONFIG_BYTES >> 20} MiB (a configuration is under 2 KB)",
+        raise ConfigFileError(f"is larger than {format_bytes(MAX_CONFIG_BYTES)} (a configuration is under 2 KB)",
                               SAVE_AS_JSON)
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark (Notepad) is harmless
@@ -101,7 +103,7 @@ def read_text_file(path: str | os.PathLike) -> str:
                             "another file") from None
     if len(data) > TEXT_FILE_BYTES:
         size = os.stat(path).st_size
-        raise TextFileError(f"{size / 2**20:.0f} MiB, over the {TEXT_FILE_BYTES >> 20} MiB a text may have. "
+        raise TextFileError(f"{format_bytes(size)}, over the {format_bytes(TEXT_FILE_BYTES)} a text may have. "
                             "Fix: cut it first")
     try:
         return data.decode("utf-8-sig")  # a byte-order mark (Notepad) is not part of the text

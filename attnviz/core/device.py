@@ -1,5 +1,5 @@
 """Where a run computes and how much memory it may use: the device, the free memory, the budget's share of
-it, a byte count in words, and tensors to NumPy."""
+it, and tensors to NumPy (a byte count in words is style.format_bytes, imported here for core)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..style import format_bytes  # noqa: F401 - core's modules take it from here
 from ..system import memory_bytes
 from . import buffers
 from .config import ConfigError
@@ -39,12 +40,13 @@ def available_memory(device: torch.device) -> int:
     return (8 << 30 if free is None else free) + buffers.idle_bytes()  # not Linux: assume 8 GiB free
 
 
-def format_bytes(n: float) -> str:
-    if n >= 2**28:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f} MiB"
-    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} bytes"  # small budgets are not "0 MiB"
+def memory_allowance(budget: int | None, device: torch.device | None = None) -> tuple[int, str]:
+    """(bytes a run may take, what that figure is): the budget given, else MEMORY_FRACTION of the free memory
+    on `device` (the CPU where None: a model's weights and every result's copy live there)."""
+    if budget is not None:
+        return budget, "the memory_budget given"
+    where = torch.device("cpu") if device is None else device
+    return int(available_memory(where) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory on {where}"
 
 
 class MemoryBudgetError(ConfigError):

@@ -1,8 +1,7 @@
 """A seed variant's module and random inputs as the seed drew them, kept for the configurations used last.
 
-Drawing them costs more than one would think (at 12 heads, 1,024 tokens, width 768: 17 ms for the weights'
-uniform draws and 6 ms for the inputs' normal ones, single-threaded, a sixth of the forward), and most edits
-do not change them: a mask, a window, a length of the keys' padding, the scale mode, or a seed flipped back
+Drawing them costs more than one would think (a sixth of the forward at M: benchmarks/README.md, Behind the code), and
+most edits do not change them: a mask, a window, a length of the keys' padding, the scale mode, or a seed flipped back
 to one just shown. What the draws depend on is the key; the CPU generator's state after them is kept too, so
 dropout in train mode draws the same numbers as after a fresh draw (bit-identical results either way).
 """

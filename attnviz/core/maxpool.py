@@ -17,7 +17,7 @@ def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
     """Reduce runs of `factor` along `dim` with op (torch.amax / torch.amin); a short last run too."""
     n = t.shape[dim]
     if dim in (-1, t.dim() - 1) and t.dtype.is_floating_point and op in (torch.amax, torch.amin):
-        # along the last dim torch's reductions run elementwise: max_pool1d is 2-3x faster, with the same
+        # along the last dim torch's reductions run elementwise: max_pool1d is faster (Behind the code), same
         # numbers (a NaN wins either way; ceil mode keeps the short last run)
         flat = t.reshape(-1, 1, n)
         pooled = (F.max_pool1d(flat, factor, ceil_mode=True) if op is torch.amax
@@ -35,9 +35,9 @@ def reduce_blocks(t: Tensor, dim: int, factor: int, op) -> Tensor:
 
 def max_pool(x: Tensor, fq: int, fk: int, signed: bool = False) -> Tensor:
     """(..., n, L) -> the max over fq x fk blocks of the last two dims (the last ones partial: max_pool2d's
-    ceil mode); signed: the value of largest magnitude. Two block reductions give max_pool2d's numbers several
-    times faster: the rows first (an elementwise max of whole rows, 3x faster than pooling the columns of the
-    full block), then the columns of the fq times smaller result (max_pool1d)."""
+    ceil mode); signed: the value of largest magnitude. Two block reductions give max_pool2d's numbers faster
+    (benchmarks/README.md, Behind the code): the rows first (an elementwise max of whole rows, faster than pooling the
+    columns of the full block), then the columns of the fq times smaller result (max_pool1d)."""
     if fq == 1 and fk == 1:
         return x
     hi = _pooled(x, fq, fk, torch.amax)

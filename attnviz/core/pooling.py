@@ -31,7 +31,10 @@ from .stats import StatSums
 TARGET = 1024  # pooled cells per axis at most: wider than any map on screen
 POOLED_BYTES = 384 << 20  # every call's pooled maps together at most (the target halves until they fit)
 MIN_TARGET = 256  # ... but a map keeps at least this many cells a side (a grid tile's width)
-BLOCK_BYTES = 16 << 20  # one block of float32 scores at most (its temporaries: a few more blocks)
+# A pooled block of float32 scores at most: it bounds the pooled path's transient memory (a block and its
+# temporaries, a few more blocks; the budgets count 4 of them). Not blocks.CACHE_BLOCK_BYTES, which sizes the
+# whole-map path's blocks to the CPU's caches: a pooled block is reduced and dropped, never kept.
+POOLED_BLOCK_BYTES = 16 << 20
 POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB or the memory budget",
               "always": "always pool the maps (statistics stay exact)",
               "never": "never pool: a run whose maps do not fit is refused, with the size"}
@@ -121,7 +124,7 @@ class Pooling:
         keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
         scratch = self.blocks if reusable() else (None, None)
         for held in filter(None, scratch):  # the largest block's size at once: blocks growing one by one (a
-            # causal map's) would leave a trail of freed sizes in the heap (~280 MB at 8,192 tokens)
+            # causal map's) would leave a trail of freed sizes in the heap (benchmarks/README.md, Behind the code)
             held.reserve(q.shape[0] * q.shape[1] * self._rows(q, lkv) * lkv, torch.float32, q.device)
         call, context, r0 = None, None, 0
         while r0 < lq:
@@ -136,7 +139,7 @@ class Pooling:
             if call is None:
                 call = self._start(block, lq, lkv)
                 # one tensor written block by block: small blocks kept alive between the block-sized
-                # temporaries would pin the heap, and a layer's first call grew it by ~250 MB at 8,192 tokens
+                # temporaries would pin the heap and grow it (benchmarks/README.md, Behind the code)
                 context = q.new_empty((q.shape[0], block.shape[1], lq, v.shape[-1]))
             self._add(call, block, cells, r0, signed, softmax)
             context[:, :, r0:r1] = grouped_matmul(block, v[:, :, k0:k1], repeat)
@@ -146,15 +149,15 @@ class Pooling:
 
     def _mask_blocks(self, mask: Tensor | None, lkv: int) -> MaskBlocks:
         """The mask's MaskBlocks, kept for every call given that very mask (a model's layers share one: reading
-        an 8,192² mask costs ~0.1 s a layer)."""
+        a long mask once a layer is slow, benchmarks/README.md, Behind the code)."""
         if self._masks is None or not self._masks.serves(mask, lkv):
             self._masks = MaskBlocks(mask, lkv)
         return self._masks
 
     def _rows(self, q: Tensor, lkv: int) -> int:
-        """Query rows per block: a multiple of the row factor, the block's scores within BLOCK_BYTES."""
+        """Query rows per block: a multiple of the row factor, the block's scores within POOLED_BLOCK_BYTES."""
         fq = factor(q.shape[2], self.target or TARGET)
-        fit = BLOCK_BYTES // max(1, q.shape[0] * q.shape[1] * lkv * 4)
+        fit = POOLED_BLOCK_BYTES // max(1, q.shape[0] * q.shape[1] * lkv * 4)
         return max(fq, fit // fq * fq)
 
     def _start(self, block: Tensor, lq: int, lkv: int) -> PooledCall:

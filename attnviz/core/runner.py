@@ -16,10 +16,19 @@ from . import screen
 from .ablation import ablating
 from .backed import ablation_plan, backed_stages, check_region, run_forward
 from .config import ConfigError, RunConfig
-from .device import MEMORY_FRACTION, MemoryBudgetError, available_memory, format_bytes, resolve_device, to_numpy
+from .device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
 from .drawn import drawn
 from .masks import build_kind
-from .pooling import AUTO_BYTES, BLOCK_BYTES, Pooling, fitting_target, pool_note, pooled_bytes, pooled_parts, pooling
+from .pooling import (
+    AUTO_BYTES,
+    POOLED_BLOCK_BYTES,
+    Pooling,
+    fitting_target,
+    pool_note,
+    pooled_bytes,
+    pooled_parts,
+    pooling,
+)
 from .progress import Watch, watching
 from .result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from .scalars import to_int
@@ -133,11 +142,7 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
         limits.append((lambda c: result_memory(c, keep), torch.device("cpu"), "its result, copied to the CPU, needs"))
     checks = []
     for estimate, where, what in limits:
-        source = "the memory_budget given"
-        allowed = budget
-        if allowed is None:
-            allowed = int(available_memory(where) * MEMORY_FRACTION)
-            source = f"{MEMORY_FRACTION:.0%} of the free memory on {where}"
+        allowed, source = memory_allowance(budget, where)
         checks.append((estimate, allowed, what, source))
 
     def fits(c: RunConfig) -> bool:
@@ -167,7 +172,7 @@ def check_memory(config: RunConfig, device: torch.device, budget: int | None = N
 def _seed(seed: int, device: torch.device) -> None:
     """torch.manual_seed(seed) as the seed scripts call it, for the generators this run draws from.
     On the CPU only the CPU generator: manual_seed also seeds every CUDA device, and before CUDA
-    starts that records a stack trace per call (1.5-1.7 ms of a 20 ms run at S)."""
+    starts that records a stack trace per call (benchmarks/README.md, Behind the code)."""
     if device.type == "cuda":
         torch.manual_seed(seed)  # dropout on the GPU draws from its generator
     else:
@@ -309,13 +314,13 @@ def pooled_memory(config: RunConfig, target: int = 0) -> int:
     maps = config.batch * config.heads * (config.spec.head_factor + 1)  # the maps kept, and the block's pooled
     mask = config.batch * config.seq_q * config.lkv  # bool, generously: per batch item
     return (config.batch * (config.seq_q + config.lkv) * widths * 8 * 4 + 4 * widths * widths * 4
-            + pooled_bytes(1, maps, config.seq_q, config.lkv, target) + mask + 4 * BLOCK_BYTES)
+            + pooled_bytes(1, maps, config.seq_q, config.lkv, target) + mask + 4 * POOLED_BLOCK_BYTES)
 
 
 def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | None, target: int = 0) -> None:
     """A pooled run keeps the tokens' stages, the pooled maps and a few blocks: MemoryBudgetError past that."""
     need = pooled_memory(config, target)
-    allowed = budget if budget is not None else int(available_memory(device) * MEMORY_FRACTION)
+    allowed = memory_allowance(budget, device)[0]
     if need > allowed:
         raise MemoryBudgetError("seq_q", config.seq_q, f"not enough memory even with pooled maps: about "
                                 f"{format_bytes(need)}, over the budget of {format_bytes(allowed)}",
@@ -324,7 +329,7 @@ def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | N
 
 def _too_big(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str]) -> bool:
     maps = config.batch * config.heads * config.seq_q * config.lkv * 4 * max(kept_maps(config, keep), 1)
-    allowed = budget if budget is not None else int(available_memory(device) * MEMORY_FRACTION)
+    allowed = memory_allowance(budget, device)[0]
     return maps > min(AUTO_BYTES, allowed)
 
 

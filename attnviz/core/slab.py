@@ -1,6 +1,6 @@
 """A model forward's weights written by the kernel straight into one (layers, B, H, Lq, Lkv) tensor, layer
 after layer, so the every-layer array the views read is no second copy (at 512 tokens of a 30-layer model
-the copy was 283 MB, 100-140 ms of an edit, most of it the fresh pages).
+the copy was 283 MB, much of an edit's time, most of it the fresh pages: benchmarks/README.md, Behind the code).
 
 `slab(MapSlab(layers))` makes one current for this thread while a forward runs; blocks.blocked_attention asks
 it for each call's weights buffer (`take`), and a call whose map has another shape (an encoder-decoder's

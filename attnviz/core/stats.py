@@ -81,7 +81,7 @@ class StatSums:
             # the running sums across rows are float64
             if "entropy" in self.names and "entropy" not in given:
                 # -w ln w, 0 at w = 0: a vectorised log of the weights raised to the smallest normal number
-                # (xlogy runs 3x slower; a subnormal's w ln w is below 1e-36)
+                # (xlogy runs slower, benchmarks/README.md, Behind the code; a subnormal's w ln w is below 1e-36)
                 tiny = torch.finfo(self.dtype).smallest_normal
                 logs = torch.clamp_min(wd, tiny, out=self.scratch.like(wd)).log_()
                 out["entropy"] = (-logs.mul_(wd).sum(-1), None)

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..style import FONT_FAMILIES
 
-PNG_QUALITY = 50  # Qt's zlib effort: 2.4x faster than the default for ~10% larger files (benchmarks/)
+# Qt's zlib effort: faster than the default for slightly larger files (benchmarks/README.md, Behind the code)
+PNG_QUALITY = 50
 
 _app = None  # keeps a QGuiApplication we created alive
 

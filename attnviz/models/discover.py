@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..core.configfile import file_kind, read_regular
+from ..style import format_bytes
 from .folder import model_name
 from .hf import WEIGHTS_ONLY_SEEN
 
@@ -149,7 +150,7 @@ def _manifest_digest(manifest: Path, scan: Scan) -> str | None:
     try:
         data = read_regular(manifest, MANIFEST_MAX_BYTES)
         if len(data) > MANIFEST_MAX_BYTES:
-            scan.note(f"{manifest} is over {MANIFEST_MAX_BYTES >> 20} MiB, not a manifest")
+            scan.note(f"{manifest} is over {format_bytes(MANIFEST_MAX_BYTES)}, not a manifest")
             return None
         layers = json.loads(data.decode("utf-8")).get("layers", [])
         digest = next(d["digest"] for d in layers if d.get("mediaType") == OLLAMA_MODEL_MEDIA)

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ..core.configfile import NotRegularFile, read_regular
-from ..core.device import MEMORY_FRACTION, available_memory
+from ..core.device import memory_allowance
 from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
+from ..style import format_bytes
 from .errors import ModelError
 from .gguf_files import gguf_header, read_gguf
 
@@ -106,7 +106,7 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
         raise ModelError(path, f"{path.name} cannot be read ({exc.strerror or exc})", "restore the file") from None
     if len(data) > limit:
         size = os.stat(path).st_size
-        raise ModelError(path, f"{path.name} is {size / 2**20:.0f} MiB, far larger than a model's ({limit >> 20} MiB "
+        raise ModelError(path, f"{path.name} is {format_bytes(size)}, far larger than a model's ({format_bytes(limit)} "
                          "at most)", "restore the file saved with the model")
     try:
         return json.loads(data.decode("utf-8"))
@@ -257,17 +257,8 @@ def model_name(path: Path) -> str:
     return path.name
 
 
-def memory_allowance(memory_budget: int | None) -> tuple[int, str]:
-    """(bytes a model may take, what that figure is) for the budget given, else the share of the free memory."""
-    if memory_budget is not None:
-        return memory_budget, "the memory budget given"
-    return int(available_memory(torch.device("cpu")) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory"
-
-
 def weights_within_budget(folder: ModelFolder, memory_budget: int | None) -> int:
     """The folder's weights as float32 bytes; ModelError before any weight is read when they exceed the budget."""
-    from ..core.device import format_bytes
-
     size = parameter_bytes(folder)
     allowed, source = memory_allowance(memory_budget)
     if size > allowed:

@@ -23,6 +23,7 @@ from ..core.kernel import Trace
 from ..core.masks import is_causal
 from ..core.progress import Cancelled
 from ..core.stages import STAGE_NAMES
+from ..style import format_bytes
 from ..system import torch_threads
 from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
 from .gguf_files import gguf_header, read_gguf
@@ -235,8 +236,8 @@ def _check_implied_size(config, checkpoint_bytes: int) -> None:
     blame = max(sizes, key=lambda part: implied - _implied_bytes({**sizes, part: 1}))
     key = _first_key(text, SIZE_KEYS[blame])
     value = getattr(text, key, None)
-    raise ModelError(value, f"config.json ({key} = {value}) describes a model of about {implied / 2**30:.1f} GiB "
-                     f"but the checkpoint holds {checkpoint_bytes / 2**30:.2f} GiB",
+    raise ModelError(value, f"config.json ({key} = {value}) describes a model of about {format_bytes(implied)} "
+                     f"but the checkpoint holds {format_bytes(checkpoint_bytes)}",
                      "use the config.json saved with these weights", field_name=key)
 
 

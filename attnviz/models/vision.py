@@ -38,7 +38,6 @@ from .image_input import Picture
 from .layers import HOOKED, keep_input, keep_output, trace_modules
 
 PREPROCESSOR = "preprocessor_config.json"
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 # Families whose vision code calls the attention interface (transformers 5.24); a folder of one is read here
 VISION_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "clip", "siglip", "clip_vision_model",
                           "siglip_vision_model", "beit", "vit_msn", "ijepa"})

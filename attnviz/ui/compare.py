@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ..explain import CompareFrames, RolloutFrames
-from ..style import number
+from ..style import BACKGROUND, number
 from .heatmap import Tile
 from .panel import named
 from .square import SquareCells
@@ -50,7 +50,7 @@ class CompareView(QWidget):
         top.addWidget(self.infoLabel, 1)
         top.addWidget(self.exportButton)
         self.scene = pg.GraphicsLayoutWidget()
-        self.scene.setBackground("w")
+        self.scene.setBackground(BACKGROUND)
         self.tiles = [Tile(), Tile(), Tile()]
         for n, tile in enumerate(self.tiles):
             tile.set_axes(False)
@@ -99,7 +99,7 @@ class RolloutView(QWidget):
         self.exportButton.setToolTip("Save the rollout map as CSV, or the panel as a PNG image")
         self.exportButton.clicked.connect(self.sigExport)
         self.scene = pg.GraphicsLayoutWidget()
-        self.scene.setBackground("w")
+        self.scene.setBackground(BACKGROUND)
         self.tile = Tile()
         self.tile.set_axes(True)
         self.scene.addItem(self.tile.plot)

@@ -2,8 +2,8 @@
 
 A forward pass splits each op over torch's threads and waits for the slowest. With one thread per
 core and one core held by another program, the thread that shares that core gets a fraction of
-it (and at nice 10, almost none), so every op waits for it: measured 4-7x slower with one busy
-core of two (issue 9). With one thread fewer than the busy cores leave, the loss is the lost core
+it (and at nice 10, almost none), so every op waits for it (benchmarks/README.md, Contention: the thread and
+priority policy). With one thread fewer than the busy cores leave, the loss is the lost core
 only (<= 2x). So before each run the worker measures, from /proc/stat and /proc/self/stat (read by
 attnviz.system), how many
 cores other processes used since the previous run, and runs with the cores left (at least one).

@@ -221,8 +221,8 @@ class ExportDialog(QDialog):
 
 
 def copy_to_clipboard(window) -> None:
-    """Put the grid (or the focused head) on the clipboard; composed off the GUI thread (~1 s at
-    8 heads x 2048 tokens), handed to the clipboard on it."""
+    """Put the grid (or the focused head) on the clipboard; composed off the GUI thread (it takes
+    seconds at 2,048 tokens: benchmarks/README.md, Behind the code), handed to the clipboard on it."""
     focus = window.headGrid.focus
     what = "grid" if focus is None else ("mean" if focus == -1 else "head")
     options = ExportOptions.from_view(window.frames.options, what=what, head=max(focus or 0, 0))

@@ -12,6 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListView, QListWidget, QPushButton, QVBoxLayout, QWidget
 
+from .. import style
 from ..explain import FocusFrames
 from .panel import named
 
@@ -46,13 +47,13 @@ class FocusView(QWidget):
         self.tokenList.itemClicked.connect(self._item_clicked)
         self.plot = pg.PlotWidget()
         named(self.plot, "focusPlot")
-        self.plot.setBackground("w")
+        self.plot.setBackground(style.BACKGROUND)
         self.plot.setMenuEnabled(False)
         self.plot.setLabel("bottom", "key")
         self.plot.setLabel("left", "weight")
         self.plot.showGrid(x=False, y=True, alpha=0.2)
         self.plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
-        self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt", brush=(255, 255, 255, 210))
+        self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt", brush=style.LABEL_FILL)
         self.curves: list[pg.PlotDataItem] = []
         self.exportButton = named(QPushButton("Export…"), "focusExportButton")
         self.exportButton.setToolTip("Save the focused rows as CSV, or the plot as a PNG image")

@@ -48,9 +48,9 @@ class EffectsJob(QObject):
 
     def start(self, key, config, position, ablation) -> None:
         self.cancel()
-        # The run's forwards make Python objects fast enough for a full garbage collection every ~45 s,
-        # and it ran on the GUI thread over everything alive, the loaded model and transformers' modules
-        # included (the window freezes only what start-up made): 40-160 ms each, the run's longest stalls.
+        # The run's forwards make Python objects fast enough for a full garbage collection every ~45 s, and it ran on
+        # the GUI thread over everything alive, the loaded model and transformers' modules included (the window freezes
+        # only what start-up made): the run's longest stalls (benchmarks/README.md, Behind the code).
         # What is alive now lives on past the run; leave it out of the collector's passes, as at start-up.
         gc.freeze()
         self.key, flag = key, threading.Event()

@@ -12,9 +12,11 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
+from .. import style
+
 # Qt asks data() for seven roles of every cell it paints (3,780 calls for a 30 x 9 table painted twice):
 # plain ints compared with ints and a colour picked from lists, not Qt enums compared with an int or NumPy
-# scalars indexed per call (painting a table of head effects took ~50 ms of the GUI thread that way)
+# scalars indexed per call, which made painting a table of head effects slow (benchmarks/README.md, Behind the code)
 DISPLAY, BACKGROUND, FOREGROUND = (int(r.value) for r in (Qt.DisplayRole, Qt.BackgroundRole, Qt.ForegroundRole))
 TOOLTIP, ALIGNMENT = int(Qt.ToolTipRole.value), int(Qt.TextAlignmentRole.value)
 CENTRED = int(Qt.AlignCenter.value)
@@ -41,9 +43,8 @@ class HeatModel(QAbstractTableModel):
         self.texts, self.index_, self.rows, self.cols, self.tip = texts, index, rows, cols, tip
         self._index = np.asarray(index).tolist()
         self._colours = [QColor(int(r), int(g), int(b), int(a)) for r, g, b, a in lut]
-        # dark cells get white text (luminance below the middle), light ones black
-        self._inks = [QColor("white") if 0.299 * r + 0.587 * g + 0.114 * b < 140 and a > 100 else QColor("black")
-                      for r, g, b, a in lut.astype(float)]
+        # dark cells get light text, light ones dark; a nearly clear cell shows the table's own light background
+        self._inks = [QColor(style.ink_on(r, g, b) if a > 100 else style.DARK_INK) for r, g, b, a in lut.astype(float)]
         self.endResetModel()
 
     def clear(self) -> None:
@@ -93,7 +94,7 @@ class HeatTable(QTableView):
         self.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
         self.verticalHeader().setDefaultSectionSize(22)
         # A scroll bar that appears when the first rows come re-lays out the table inside that result's paint
-        # (the end of a head-effects run: ~30 ms of the GUI thread): it is always there instead
+        # (the end of a head-effects run; benchmarks/README.md, Behind the code): it is always there instead
         self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOn)
 
     def cell_text(self, row: int, col: int) -> str:

@@ -36,8 +36,8 @@ def line_px(px: int) -> float:
 
 @functools.lru_cache(maxsize=8)
 def widest_label_px(labels: tuple[str, ...]) -> float:
-    """The widest of `labels` at the largest label size, at most TOKEN_LABEL_MAX_PX (a call per label took a
-    grid's swap 30 ms at 2,048 tokens: the worker measures a new result's labels, views.prepare_labels)."""
+    """The widest of `labels` at the largest label size, at most TOKEN_LABEL_MAX_PX (a call per label slowed a grid's
+    swap, benchmarks/README.md, Behind the code: the worker measures a new result's labels, views.prepare_labels)."""
     metrics = QFontMetricsF(label_font(LABEL_SIZES_PX[0]))
     return min(max((metrics.horizontalAdvance(t) for t in labels), default=0.0), TOKEN_LABEL_MAX_PX)
 

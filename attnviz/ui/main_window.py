@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import colormaps
+from .. import colormaps, style
 from ..core import ConfigError, RunConfig, run
 from ..core.runner import run_stages
 from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
@@ -57,7 +57,7 @@ TENSOR_MIN_PX = 120  # the tensor view keeps its rows and tick labels legible in
 DEFAULT_GENERATE = 20  # tokens the Generate button writes while the count is off
 # The busy bar appears once the worker has been busy this long (at once for a counted forward or generation):
 # a quick run never animates it. Its repaints woke the GUI thread during the forward, and each wake-up held up
-# one of the forward's two threads while the other waited for it (a seed change at M: 57 against 48 ms).
+# one of the forward's two threads while the other waited for it (benchmarks/README.md, Behind the code).
 BUSY_SHOW_MS = 250
 MODEL_VIEW_PARTIAL_S = 0.5  # while a generation streams, the model view follows at most this often
 HOVER_HINT = ("Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back); "
@@ -112,8 +112,8 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
             self.open_path(open_path)
         self._once.count = self.panel.widgets["generate"].value()  # a remembered count is not a click
         self.request()
-        # ~200k objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection
-        # over them takes ~115 ms on the GUI thread. Freeze them: they live as long as the app.
+        # Many objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection over them
+        # stalls the GUI thread (benchmarks/README.md, Behind the code). Freeze them: they live as long as the app.
         gc.freeze()
 
     def _build(self) -> None:
@@ -212,7 +212,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         maps_layout.setContentsMargins(0, 0, 0, 0)
         maps_layout.addLayout(self._view_controls())
         self.staleLabel = named(OverlayBanner(self.headGrid), "staleLabel")  # over the grid: never resizes it
-        self.staleLabel.setStyleSheet("background: #fff3cd; color: #664d03; padding: 3px;")
+        self.staleLabel.setStyleSheet("background: {}; color: {}; padding: 3px;".format(*style.STALE_NOTE))
         self.staleLabel.hide()
         self.captionLabel = named(CaptionBar(), "captionLabel")  # what to look for in these maps
         maps_layout.addWidget(self.captionLabel)
@@ -464,8 +464,8 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
 
     def _model_due(self, outcome: Outcome) -> bool:
         """Whether the model view follows this result: every final one; a generation's partial ones at most
-        every MODEL_VIEW_PARTIAL_S (composing and painting every layer's tiles took 25-45 ms of the GUI thread
-        per partial result on a 30-layer model)."""
+        every MODEL_VIEW_PARTIAL_S (composing and painting every layer's tiles holds the GUI thread:
+        benchmarks/README.md, Behind the code)."""
         now, run = time.monotonic(), (outcome.request.id, run_key(outcome.result))
         if outcome.partial and run == self._model_run and now - self._model_shown_at < MODEL_VIEW_PARTIAL_S:
             return False  # a new run's first partial result always goes in: nothing of the old one stays

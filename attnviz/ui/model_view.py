@@ -23,7 +23,17 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFrame, QLabel, QMenu, QScrollArea, QVBoxLayout, QWidget
 
 from ..frames import model_mosaic, mosaic_columns, mosaic_rows
-from ..style import RED
+from ..style import (
+    BACKGROUND,
+    HEAD_TYPE_COLOURS,
+    HIGHLIGHT,
+    LABEL_FILL,
+    LIGHT_INK,
+    OTHER_HEAD_TYPE,
+    OUTLINE,
+    PENDING_GREY,
+    RED,
+)
 from ..system import lower_priority
 from .panel import named
 from .views import lean_axes
@@ -32,12 +42,9 @@ GAP = 2
 STACK_LABELS = {"encoder": "enc", "decoder": "dec", "cross": "cross"}  # the row labels of an encoder-decoder
 MIN_TILE, MAX_TILE = 12, 72
 READABLE_TILE, SCROLL_TILE = 16, 28  # under this the view scrolls instead, at tiles of at most that
-# one colour per head type (badges and legend); a type not listed here gets grey
-BADGE_COLOURS = {"previous_token": "#1f77b4", "first_token": "#7f7f7f", "self": "#2ca02c",
-                 "duplicate_token": "#9467bd", "induction": "#ff7f0e"}
+BADGE_COLOURS = HEAD_TYPE_COLOURS  # one colour per head type (badges and legend); others OTHER_HEAD_TYPE
 BADGE_PX = 0.18  # a badge's side, as a fraction of the tile
 BADGE_MAX = 10.0  # px: a badge marks, it does not cover the tile
-PENDING = 228  # the grey of a layer's tiles while it still runs
 LABEL_ROW_PX, LABEL_COL_PX = 14, 26  # screen room a layer label and a head label need
 MEAN_LABEL_PX = 40  # ... and the "mean" column's label
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
@@ -60,7 +67,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.setToolTip("Every layer (rows) and head (columns) of the model, the mean over each layer's heads on "
                         "the right; each tile scaled to its own maximum. Click a tile to open it; Alt+click or "
                         "right-click a head to ablate it (crossed) or restore it.")
-        self.setBackground("w")
+        self.setBackground(BACKGROUND)
         self.plot = self.addPlot()
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(False, False)
@@ -76,12 +83,12 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.marker.setPen(pg.mkPen(RED, width=2))
         self.plot.addItem(self.marker)
         # a white cross on a dark outline: visible on any colormap, and apart from the red layer marker
-        self.crossShadow = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("#202020", width=4))
-        self.crosses = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("w", width=2))
+        self.crossShadow = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(OUTLINE, width=4))
+        self.crosses = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(LIGHT_INK, width=2))
         self.plot.addItem(self.crossShadow)
         self.plot.addItem(self.crosses)
         # a dark outline: a grey badge stays visible on the grey of a causal tile's masked corner
-        self.badges = pg.ScatterPlotItem(pxMode=False, symbol="s", pen=pg.mkPen("#202020", width=1))
+        self.badges = pg.ScatterPlotItem(pxMode=False, symbol="s", pen=pg.mkPen(OUTLINE, width=1))
         self.plot.addItem(self.badges)
         self.ablated: set[tuple[int, int]] = set()  # (layer, head) of the shown stack
         # the Circuits panel's: every head's copying score (hover text) and the earlier heads the open head
@@ -89,7 +96,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.copying: np.ndarray | None = None
         self.composition: tuple = ()
         self.compositionBoxes = pg.ScatterPlotItem(pxMode=False, symbol="s", brush=None,
-                                                   pen=pg.mkPen("#ff8c00", width=2))
+                                                   pen=pg.mkPen(HIGHLIGHT, width=2))
         self.plot.addItem(self.compositionBoxes)
         self.compositionTexts: list[pg.TextItem] = []
         self.head_types = None  # explain.HeadScoreFrames of the shown model
@@ -144,7 +151,7 @@ class ModelView(pg.GraphicsLayoutWidget):
 
         def compose() -> None:
             lower_priority()  # like the worker: the GUI thread wins the CPU
-            blocks = source.blocks()  # here: stacking every layer's mask took the GUI thread 13 ms at 1,024 tokens
+            blocks = source.blocks()  # here, not on the GUI thread (benchmarks/README.md, Behind the code)
             mosaic = model_mosaic([(lw, allowed) for _, lw, allowed in blocks], tile, colormap, GAP)
             with contextlib.suppress(RuntimeError):  # the window closed meanwhile
                 self._sigMosaic.emit(source, (mosaic, [(name, lw.shape[0]) for name, lw, _ in blocks]), tile)
@@ -163,7 +170,7 @@ class ModelView(pg.GraphicsLayoutWidget):
             picture = np.full((tops[-1] + tile, columns[-1] + tile, 4), 255, np.uint8)
             for y in tops:
                 for x in columns:
-                    picture[y:y + tile, x:x + tile, :3] = PENDING
+                    picture[y:y + tile, x:x + tile, :3] = PENDING_GREY
             p = self.partial = dict(rid=rid, total=total, heads=heads, tile=tile, tops=tops, columns=columns,
                                     picture=picture, asked=0, colormap=colormap)
         new, start = layers[p["asked"]:], p["asked"]
@@ -351,7 +358,7 @@ class ModelView(pg.GraphicsLayoutWidget):
             if at is None:
                 continue
             spots.append({"pos": (at[0] + self.tile / 2, at[1] + self.tile / 2), "size": self.tile})
-            text = pg.TextItem(f"{kind} {score:.2f}", color="#ff8c00", fill=pg.mkBrush(255, 255, 255, 200),
+            text = pg.TextItem(f"{kind} {score:.2f}", color=HIGHLIGHT, fill=pg.mkBrush(*LABEL_FILL),
                                anchor=(0, 1))
             text.setPos(at[0], at[1] + self.tile)
             self.plot.addItem(text)
@@ -391,7 +398,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         size = min(max(self.tile * BADGE_PX, 3.0), BADGE_MAX)
         spots, placed = [], {}  # badges per tile so far: each tile's badges side by side from its top right
         for name, passed in frames.passed.items():
-            brush = pg.mkBrush(BADGE_COLOURS.get(name, "#bbbbbb"))
+            brush = pg.mkBrush(BADGE_COLOURS.get(name, OTHER_HEAD_TYPE))
             for layer, head in zip(*np.nonzero(passed)):
                 at = self._tile_origin(int(layer), int(head))
                 if at is None or head >= len(self.columns) - 1:
@@ -463,7 +470,7 @@ class ModelPanel(QWidget):
             note = "" if frames is None else f" · {frames.message}"
             self.legend.setText(f"<small>{cross}{note}</small>")
             return
-        items = [f"<span style='color:{BADGE_COLOURS.get(n, '#bbbbbb')}'>■</span> "
+        items = [f"<span style='color:{BADGE_COLOURS.get(n, OTHER_HEAD_TYPE)}'>■</span> "
                  f"{frames.types.get(n, (n, ''))[0]} ≥ {frames.thresholds.get(n, 0):.2g}" for n in frames.passed]
         self.legend.setText("<small>" + " &nbsp; ".join(items + [cross]) + "</small>")
 

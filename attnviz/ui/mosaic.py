@@ -1,8 +1,8 @@
 """The head grid's maps drawn by one graphics item: per map an image and a title, placed by arithmetic.
 
 The grid used to be one pyqtgraph PlotItem per map. A result with another head count, or a resized
-window, then added and removed scene items, laid out nested layouts and re-rendered title HTML:
-15-70 ms on the GUI thread per swap, and as long again to paint up to 33 PlotItems. Here a swap
+window, then added and removed scene items, laid out nested layouts and re-rendered title HTML on the GUI
+thread per swap, and painted up to 33 PlotItems (benchmarks/README.md, Behind the code). Here a swap
 wraps the worker's ARGB pixels (frames.argb_pixels) in QImages and a paint draws them.
 """
 

@@ -378,7 +378,7 @@ class ParameterPanel(QWidget):
     def _layouts_held(self) -> Iterator[None]:
         """The panel's layouts off while rows come and go, then one pass. Qt lays out every parent
         of a widget again each time one is shown: a variant change laid the panel out once per
-        row that came back (23-36 ms of the longest fuzz stalls)."""
+        row that came back, some of the longest fuzz stalls (benchmarks/README.md, Behind the code)."""
         layouts = [box.layout() for box in self.groups.values()] + [self.layout()]
         for layout in layouts:
             layout.setEnabled(False)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .. import style
 from ..core.config import IMAGE_SUFFIXES
 from ..models.patches import ALPHA, MODES, PatchFrames, overlay_rgba
 from .file_chooser import PathChooser, named
@@ -82,7 +83,7 @@ class PatchCanvas(QWidget):
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         painter = QPainter(self)
-        painter.fillRect(self.rect(), QColor("white"))
+        painter.fillRect(self.rect(), QColor(style.BACKGROUND))
         if self.picture is None:
             return
         rect = self.target()
@@ -92,7 +93,7 @@ class PatchCanvas(QWidget):
         painter.drawImage(rect, self.overlay)
         self._mark_query(painter, rect)
         if self.selected:
-            painter.setPen(QPen(QColor("#1f6feb"), 3))
+            painter.setPen(QPen(QColor(style.SELECTED), 3))
             painter.drawRect(rect.adjusted(1, 1, -2, -2))
 
     def _mark_query(self, painter: QPainter, rect: QRect) -> None:
@@ -103,7 +104,7 @@ class PatchCanvas(QWidget):
         rows, cols = f.grid
         r, c = divmod(patch, cols)
         pw, ph = rect.width() / cols, rect.height() / rows
-        painter.setPen(QPen(QColor("white"), 2 if not self.small else 1))
+        painter.setPen(QPen(QColor(style.LIGHT_INK), 2 if not self.small else 1))
         painter.drawRect(QRect(int(rect.x() + c * pw), int(rect.y() + r * ph), int(pw), int(ph)))
 
     def patch_at(self, pos: QPoint) -> int | None:

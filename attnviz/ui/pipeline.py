@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..explain import STAGE_TITLES, PipelineFrames, PipelineStage
-from ..style import TICK_INK, number
+from ..style import BACKGROUND, TICK_INK, number
 from .panel import named
 from .square import SquareCells
 from .views import image_item, lean_axes, set_heat_image
@@ -143,7 +143,7 @@ class PipelineView(QWidget):
         top.addWidget(self.exportButton)
 
         self.flow = pg.GraphicsLayoutWidget()
-        self.flow.setBackground("w")
+        self.flow.setBackground(BACKGROUND)
         self.flowScroll = QScrollArea()  # the flow is as wide as its stages need; a narrow panel scrolls it
         self.flowScroll.setWidget(self.flow)
         self.flowScroll.setFrameShape(QFrame.NoFrame)
@@ -169,7 +169,7 @@ class PipelineView(QWidget):
         """The stage chosen, large, under its title."""
         self.large = pg.PlotWidget()
         named(self.large, "pipelineLarge")
-        self.large.setBackground("w")
+        self.large.setBackground(BACKGROUND)
         self.largePlot = self.large.getPlotItem()
         self.largePlot.setMenuEnabled(False)
         self.largePlot.hideButtons()
@@ -186,7 +186,7 @@ class PipelineView(QWidget):
         large_layout.setSpacing(0)
         self.largeTitle = named(QLabel(), "pipelineLargeTitle")
         self.largeTitle.setAlignment(Qt.AlignCenter)
-        self.largeTitle.setStyleSheet(f"color: {TICK_INK}; background: white; font-size: 9pt;")
+        self.largeTitle.setStyleSheet(f"color: {TICK_INK}; background: {BACKGROUND}; font-size: 9pt;")
         self.largeTitle.setMinimumWidth(16)
         large_layout.addWidget(self.largeTitle)
         large_layout.addWidget(self.large, 1)

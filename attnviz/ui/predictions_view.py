@@ -14,7 +14,7 @@ from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from .. import colormaps
+from .. import colormaps, style
 from ..explain import PredictionFrames
 from ..models.tokens import display
 from .mosaic import GENERATED_INK, ROW_MARK
@@ -24,12 +24,11 @@ CELL_MIN, CELL_MAX = 58, 120  # px per position: few positions fill the width, m
 CELL_ABLATED = 92
 COLUMN_ROOM = 300  # px of the maps' column below which the strip folds away
 ROWS_PX = 32  # two lines of text: the strip takes little from the maps
-NO_TARGET = QColor("#eeeeee")
+NO_TARGET = QColor(style.NO_TARGET)
 
 
 def _ink(colour: QColor) -> QColor:
-    light = 0.299 * colour.red() + 0.587 * colour.green() + 0.114 * colour.blue()
-    return QColor("black") if light >= 140 else QColor("white")
+    return QColor(style.ink_on(colour.red(), colour.green(), colour.blue()))
 
 
 def _p(value: float) -> str:

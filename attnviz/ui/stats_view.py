@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .. import style
 from ..core.stats import STATS, stats_csv
 from ..explain import StatsFrames
 from .choices import add_choice
@@ -123,7 +124,7 @@ class StatsView(QWidget):
         """The layer x head image of the chosen statistic, and the note shown when there is one layer."""
         self.overview = pg.PlotWidget()
         named(self.overview, "statsOverview")
-        self.overview.setBackground("w")
+        self.overview.setBackground(style.BACKGROUND)
         plot = self.overview.getPlotItem()
         plot.setMenuEnabled(False)
         plot.hideButtons()

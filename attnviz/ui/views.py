@@ -23,7 +23,7 @@ from ..core.cells import cell_path
 from ..core.stages import BY_NAME
 from ..frames import Frames, head_title, not_kept_note, tensor_data, view_stage
 from ..models.tokens import display
-from ..style import STALE_OPACITY, number
+from ..style import BACKGROUND, STALE_OPACITY, number
 from .heatmap import TICK_TEXT_PX, ColourBar, CountsPaints, image_item, lean_axes, set_heat_image, settle_before_paint
 from .labels import widest_label_px
 from .mosaic import POSITION_AXES, ROW_MARK, TOKEN_AXES, MapTile, Mosaic, image_rects
@@ -43,7 +43,7 @@ def _swatch_html(lut: np.ndarray) -> str:
 class OverlayBanner(QLabel):
     """A message laid over the top edge of `host`: showing, hiding or rewording it never resizes
     the host. (As a row above the head grid, the stale banner resized the grid each time it came
-    or went, and a resized grid lays out and re-renders every tile: 30-50 ms on the GUI thread.)"""
+    or went, and a resized grid lays out and re-renders every tile: benchmarks/README.md, Behind the code.)"""
 
     def __init__(self, host: QWidget):
         super().__init__(host)
@@ -69,7 +69,7 @@ class OverlayBanner(QLabel):
 class CaptionBar(QWidget):
     """Two lines above the maps saying what to look for, painted here at a fixed height: a new
     caption never lays the window out again. (A word-wrapped QLabel that came, went or rewrapped
-    resized the head grid inside the result swap: 7-28 ms of the longest fuzz stalls.)"""
+    resized the head grid inside the result swap: benchmarks/README.md, Behind the code.)"""
 
     LINES = 2
     PAD = 3
@@ -133,7 +133,8 @@ def axis_labels(result: RunResult) -> tuple[tuple[str, ...], tuple[str, ...]] | 
 
 def prepare_labels(result: RunResult) -> None:
     """On the worker (Worker.prepare), before a new result goes to the window: its labels and their widths,
-    which the grid's swap then finds made (a call per token: 60 ms of the GUI thread at 2,048 tokens)."""
+    which the grid's swap then finds made (a call per token on the GUI thread: benchmarks/README.md, Behind the
+    code)."""
     for labels in axis_labels(result) or ():
         widest_label_px(labels)
 
@@ -157,7 +158,7 @@ class HeadGrid(CountsPaints, pg.GraphicsLayoutWidget):
                         "Hover a cell for its values; click a head to show it large (click again or Esc for the grid). "
                         "Drag a rectangle on a map to see that block exactly, every head, with its tokens "
                         "(Esc or Back: the full maps).")
-        self.setBackground("w")
+        self.setBackground(BACKGROUND)
         self.tiles: list[MapTile] = []  # what is shown, in order
         self.mosaic = Mosaic()
         self.ci.addItem(self.mosaic, row=0, col=0)
@@ -481,7 +482,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         named(self, "outputView")
         self.setToolTip("The output tensor (or Q, K, V, context) of the shown batch item: rows are positions, "
                         "columns features; blue negative, red positive. Hover for values.")
-        self.setBackground("w")
+        self.setBackground(BACKGROUND)
         self.plot = self.getPlotItem()
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
@@ -511,7 +512,7 @@ class TensorView(CountsPaints, pg.PlotWidget):
         self.result, self.frames = result, frames
         heat = frames.tensor
         kept = heat is not None  # else this layer of a long pooled run holds its maps only: say so
-        if kept != self.plot.getAxis("left").isVisible():  # showing an axis re-lays out and redraws it (2 ms)
+        if kept != self.plot.getAxis("left").isVisible():  # showing an axis re-lays out and redraws it
             for side in ("left", "bottom"):
                 self.plot.showAxis(side, kept)
         if not kept:

@@ -25,8 +25,8 @@ class WindowModel:
         self.modelDock.setObjectName("modelDock")
         self.modelPanel = ModelPanel(self.modelView)  # the view and its head-type legend
         self.modelDock.setWidget(self.modelPanel)
-        # Open from the start (a note says when no model is behind the maps): a dock that opened with
-        # the first model's result re-laid out the whole window inside that result's swap (a 65 ms stall).
+        # Open from the start (a note says when no model is behind the maps): a dock that opened with the first model's
+        # result re-laid out the whole window inside that result's swap (benchmarks/README.md, Behind the code).
         self.addDockWidget(Qt.BottomDockWidgetArea, self.modelDock)
         self.modelView.sigOpen.connect(self._open_tile)
         self.modelDock.visibilityChanged.connect(self._model_dock_visible)
@@ -126,7 +126,7 @@ class WindowModel:
             self.panel.know_model(result.config.model, getattr(source.info, "stacks", ()),
                                   getattr(source, "picture", None) is not None)
         if self.modelDock.isVisible() and self.model_view_wanted():  # a tab behind waits: composing every
-            # layer's tiles took 25-45 ms of the GUI thread on a 30-layer model
+            # layer's tiles holds the GUI thread (benchmarks/README.md, Behind the code, ui/main_window._model_due)
             self.modelView.show_source(source, result.config.layer, self.colormapCombo.currentData())
 
     def _show_heads(self, result, frames, late: frozenset[str] = frozenset()) -> None:

@@ -14,6 +14,7 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTemporaryDir
 from ..core import ConfigError, RunConfig, load_preset
 from ..core.configfile import file_kind
 from ..frames import MAP_VIEWS, SCALE_MODES
+from ..style import format_bytes
 from .window_layout import SHARE_RANGE
 
 SETTINGS_VERSION = 1
@@ -40,7 +41,7 @@ def settings_problem(paths: list[Path]) -> str:
         if not stat.S_ISREG(st.st_mode):
             return f"{path} is {file_kind(st.st_mode)}, not a settings file"
         if st.st_size > SETTINGS_MAX_BYTES:
-            return f"{path} is {st.st_size / 2**20:.0f} MiB, not a settings file (they are a few KB)"
+            return f"{path} is {format_bytes(st.st_size)}, not a settings file (they are a few KB)"
     return ""
 
 

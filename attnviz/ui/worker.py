@@ -94,8 +94,8 @@ def producible(needed: frozenset[str], source) -> frozenset[str]:
 def late_names(result: RunResult, options: ViewOptions) -> frozenset[str]:
     """The extras of a new result that follow its maps (Outcome.late): the logits of a model with an output head
     (explain.LATE_EXTRAS), and a model's head types while the statistics panel, which prints them beside its
-    numbers, is closed: the model view's badges. The head-type probe over every layer's maps took 70 ms of a
-    30-layer forward at 512 tokens, between the forward and its maps on screen."""
+    numbers, is closed: the model view's badges. The head-type probe over every layer's maps held the maps back
+    from the screen (benchmarks/README.md, Behind the code)."""
     late = late_extras(options) if result.outputs is not None else frozenset()
     if options.head_scores and not options.stats and result.source is not None:
         late |= {"head_scores"}
@@ -188,28 +188,27 @@ class Failure:
 # it: the next request waits at its start and at each stage boundary (at most this long per result).
 # With a forward or render running on the other core the GUI thread's swap and paint took 2-3x their
 # CPU time alone, and every Python callback of the paint (pyqtgraph items) queued for the GIL behind
-# the worker's Python between torch ops. Fuzz longest stall 85/74/112 -> 62/70/50 ms (benchmarks/README.md).
+# the worker's Python between torch ops (benchmarks/README.md, Behind the code).
 YIELD_MAX_S = 0.05
 # A result whose late extras follow (Outcome.late) waits for the window's paint at most this long before the
-# worker computes them: a long input's maps took the window 60-150 ms to swap in (every token's label), and
-# the logits' Python, started after YIELD_MAX_S, took the GIL from it between its Qt calls (a 4,096-token
-# run's longest stall).
+# worker computes them: a long input's maps take the window a while to swap in (every token's label;
+# benchmarks/README.md, Behind the code), and the logits' Python, started after YIELD_MAX_S, took the GIL from it
+# between its Qt calls (a 4,096-token run's longest stall).
 LATE_YIELD_MAX_S = 0.5
 
 
 # A model forward's busy bar ("layer 12 / 30"): its first layer at once (Stop applies from then), then at most
-# this often. One signal per layer cost a 30-layer forward of 0.4-0.9 s 20-50 ms: each a queued call, a slot
-# and a repaint of the bar on the GUI thread, whose Python took the GIL from the forward's between its ops.
+# this often. One signal per layer slowed a 30-layer forward (benchmarks/README.md, Behind the code): each a queued
+# call, a slot and a repaint of the bar on the GUI thread, whose Python took the GIL from the forward's between its ops.
 PROGRESS_INTERVAL_S = 0.2
 
 
 # Under "adaptive", a forward of fewer operations than this runs on one torch thread, on the busy
 # lane. Right after an edit the GUI thread repaints the edited control on one of the cores; a small
 # forward is over before that is done, and with a thread on each core every op waited for the
-# thread sharing the GUI's core (S in the window: forward 6.5-13 ms on two threads, 5.1-6.2 on
-# one). Two threads were even at 0.48 GFLOP and won every pair from 0.67 GFLOP up
-# (benchmarks/README.md, "Threads for small forwards"); S is 0.30. Half precision on the CPU runs
-# far slower than its count says, so it never counts as small.
+# thread sharing the GUI's core (S in the window was faster on one thread). Two threads were even at 0.48 GFLOP and won
+# every pair from 0.67 GFLOP up (benchmarks/README.md, "Threads for small forwards"); S is 0.30. Half precision on the
+# CPU runs far slower than its count says, so it never counts as small.
 SMALL_FORWARD_FLOPS = 400_000_000
 
 
@@ -256,8 +255,8 @@ def tune_malloc() -> bool:
     dynamic rule settles on anyway, but a heap's free top past 16 MiB goes back to the system.
 
     The dynamic rule also raises the trim threshold to 64 MiB, and malloc_trim never trims the top of
-    a thread's arena: one fuzz pass at 2,048 tokens left up to 65-75 MiB free but resident in the
-    worker threads' arenas; at most 41 MiB with these, at the same S/M/L latencies (benchmarks README)."""
+    a thread's arena, so free memory stayed resident in the worker threads' arenas; these thresholds left
+    less, at the same S/M/L latencies (benchmarks/README.md, Memory after a fuzz pass: glibc's malloc thresholds)."""
     mallopt = _libc("mallopt")
     if mallopt is None or any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
         return False  # not glibc, or the user tunes malloc: theirs wins
@@ -266,9 +265,9 @@ def tune_malloc() -> bool:
 
 
 def _malloc_trim():
-    """glibc's malloc_trim, or None. After a free glibc keeps medium blocks in the heap (1,000 random
-    edits once grew RSS by 80-100 MiB that was free inside the process); trimming once a burst of
-    edits is over and its last replaced result is freed hands those pages back."""
+    """glibc's malloc_trim, or None. After a free glibc keeps medium blocks in the heap (random edits grew RSS by memory
+    that was free inside the process: benchmarks/README.md, Behind the code); trimming once a burst of edits is over and
+    its last replaced result is freed hands those pages back."""
     return _libc("malloc_trim")
 
 
@@ -284,16 +283,15 @@ PAUSE_KEEP_BYTES = 256 << 20  # free map buffers kept once the edits have paused
 class Reaper:
     """Lets go of replaced results on a background thread, a moment after the GUI is done with them.
 
-    Freeing GiB of maps costs the kernel ~70 ms per GiB (0.3 s at XL). On the GUI thread that is a
-    visible stall; on another thread right after a new result arrived it still stalled the GUI
-    thread by 0.1-0.3 s at XL (measured, 2 cores). So the newest replaced result is held for
-    HOLD_S, and freed early when a newer one replaces it or when flush() asks for its memory:
-    at most one extra result is alive, and during fast updates each goes as the next comes.
+    Freeing GiB of maps costs the kernel time (benchmarks/README.md, Behind the code). On the GUI thread that is a
+    visible stall; on another thread right after a new result arrived it still stalled the GUI thread. So the newest
+    replaced result is held for HOLD_S, and freed early when a newer one replaces it or when flush() asks for its
+    memory: at most one extra result is alive, and during fast updates each goes as the next comes.
 
     The memory itself (free map buffers past PAUSE_KEEP_BYTES, the heap's free pages) goes back to the
     system only once no result has come for IDLE_S more, or on flush(): the next edit writes into it
     again. Given back after every pause of a second, a 30-layer model's next forward at 512 tokens
-    mapped its maps and the heap's pages anew, ~80,000 page faults (~100 ms of a ~1.3 s forward).
+    mapped its maps and the heap's pages anew, ~80,000 page faults (benchmarks/README.md, Behind the code).
     """
 
     HOLD_S = 1.0
@@ -589,8 +587,8 @@ class Worker(QObject):
             self._deliver(Outcome(request, partial, frames, True, 0.0, partial=True,
                                   generated=(written(partial), count)), PARTIAL_YIELD_MAX_S)
             # The window swaps it in and paints now: the next token waits for that. Computed meanwhile, the
-            # model's Python held the GIL against every Python call of the paint (the predictions strip: 3 ms
-            # alone, 20-37 ms beside a step of a 30-layer model; window stalls of 60-90 ms).
+            # model's Python held the GIL against every Python call of the paint (benchmarks/README.md, Behind the
+            # code).
             self._checkpoint()
             latest["at"] = time.monotonic()  # the interval runs from this delivery
         return on_step
@@ -678,8 +676,8 @@ class Worker(QObject):
 
     def _freeze_loaded(self, config: RunConfig) -> None:
         """After a model's first forward (it loads then): what is alive leaves the garbage collector's full
-        passes, as the window's start-up does. A full pass over a loaded model and transformers' modules took
-        40-160 ms with the GIL held, every ~45 s of a long run: the window's longest stalls."""
+        passes, as the window's start-up does. A full pass over a loaded model and transformers' modules held the
+        GIL long enough to be the window's longest stalls (benchmarks/README.md, Behind the code, ui/head_effects)."""
         loaded = (config.variant, config.model)
         if config.spec.backed and loaded not in self._frozen_for:
             self._frozen_for.add(loaded)

@@ -21,7 +21,7 @@ WHOLE = 1 << 40  # one block: the whole path
 @pytest.fixture
 def block_bytes(monkeypatch):
     def set_bytes(n: int) -> None:
-        monkeypatch.setattr(blocks_module, "BLOCK_BYTES", n)
+        monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", n)
     return set_bytes
 
 
@@ -165,7 +165,7 @@ def test_a_learnable_score_mod_trains_through_the_blocks(monkeypatch):
     # the blocks' reused memory is for forwards without gradients: autograd writes no out= tensor
     from attnviz.core.mods import ScoreMod
 
-    monkeypatch.setattr(blocks_module, "BLOCK_BYTES", 1 << 12)
+    monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 12)
     q, k, v = (torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(n)) for n in range(3))
     bias = torch.zeros(2, requires_grad=True)
     context, _ = attention(q, k, v, score_mods=[ScoreMod("biased", lambda s, b, h, i, j: s + bias[h] * j)])

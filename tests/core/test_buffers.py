@@ -15,7 +15,7 @@ from attnviz.core import blocks as blocks_module
 @pytest.fixture(autouse=True)
 def small_buffers(monkeypatch):
     monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 10)
-    monkeypatch.setattr(blocks_module, "BLOCK_BYTES", 1 << 14)
+    monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 14)
     buffers.release()
     yield
     buffers.release()

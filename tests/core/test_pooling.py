@@ -34,7 +34,7 @@ def small_target(monkeypatch):
                                      {"variant": "differential"}])
 def test_the_seed_variant_pooled_equals_its_exact_maps(small_target, changes, block_bytes, monkeypatch):
     if block_bytes:  # 8 rows a block: a causal block computes its keys up to its last row, a window its band
-        monkeypatch.setattr(pooling_module, "BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(pooling_module, "POOLED_BLOCK_BYTES", block_bytes)
     changes = dict(changes)
     config = RunConfig.for_variant(changes.pop("variant", "causal"), seq_q=1024, heads=4, d_model=64, **changes)
     exact = run(config, record={"dropped", "output"})

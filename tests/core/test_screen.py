@@ -14,7 +14,7 @@ from attnviz import frames
 from attnviz.core import RunConfig, run
 from attnviz.ui.worker import kernel_screen_px, window_record
 
-# each map several times BLOCK_BYTES, so it is computed in blocks of query rows
+# each map several times CACHE_BLOCK_BYTES, so it is computed in blocks of query rows
 CONFIGS = {
     "causal": RunConfig(variant="causal", d_model=128, heads=8, seq_q=640, seed=3),
     "window": RunConfig(variant="causal", d_model=128, heads=8, seq_q=600, seed=1, mask="window", window=37),

@@ -70,7 +70,7 @@ def test_whole_maps_computed_in_blocks_go_straight_into_the_every_layer_array(ti
     from attnviz.core import backed
     from attnviz.core import blocks as blocks_module
 
-    monkeypatch.setattr(blocks_module, "BLOCK_BYTES", 1 << 12)
+    monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 12)
 
     def no_copy(weights):
         raise AssertionError("the layers' maps were copied into a new array")

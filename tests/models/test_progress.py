@@ -25,8 +25,8 @@ def test_progress_counts_every_layer_in_order(tiny_models):
 @pytest.mark.parametrize("pool", ["never", "always"])
 def test_cancel_stops_inside_the_first_layer(tiny_models, monkeypatch, pool):
     """Cancel is polled between the blocks of rows of one attention call, whole or pooled."""
-    monkeypatch.setattr(blocks_module, "BLOCK_BYTES", 1 << 10)  # a few rows per block
-    monkeypatch.setattr(pooling_module, "BLOCK_BYTES", 1 << 10)
+    monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 10)  # a few rows per block
+    monkeypatch.setattr(pooling_module, "POOLED_BLOCK_BYTES", 1 << 10)
     folder = tiny_models("llama")
     polls, seen = [], []
 

@@ -19,9 +19,9 @@ def answer_with(monkeypatch, answer) -> list:
 
 
 def test_memory_quick_fix_of_a_padding_run_gives_a_valid_config(window, qtbot, monkeypatch):
-    from attnviz.core import runner
+    from attnviz.core import device
 
-    monkeypatch.setattr(runner, "available_memory", lambda device: 64 << 20)
+    monkeypatch.setattr(device, "available_memory", lambda device: 64 << 20)
     config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(3000, 2000), seq_q=3072, seq_kv=3072,
                                    pool="never",
                                    heads=8, batch=2)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from PySide6.QtCore import QSettings, Qt
-from uihelpers import CountingRun, wait_shown
+from uihelpers import CountingRun, drain, wait_shown
 
 from attnviz.core import load_preset, run
 from attnviz.ui import MainWindow
@@ -149,7 +149,7 @@ def test_stop_keeps_what_was_written_and_shows_no_later_partial(toy, qtbot, slow
     qtbot.mouseClick(toy.panel.stopButton, Qt.LeftButton)
     at_stop = len(seen)
     wait_shown(qtbot, toy)
-    qtbot.wait(100)
+    drain(qtbot, toy)  # every partial the worker sent is in
     assert len(seen) == at_stop  # nothing streamed after Stop
     written = len(toy.result.tokens) - toy.result.prompt_length
     assert seen[-1][1] <= written < 18 and "stopped after" in toy.statusLabel.text()

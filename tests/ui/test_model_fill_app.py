@@ -80,7 +80,7 @@ def test_the_model_view_fills_in_layer_by_layer_and_ends_as_the_normal_view(llam
     first = early[0]
     assert first.shape == final.shape
     done = [np.array_equal(first[y:y + tile], final[y:y + tile]) for y in tops]
-    grey = [bool((first[y:y + tile, :tile, :3] == model_view.PENDING).all()) for y in tops]
+    grey = [bool((first[y:y + tile, :tile, :3] == model_view.PENDING_GREY).all()) for y in tops]
     assert done[0] and grey[-1]  # the first layer's tiles as they end up, the last layer still grey
     assert all(d != g for d, g in zip(done, grey))  # each row either finished (exact) or waiting
     assert len(early) >= 2 or sum(done) >= 2  # more than one layer came in before the end

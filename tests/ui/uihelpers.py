@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import QCoreApplication
+
 from attnviz.core import run
 
 
@@ -21,3 +23,12 @@ def wait_shown(qtbot, window, timeout=15000):
     """Wait until the window shows the newest request it sent."""
     qtbot.waitUntil(lambda: window.is_settled() and window.shown_id > 0, timeout=timeout)
     qtbot.wait(10)
+
+
+def drain(qtbot, window) -> None:
+    """Stop the window's worker, then deliver every signal it sent: after this nothing more can arrive, so a
+    test asserts what was shown without waiting a while to see that nothing else comes."""
+    assert window.worker.stop(timeout=10)
+    QCoreApplication.sendPostedEvents()
+    QCoreApplication.processEvents()
+    qtbot.waitUntil(window.is_settled)
