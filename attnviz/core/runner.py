@@ -187,23 +187,21 @@ def run(
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
-    Same config -> bit-identical result on the CPU. Weights then inputs are drawn in the seed
-    scripts' order (manual_seed, build the module, torch.randn for each input), on the CPU,
-    then moved, so the CPU numbers do not depend on the device asked for.
-    `record`: the stages to keep (default: what the views read, DEFAULT_RECORD); stages this
-    configuration does not produce are skipped. `cancel` is polled between stages (a single torch
-    op cannot be interrupted); when it returns True the run stops with Cancelled.
-    A model-backed variant (spec.load set, see backed.py) runs its model on config.text instead and
-    returns config.layer's result; result.source then holds every layer. With config.generate it writes that
-    many tokens; on_step(tokens so far, build) is called after each, build() giving the RunResult of what has
-    run so far (assembling it costs: call it only as often as it is shown).
-    Long runs pool their maps (config.pool, pooling.py): result.pool_factor says by how much, result.exact_stats
-    holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that block of the
-    exact map as result.region. progress(attention calls done, of how many) is called after each (a model:
-    one per layer), and `cancel` is also polled between the blocks of a call (progress.py).
-    screen_px: the (rows, cols) a view shows the weights at; a seed run then also keeps them max-pooled to that
-    size (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache.
-    stages(step, done, total) hears a model's opening where it reports its steps (a GGUF: "tensors", 12, 272).
+    Same config -> bit-identical result on the CPU. Weights then inputs are drawn in the seed scripts' order
+    (manual_seed, build the module, torch.randn for each input), on the CPU, then moved, so the CPU numbers do not
+    depend on the device asked for. `record`: the stages to keep (default: what the views read, DEFAULT_RECORD);
+    stages this configuration does not produce are skipped. `cancel` is polled between stages (a single torch op
+    cannot be interrupted); when it returns True the run stops with Cancelled. A model-backed variant (spec.load
+    set, see backed.py) runs its model on config.text instead and returns config.layer's result; result.source then
+    holds every layer. With config.generate it writes that many tokens; on_step(tokens so far, build) is called
+    after each, build() giving the RunResult of what has run so far (assembling it costs: call it only as often as
+    it is shown). Long runs pool their maps (config.pool, pooling.py): result.pool_factor says by how much,
+    result.exact_stats holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that
+    block of the exact map as result.region. progress(attention calls done, of how many) is called after each (a
+    model: one per layer), and `cancel` is also polled between the blocks of a call (progress.py). screen_px: the
+    (rows, cols) a view shows the weights at; a seed run then also keeps them max-pooled to that size
+    (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache. stages(step, done, total)
+    hears a model's opening steps (a GGUF: "tensors", 12, 272).
     """
 
     record, region = checked_arguments(record, region)
