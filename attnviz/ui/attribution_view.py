@@ -109,6 +109,26 @@ class AttributionView(QWidget):
             combo.setCurrentIndex(0)
             combo.blockSignals(False)
 
+    def pick(self, position: int, token_rank: int = 0, baseline_rank: int = -1) -> bool:
+        """Choose the position, the token to split and the baseline by their ranks in the position's top
+        predictions (-1: leave as chosen), as a click on the predictions strip does; False for a position the
+        panel does not list."""
+        index = self.positionCombo.findData(position)
+        if index < 0:
+            return False
+        if index != self.positionCombo.currentIndex():
+            self.positionCombo.blockSignals(True)
+            self.positionCombo.setCurrentIndex(index)
+            self.positionCombo.blockSignals(False)
+            self._fill_tokens()
+        for combo, rank in ((self.tokenCombo, token_rank), (self.baselineCombo, baseline_rank + 1)):
+            if 0 <= rank < combo.count() and (combo is self.tokenCombo or baseline_rank >= 0):
+                combo.blockSignals(True)
+                combo.setCurrentIndex(rank)
+                combo.blockSignals(False)
+        self.refresh()
+        return True
+
     def _changed(self, *_) -> None:
         if self.sender() is self.positionCombo:
             self._fill_tokens()

@@ -122,6 +122,7 @@ class ExplainViews(QObject):
         self.compare.sigExport.connect(lambda: self.export_dialog("compare"))
         self.rollout.sigExport.connect(lambda: self.export_dialog("rollout"))
         window.headGrid.sigRowClicked.connect(self.focus.toggle)
+        window.predictionStrip.sigPicked.connect(self._pick_for_attribution)
 
     def add_actions(self, menu) -> None:
         """One checkable View-menu entry with a shortcut per panel."""
@@ -170,6 +171,15 @@ class ExplainViews(QObject):
         else:
             self.compare.show_frames(None)
         self.window.schedule()
+
+    def _pick_for_attribution(self, position: int, token_rank: int, baseline_rank: int) -> None:
+        """A predictions-strip cell picked: the Logit attribution panel, open and in front, splits that logit."""
+        dock = self.docks["attributionDock"]
+        dock.show()
+        dock.raise_()
+        if self.window.result is not None:
+            self.attribution.show_result(self.window.result)
+        self.attribution.pick(position, token_rank, baseline_rank)
 
     def _open_head(self, layer: int, head: int) -> None:
         """A cell of the head effects: that head in the head grid, as a model-view click opens it."""

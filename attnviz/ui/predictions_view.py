@@ -8,11 +8,12 @@ The numbers come from the worker (explain.prediction_frames); this widget only p
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from .. import colormaps, style
 from ..explain import PredictionFrames
@@ -93,6 +94,27 @@ class _Cells(QWidget):
             painter.setPen(QPen(ROW_MARK, 2))
             painter.drawRect(QRectF(cell * w + 1, 1, w - 3, ROWS_PX - 2))
 
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """Click: split the logit of the cell's top-1 token in the Logit attribution panel; right-click: a menu of
+        its top k, to split or to subtract (the baseline)."""
+        i = int(event.position().x() // self.cell_width())
+        if not 0 <= i < self.count():
+            return
+        if event.button() == Qt.RightButton:
+            self._pick_menu(i).exec(event.globalPosition().toPoint())
+        elif event.button() == Qt.LeftButton:
+            self.strip.sigPicked.emit(i, 0, -1)
+
+    def _pick_menu(self, i: int) -> QMenu:
+        menu = QMenu(self)
+        top = self.strip.frames.top_tokens[i]
+        for k, token in enumerate(top):
+            menu.addAction(f"Split the logit of {display(token)!r}", partial(self.strip.sigPicked.emit, i, k, -1))
+        menu.addSeparator()
+        for k, token in enumerate(top):
+            menu.addAction(f"… minus the logit of {display(token)!r}", partial(self.strip.sigPicked.emit, i, -1, k))
+        return menu
+
     def event(self, event) -> bool:
         if event.type() == QEvent.ToolTip:
             i = int(event.pos().x() // self.cell_width())
@@ -106,6 +128,10 @@ class _Cells(QWidget):
 
 class PredictionStrip(QWidget):
     """The strip: a header line (what the colour means, the KL of an ablation) over the cells."""
+
+    # a cell picked for the Logit attribution panel: (position, rank of the token to split, rank of the baseline
+    # to subtract), ranks in the cell's top k, -1: leave that choice as it is
+    sigPicked = Signal(int, int, int)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -127,7 +153,8 @@ class PredictionStrip(QWidget):
         self.scroll.setMinimumHeight(0)
         self.setToolTip("The model's prediction at each position: the input token, the most likely next token "
                         "and its probability; the colour is the probability of the target (what comes next). "
-                        "Hover a cell for the top k.")
+                        "Hover a cell for the top k; click one to split its top token's logit by head (Logit "
+                        "attribution), right-click for the others and a baseline.")
         row = QHBoxLayout()
         row.addWidget(self.infoLabel, 1)
         # one height whether or not the run has an output head (a result never lays the maps out again);

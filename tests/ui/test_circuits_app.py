@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from uihelpers import wait_shown
 
 from attnviz.core import composition_scores, copying_scores, head_circuits, head_logit_attribution, load_preset
@@ -131,3 +131,23 @@ def test_cancel_stops_a_patching_run(toy, qtbot):
     view.computeButton.click()
     assert view.job.key is None and "Cancelled" in view.infoLabel.text() and view.computeButton.text() == "Compute"
     assert view.scores is None
+
+
+def test_a_click_on_the_predictions_strip_splits_that_logit(toy, qtbot):
+    """Click a cell: the Logit attribution panel opens on that position's top token; the cell's right-click menu
+    sets the baseline among its top k."""
+    strip = toy.predictionStrip
+    qtbot.waitUntil(lambda: strip.cells.count() == len(CLEAN), timeout=20000)
+    width = strip.cells.cell_width()
+    qtbot.mouseClick(strip.cells, Qt.LeftButton, pos=QPoint(int(5.5 * width), 10))
+    view = toy.explain.attribution
+    qtbot.waitUntil(lambda: toy.explain.shown("attributionDock"), timeout=10000)
+    assert view.positionCombo.currentData() == 5 and view.tokenCombo.currentIndex() == 0
+    minus = [a for a in strip.cells._pick_menu(5).actions() if a.text().startswith("… minus")]
+    minus[1].trigger()  # the second most likely token as the baseline
+    top = toy.result.top_ids[5]
+    qtbot.waitUntil(lambda: view.attribution is not None and view.attribution.baseline == int(top[1]),
+                    timeout=20000)
+    expected = head_logit_attribution(toy.result.source.key, position=5, token=int(top[0]), baseline=int(top[1]))
+    np.testing.assert_allclose(view.attribution.heads, expected.heads, atol=1e-6)
+    assert view.attribution.total == pytest.approx(expected.total, abs=1e-5)
