@@ -10,6 +10,7 @@ No Qt here, and torch only inside the functions that set its threads: core and b
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -102,6 +103,30 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def cpu_sample() -> tuple[int, int, int] | None:
+    """(all, idle, this process's) jiffies now, for others_cores, or None where /proc cannot be read."""
+    cpu, own = cpu_jiffies(), own_jiffies()
+    return None if cpu is None or own is None else (*cpu, own)
+
+
+def others_cores(before, after, min_window_s: float = 0.05) -> float | None:
+    """The cores other programs kept busy between two cpu_sample()s: None where either is None, or where the
+    window is shorter than min_window_s of each CPU (too few jiffies to say)."""
+    if before is None or after is None:
+        return None
+    total, idle, own = (a - b for a, b in zip(after, before))
+    per_cpu = total / (os.cpu_count() or 1)  # /proc/stat counts every CPU, not only those we may use
+    if per_cpu < min_window_s * os.sysconf("SC_CLK_TCK"):
+        return None
+    return max(0.0, (total - idle - own) / per_cpu)
+
+
+def free_cores(others: float, cores: int | None = None, margin: float = 0.35) -> int:
+    """The cores left when other programs keep `others` busy (one counts as taken past `margin` of it), >= 1."""
+    cores = cores or usable_cores()
+    return max(1, min(cores, cores - math.floor(others + 1 - margin)))
 
 
 # --- the thread policy ------------------------------------------------------------------------------------

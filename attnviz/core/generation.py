@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..system import cpu_sample, free_cores, others_cores, set_torch_threads
 from .ablation import Plan, ablating
 from .kernel import Trace
 from .result import Cancelled
@@ -68,32 +69,61 @@ def choose(logits: Tensor, temperature: float, top_k: int, generator: torch.Gene
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+class StepThreads:
+    """The torch threads of a generation's one-token steps: the caller's, or no more than the cores other
+    programs leave free, measured over the first steps (the prompt's). A one-token step is a chain of a few
+    hundred small ops; with more threads than free cores, OpenMP's idle threads spin on the core the step
+    needs and each op waits for a descheduled one (SmolLM2-135M on 2 cores with other programs running:
+    250-700 ms a step at 2 threads, 60-95 ms at 1; benchmarks/README.md, "Generation")."""
+
+    def __init__(self) -> None:
+        self.own = torch.get_num_threads()
+        self.start = cpu_sample()
+        self.decided = self.own == 1 or self.start is None
+
+    def after_step(self) -> None:
+        if self.decided:
+            return
+        others = others_cores(self.start, cpu_sample())
+        if others is not None:  # else the window is still too short to say
+            self.decided = True
+            set_torch_threads(min(self.own, free_cores(others)))
+
+    def restore(self) -> None:
+        set_torch_threads(self.own)
+
+
 def generate(model, prompt: list[int], count: int, *, temperature: float = 0.0, top_k: int = 0, seed: int = 0,
              record=frozenset(), plan: Plan | None = None, cancel: Callable[[], bool] | None = None,
              on_step: Callable[[int, Callable[[], Generated]], None] | None = None, device="cpu") -> Generated:
     """`count` tokens after `prompt` (stopping early at the model's end-of-text tokens), every step recorded.
     on_step(tokens so far, build) after each token; build() assembles what has run so far (costly: call it at
-    most as often as it is shown). cancel() is polled between steps."""
+    most as often as it is shown). cancel() is polled between steps. The steps run on StepThreads' threads."""
     generator = torch.Generator().manual_seed(seed)
     stops = set(getattr(model, "stop_ids", ()))
     ids, steps, state, new, done = list(prompt), [], None, list(prompt), False
-    while True:
-        if cancel is not None and cancel():
-            raise Cancelled
-        if plan is not None:
-            plan.calls = 0  # the plan names each layer's call within one forward
-        with torch.inference_mode(), ablating(plan):
-            hidden, traces, state, residuals = model.step(torch.tensor([new], device=device), state, record)
-        steps.append((hidden, traces, residuals))
-        if done:  # the last token has its row now
-            return assemble(steps, ids, len(prompt))
-        with torch.inference_mode():
-            token = choose(model.logits(hidden[:, -1:])[0, -1], temperature, top_k, generator)
-        ids.append(token)
-        new = [token]
-        done = len(ids) - len(prompt) >= count or token in stops
-        if on_step is not None:
-            on_step(len(ids) - len(prompt), lambda: assemble(steps, ids, len(prompt)))
+    threads = StepThreads()
+    try:
+        while True:
+            if cancel is not None and cancel():
+                raise Cancelled
+            if plan is not None:
+                plan.calls = 0  # the plan names each layer's call within one forward
+            with torch.inference_mode(), ablating(plan):
+                hidden, traces, state, residuals = model.step(torch.tensor([new], device=device), state, record)
+            steps.append((hidden, traces, residuals))
+            threads.after_step()
+            if done:  # the last token has its row now
+                return assemble(steps, ids, len(prompt))
+            with torch.inference_mode():
+                token = choose(model.logits(hidden[:, -1:])[0, -1], temperature, top_k, generator)
+            ids.append(token)
+            new = [token]
+            done = len(ids) - len(prompt) >= count or token in stops
+            if on_step is not None:
+                on_step(len(ids) - len(prompt), lambda: assemble(steps, ids, len(prompt)))
+    finally:
+        threads.restore()
 
 
 def assemble(steps: list, ids: list[int], prompt_length: int) -> Generated:

@@ -21,7 +21,7 @@ from .ablation import knock_out
 from .blocks import blocked_attention
 from .buffers import Scratch
 from .mods import ScoreRecipe
-from .pooling import SoftmaxStats, current_pooling, softmax_stats
+from .pooling import SoftmaxStats, current_pooling, grouped_matmul, softmax_stats
 from .stages import DEFAULT_RECORD
 
 
@@ -139,12 +139,15 @@ def attention(
         progress.call_done()
         return knock_out(context), trace
     context = None
-    if dropout_p == 0.0:  # dropout draws its random numbers in the whole map's order: that path only
+    # dropout draws its random numbers in the whole map's order: that path only; one query row (a generation's
+    # step) is one block whatever the blocks' size
+    if dropout_p == 0.0 and q.shape[2] > 1:
         context = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv, mask_bias,
                                     heads_apart=combine is None and sink is None and not score_mods)
     if context is None:
         dropped, mask = _map(q, k, mask, trace=trace, dropout_p=dropout_p, **options)
-        context = torch.matmul(dropped, repeat_kv(v, dropped.shape[1]))
+        # grouped-query heads read their value head in place (v is not repeated to every query head)
+        context = grouped_matmul(dropped, v, repeat_kv)
     if trace.record:
         trace["mask"] = mask if mask is not None else torch.ones(1, 1, q.shape[2], k.shape[2], dtype=torch.bool,
                                                                  device=q.device)
@@ -160,6 +163,25 @@ def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     code)."""
     return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device),
                        torch.full((), -math.inf, dtype=dtype, device=mask.device))
+
+
+# The last few masks the whole path saw, with their bias (None: every key allowed, nothing to add): a model's
+# layers share one mask per forward (two with sliding-window layers), so a generation's step makes its bias
+# once, not once per layer. Only small masks are held (a step's (1, 1, n, L)); the mask itself is held so its
+# identity stays its own.
+_BIASES: list[tuple[Tensor, torch.dtype, Tensor | None]] = []
+HELD_MASK_CELLS = 1 << 16
+
+
+def cached_bias(mask: Tensor, dtype: torch.dtype) -> Tensor | None:
+    """mask_bias(mask, dtype), or None where the mask allows every key (adding zeros changes no score)."""
+    for held, held_dtype, bias in tuple(_BIASES):
+        if held is mask and held_dtype == dtype:
+            return bias
+    bias = None if bool(mask.all()) else mask_bias(mask, dtype)
+    if mask.numel() <= HELD_MASK_CELLS:
+        _BIASES[:] = [(mask, dtype, bias), *_BIASES[:1]]
+    return bias
 
 
 def exact_scale(scale: float | None, d_head: int) -> float | None:
@@ -178,6 +200,7 @@ def _fused_scores(q: Tensor, keys_t: Tensor, alpha: float, scratch: Scratch | No
     if kv != h and h % kv == 0 and keys_t.shape[0] == b:  # (B, Hkv, g, n) rows are (B, H, n) rows in order
         q3, k3 = q.reshape(b * kv, h // kv * n, dh), keys_t.reshape(b * kv, dh, -1)
     else:
+        keys_t = repeat_kv(keys_t, h) if kv != h else keys_t
         q3, k3 = q.reshape(b * h, n, dh), keys_t.expand(b, h, dh, keys_t.shape[-1]).reshape(b * h, dh, -1)
     out = None if scratch is None else scratch.empty((q3.shape[0], q3.shape[1], k3.shape[2]), q.dtype, q.device)
     out = torch.baddbmm(torch.empty((), dtype=q.dtype, device=q.device), q3, k3, beta=0, alpha=alpha, out=out)
@@ -218,10 +241,10 @@ def _scores(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, tra
             scratch: Scratch | None = None) -> tuple[Tensor, Tensor | None]:
     """The masked scores the softmax reads (Q·Kᵀ -> scale -> bias -> cap -> mask) and the mask as bool; the
     arguments as _map's (scratch: as _fused_scores')."""
-    keys_t = repeat_kv(k, q.shape[1]).transpose(-2, -1) if keys_t is None else keys_t
+    keys_t = k.transpose(-2, -1) if keys_t is None else keys_t  # grouped keys are repeated only where needed
     mask = as_allowed(mask)
     if mask is not None and bias is None:
-        bias = mask_bias(mask, q.dtype)
+        bias = cached_bias(mask, q.dtype)
     alpha = exact_scale(scale, q.shape[-1])
     if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
         return _masked(_fused_scores(q, keys_t, alpha, scratch), bias, bias_col, trace), mask

@@ -231,7 +231,7 @@ def grouped_matmul(weights: Tensor, v: Tensor, repeat: Callable[[Tensor, int], T
     the H / Hkv heads of a value head as one (H / Hkv * n, w) matrix (one larger matmul, v never repeated)."""
     b, h, n, w = weights.shape
     kv = v.shape[1]
-    if kv == h or h % kv:
+    if kv == h or h % kv or v.shape[0] != b:
         return torch.matmul(weights, repeat(v, h))
     return torch.bmm(weights.reshape(b * kv, h // kv * n, w), v.reshape(b * kv, w, v.shape[-1])).view(b, h, n, -1)
 

@@ -139,3 +139,28 @@ def test_a_real_models_greedy_continuation_equals_transformers():
     prompt = torch.tensor([result.token_ids[:result.prompt_length].tolist()])
     expected = model.generate(prompt, do_sample=False, max_new_tokens=8, pad_token_id=0)[0].tolist()
     assert result.token_ids.tolist() == expected[:len(result.token_ids)]
+
+
+def test_one_token_steps_run_on_the_cores_other_programs_leave_free_and_the_count_comes_back(tiny_models,
+                                                                                             monkeypatch):
+    from attnviz.core import generation
+    from attnviz.system import free_cores, others_cores
+
+    assert [free_cores(n, 2) for n in (0.0, 0.3, 0.4, 1.0, 5.0)] == [2, 2, 1, 1, 1]
+    assert others_cores(None, (1, 1, 1)) is None
+    assert others_cores((0, 0, 0), (1, 1, 0)) is None  # a window of a jiffy says too little
+    tick, cpus = __import__("os").sysconf("SC_CLK_TCK"), __import__("os").cpu_count()
+    assert others_cores((0, 0, 0), (cpus * tick, cpus * tick // 2, 0)) == pytest.approx(cpus / 2)
+
+    own = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+        original = generation.choose
+        monkeypatch.setattr(generation, "others_cores", lambda before, after: 1.0)  # another program holds a core
+        monkeypatch.setattr(generation, "free_cores", lambda others: 1)
+        monkeypatch.setattr(generation, "choose", lambda *a: (seen.append(torch.get_num_threads()), original(*a))[1])
+        run(RunConfig.for_variant("pretrained", model=str(tiny_models("llama")), text=PROMPT, generate=3))
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 2  # the caller's count once it is done
+    finally:
+        torch.set_num_threads(own)
