@@ -15,17 +15,20 @@ copy, built at each read.
 
 from __future__ import annotations
 
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .gguf_dequant import BF16, BLOCKS, FLOATS, dequantize
+from .gguf_dequant import BF16, BLOCKS, FLOATS
 
 STORAGES = ("float32", "float16", "blocks")
 CHUNK_VALUES = 1 << 24  # a matrix is dequantised this many values at a time (64 MB of float32)
+PIECE_VALUES = 1 << 20  # ... in pieces of this many on the pool's threads (each piece stays in the cache)
 # where each quantised type keeps its float16 scales in a block (the values are finite where these are)
 SCALE_BYTES = {2: (0, 2), 3: (0, 4), 6: (0, 2), 7: (0, 4), 8: (0, 2), 12: (0, 4), 13: (0, 4), 14: (208, 210)}
 
@@ -45,7 +48,7 @@ class CompactWeight(nn.Module):
         if self.qtype is None:
             return part.float()
         raw = part.reshape(-1, self.stored.shape[-1]).cpu().numpy()
-        out = dequantize(raw.reshape(-1), self.qtype, (raw.shape[0], self.shape[1]))
+        out = _dequantized(raw, self.qtype, self.shape[1])
         return out.to(self.stored.device).reshape(*part.shape[:-1], self.shape[1])
 
     def dense(self) -> Tensor:
@@ -69,6 +72,15 @@ class CompactLinear(nn.Module):
         return self.compact.dense()
 
     def forward(self, x: Tensor) -> Tensor:
+        memo = self.__dict__.get("probe_memo")
+        if memo is not None and memo and memo[0].shape == x.shape and torch.equal(memo[0], x):
+            return memo[1].clone()
+        out = self._output(x)
+        if memo is not None:
+            self.probe_memo = (x.clone(), out.clone())
+        return out
+
+    def _output(self, x: Tensor) -> Tensor:
         step = self.compact.chunk_rows()
         if step >= self.out_features:
             return F.linear(x, self.compact.dense(), self.bias)
@@ -95,6 +107,46 @@ class CompactEmbedding(nn.Module):
     def forward(self, ids: Tensor) -> Tensor:
         out = self.compact.rows(ids)
         return out if self.embed_scale is None else out * torch.as_tensor(self.embed_scale, dtype=out.dtype)
+
+
+def _dequantized(raw: np.ndarray, qtype: int, columns: int) -> Tensor:
+    """(rows, bytes per row) blocks -> (rows, columns) float32, in pieces on a pool of threads (NumPy lets go of
+    the GIL): gguf_dequant.py's formulas, each piece written in place."""
+    values, size, fn = BLOCKS[qtype]
+    blocks = raw.reshape(-1, size)
+    out = np.empty((blocks.shape[0], values), dtype=np.float32)
+    step = max(PIECE_VALUES // values, 1)
+    pieces = [slice(start, start + step) for start in range(0, blocks.shape[0], step)]
+    if len(pieces) == 1:
+        fn(blocks, out)
+    else:
+        list(_pool().map(lambda s: fn(blocks[s], out[s]), pieces))
+    return torch.from_numpy(out).reshape(raw.shape[0], columns)
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One pool for every compact weight (its threads only run NumPy over disjoint pieces: no shared state)."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 8), thread_name_prefix="dequantize"))
+    return _POOL[0]
+
+
+def start_probes(model: nn.Module) -> None:
+    """While a model opens, its few-token probes (the attention layers found, W_O, the output side) run the
+    same two tokens through it several times: each compact Linear keeps its last input and output meanwhile
+    and answers an equal input from them, so the blocks are dequantised once, not once per probe. Only
+    while the model is opening, on the opening thread (no other thread has it yet); end_probes ends it."""
+    for m in model.modules():
+        if isinstance(m, CompactLinear):
+            m.probe_memo = ()
+
+
+def end_probes(model: nn.Module) -> None:
+    for m in model.modules():
+        m.__dict__.pop("probe_memo", None)
 
 
 def float_weight(module: nn.Module) -> Tensor:

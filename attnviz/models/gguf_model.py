@@ -33,6 +33,7 @@ from .compact import (
     is_compact,
     keeps_blocks,
     replaceable,
+    start_probes,
 )
 from .errors import ModelError
 from .gguf_dequant import dequantize
@@ -177,6 +178,8 @@ def build_model(cls, header: GgufHeader, config, implementation: str, dtype: tor
     result = model.load_state_dict(state, strict=False, assign=True)
     model.attnviz_finite_checked = True  # each tensor was checked as it was dequantised
     _tie(model, compact)
+    if compact:
+        start_probes(model)  # the opening's probes dequantise each matrix once (ended by hf.py once opened)
     loaded |= {t.data_ptr() for t in state.values()}  # a tied head shares the embeddings' storage once tied
     current = model.state_dict()
     loading = {"missing_keys": [k for k in result.missing_keys if k in current and current[k].data_ptr() not in loaded],

@@ -24,6 +24,7 @@ from ..core.masks import is_causal
 from ..core.progress import Cancelled
 from ..core.stages import STAGE_NAMES
 from ..system import torch_threads
+from .compact import end_probes
 from .folder import ModelError, ModelFolder, check_pickle, parameter_bytes, safetensors_header
 from .gguf_files import gguf_header, read_gguf
 from .gguf_model import build_config, build_model, fast_path
@@ -342,8 +343,11 @@ def load_transformers_model(folder: ModelFolder, name: str, size: int, storage: 
     stacks = [stack_of(names[m]) for m in modules]
     if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
         stacks = ["decoder" if is_causal(traces[0]["mask"][0, 0]) else "encoder"] * len(stacks)
-    with torch_threads(SHORT_FORWARD_THREADS):
-        side = find_output_side(model, modules, model.attnviz_trained_head)
+    try:
+        with torch_threads(SHORT_FORWARD_THREADS):
+            side = find_output_side(model, modules, model.attnviz_trained_head)
+    finally:
+        end_probes(model)  # compact weights: the probes' memo ends with them (compact.py)
     info = _info(folder, model, traces, stacks, name, size)
     if "v" in info.stages and all(m in side.out_weights for m in modules):
         info = replace(info, stages=tuple(s for s in STAGE_NAMES if s in info.stages or s == "value_weighted"))

@@ -114,3 +114,33 @@ def test_weights_too_large_even_compact_are_refused_before_reading(q4_gguf):
         load_model(q4_gguf, memory_budget=sizes["blocks"] - 1)
     with pytest.raises(ConfigError, match="even kept compact"):
         run(RunConfig(variant="pretrained", model=str(q4_gguf), text=SENTENCE), memory_budget=sizes["blocks"] - 1)
+
+
+def test_the_opening_probes_dequantise_each_matrix_once(q4_gguf, monkeypatch):
+    """The few-token probes that find the layers, W_O and the output side repeat one input: each compact
+    Linear answers it from its memo after the first, and the memo is gone once the model is open."""
+    from attnviz.models import compact as compact_module
+
+    calls: dict[int, int] = {}
+    rows = compact_module.CompactWeight.rows
+
+    def counted(self, index):
+        calls[id(self)] = calls.get(id(self), 0) + 1
+        return rows(self, index)
+
+    monkeypatch.setattr(compact_module.CompactWeight, "rows", counted)
+    model = _load(q4_gguf, storage_sizes(gguf_header(q4_gguf))["blocks"])
+    linears = [m for m in model.module.modules() if isinstance(m, compact_module.CompactLinear)]
+    # three probes, yet each matrix once; the attention's output projection at most twice (its input, the
+    # context, comes out of the discovery's recording kernel a rounding apart from the later probes')
+    outputs = {m.o_proj for m in model.module.base_model.modules() if hasattr(m, "o_proj")}
+    assert len(linears) == 15 and len(outputs) == 2
+    assert all(calls.get(id(m.compact)) == (calls[id(m.compact)] if m in outputs else 1) for m in linears)
+    assert all(calls[id(m.compact)] <= 2 for m in outputs)
+    assert not any("probe_memo" in m.__dict__ for m in model.module.modules())
+    ids = torch.tensor([[1, 5, 9]])
+    model.forward(ids, {"weights"})
+    model.forward(ids, {"weights"})  # after the opening, every call dequantises again
+    assert all(calls[id(m.compact)] == (3 if m not in outputs else calls[id(m.compact)]) for m in linears
+               if m is not model.side.head)
+    assert all(calls[id(m.compact)] >= 3 for m in outputs)
