@@ -45,6 +45,7 @@ from attnviz.models.hf_attention import transformers
 transformers()
 path, budget, storage = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if storage != "auto":  # a forced storage: the budget the larger forms exceed
+    os.environ["ATTNVIZ_COMPACT"] = storage
     from attnviz.models.compact import storage_sizes
     from attnviz.models.gguf_files import gguf_header
     from pathlib import Path

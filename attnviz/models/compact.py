@@ -1,10 +1,11 @@
 """Compact weights: a GGUF model whose float32 weights would not fit keeps its matrices compact and computes
 in float32, one matrix (or a slice of one) at a time.
 
-Two forms, chosen per model by `storage_plan` (float32 where it fits, else the smaller forms in turn):
-"float16" keeps each matrix in half precision (bfloat16 where the file stores bfloat16 or float16 would
-overflow) and upcasts it per call; "blocks" keeps the file's own quantised blocks (memory-mapped, nothing
-copied but the llama family's permuted Q/K rows) and dequantises them per call with gguf_dequant.py.
+Two forms, chosen per model by `storage_plan`: float32 where it fits the budget, else "blocks": the file's
+own quantised blocks (memory-mapped, nothing copied but the llama family's permuted Q/K rows), dequantised
+per call with gguf_dequant.py's formulas, so every value equals the float32 path's; matrices of a type
+without a formula there are kept as float16. "float16" (ATTNVIZ_COMPACT=float16, for measuring) keeps every
+matrix in half precision (bfloat16 where the file stores bfloat16 or float16 would overflow), upcast per call.
 
 The weights are never changed in place: CompactLinear and CompactEmbedding replace nn.Linear and nn.Embedding
 and build a float32 copy inside each call, so forwards on several threads never race. Code that reads a
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 from .gguf_dequant import BF16, BLOCKS, FLOATS
 
 STORAGES = ("float32", "float16", "blocks")
+COMPACT_ENV = "ATTNVIZ_COMPACT"  # "float16": compact weights as float16 rather than the file's blocks
 CHUNK_VALUES = 1 << 24  # a matrix is dequantised this many values at a time (64 MB of float32)
 PIECE_VALUES = 1 << 20  # ... in pieces of this many on the pool's threads (each piece stays in the cache)
 # where each quantised type keeps its float16 scales in a block (the values are finite where these are)
@@ -228,10 +230,12 @@ def storage_sizes(header) -> dict[str, int]:
 
 
 def storage_plan(header, allowed: int) -> tuple[str | None, dict[str, int]]:
-    """The first storage whose weights fit `allowed` bytes (float32, then float16, then the file's blocks),
-    None where none does; and each storage's size."""
+    """The storage for weights that must fit `allowed` bytes, None where none does; and each storage's size.
+    float32 where it fits; else the file's blocks (exact, and the smallest); float16 where the environment's
+    ATTNVIZ_COMPACT=float16 asks for it (faster where a type has no formula here, inexact: for measuring)."""
     sizes = storage_sizes(header)
-    return next((s for s in STORAGES if sizes[s] <= allowed), None), sizes
+    compact = "float16" if os.environ.get(COMPACT_ENV) == "float16" else "blocks"
+    return next((s for s in ("float32", compact) if sizes[s] <= allowed), None), sizes
 
 
 def storage_note(storage: str, sizes: dict[str, int], quantization: str) -> str:
