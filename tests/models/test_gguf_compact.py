@@ -85,10 +85,14 @@ def test_a_compact_model_computes_the_float32_maps(q4_gguf, storage, monkeypatch
     assert q_b.dtype == torch.float32 and _diff(q_b, q_a) <= tol
 
 
-def test_blocks_are_the_file_dequantised_exactly(q4_gguf):
-    """The blocks form's weights are the float32 path's bit for bit (the same formulas, later)."""
-    sizes = storage_sizes(gguf_header(q4_gguf))
-    reference, compact = _load(q4_gguf), _load(q4_gguf, sizes["blocks"])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16"])
+def test_blocks_are_the_file_dequantised_exactly(tiny_models, tmp_path, qtype):
+    """The blocks form's weights are the float32 path's bit for bit (the same formulas, later), each type."""
+    path = tmp_path / f"tiny-llama-{qtype}.gguf"
+    write_llama_gguf(tiny_models("llama"), path, qtype=qtype)
+    sizes = storage_sizes(gguf_header(path))
+    reference, compact = _load(path), _load(path, sizes["blocks"])
+    assert is_compact(compact.module.base_model.layers[0].self_attn.q_proj)
     for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.up_proj"):
         a = float_weight(reference.module.base_model.layers[0].get_submodule(name))
         b = float_weight(compact.module.base_model.layers[0].get_submodule(name))
