@@ -137,7 +137,7 @@ def pretrained_parts(view) -> CircuitParts:
         w_o = side.out_weights[attn]  # (d, H·dv)
         layers.append(LayerParts(
             w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o.detach().T.reshape(info.heads, -1, w_o.shape[0]),
-            norm=_norm(pre, width), attention=attn, out_proj=_out_proj(attn, w_o), block=block,
+            norm=_norm(pre, width), attention=attn, out_proj=side.out_weights.projection(attn), block=block,
             post_norm=None if post is None else _norm(post, width),
             qk_norm=any(hasattr(attn, n) for n in QK_NORMS)))
     head = side.head

@@ -22,6 +22,19 @@ import torch
 from torch import nn
 
 from ..core import progress
+from .compact import (
+    CompactLinear,
+    CompactWeight,
+    block_weight,
+    blocks_finite,
+    compact_module,
+    file_rows,
+    half_weight,
+    is_compact,
+    keeps_blocks,
+    replaceable,
+    start_probes,
+)
 from .errors import ModelError
 from .gguf_dequant import dequantize
 from .gguf_reader import GgufHeader, TensorInfo, tensor_bytes
@@ -134,10 +147,12 @@ class _Handed:
         return self.tokenizer
 
 
-def build_model(cls, header: GgufHeader, config, implementation: str, dtype: torch.dtype = torch.float32
-                ) -> tuple[nn.Module, dict]:
-    """The model of class `cls` with the file's weights (dequantised to `dtype`), and a loading-info dict like
-    from_pretrained's (missing_keys, unexpected_keys, mismatched_keys)."""
+def build_model(cls, header: GgufHeader, config, implementation: str, dtype: torch.dtype = torch.float32,
+                storage: str = "float32") -> tuple[nn.Module, dict]:
+    """The model of class `cls` with the file's weights (dequantised to `dtype`, or its matrices kept compact:
+    storage "float16" or "blocks", compact.py), and a loading-info dict like from_pretrained's
+    (missing_keys, unexpected_keys, mismatched_keys). The model is built without touching its float32
+    storage, so the matrices replaced by compact ones never take memory."""
     from transformers import initialization
 
     with initialization.no_init_weights(), initialization.no_tie_weights():
@@ -145,24 +160,66 @@ def build_model(cls, header: GgufHeader, config, implementation: str, dtype: tor
     processor = _processor(header.architecture)(config=config_dict(header))
     names = weights_map(model)
     wanted = [t for t in header.tensors if t.name in names]
-    weights = _tensors(header, wanted, processor.config, dtype)
+    compact = {t.name for t in wanted if storage != "float32" and _compactable(model, names[t.name], t)}
+    make = None if not compact else lambda info: _compact(header, info, processor.config, storage)
+    weights = _tensors(header, wanted, processor.config, dtype, lambda info: make if info.name in compact else None)
     expected = model.state_dict()
-    state, mismatched = {}, []
+    state, mismatched, loaded = {}, [], set()
     for info, tensor in zip(wanted, weights):
         key = names[info.name]
         if key in expected and tuple(expected[key].shape) != tuple(tensor.shape):
             mismatched.append((key, tuple(tensor.shape), tuple(expected[key].shape)))
+        elif isinstance(tensor, CompactWeight):
+            path, _, _ = key.rpartition(".")
+            _replace(model, path, compact_module(model.get_submodule(path), tensor))
+            loaded.add(tensor.stored.data_ptr())
         else:
             state[key] = tensor
     result = model.load_state_dict(state, strict=False, assign=True)
     model.attnviz_finite_checked = True  # each tensor was checked as it was dequantised
-    model.tie_weights()
-    loaded = {t.data_ptr() for t in state.values()}  # a tied head shares the embeddings' storage once tied
+    _tie(model, compact)
+    if compact:
+        start_probes(model)  # the opening's probes dequantise each matrix once (ended by hf.py once opened)
+    loaded |= {t.data_ptr() for t in state.values()}  # a tied head shares the embeddings' storage once tied
     current = model.state_dict()
-    loading = {"missing_keys": [k for k in result.missing_keys if current[k].data_ptr() not in loaded],
+    loading = {"missing_keys": [k for k in result.missing_keys if k in current and current[k].data_ptr() not in loaded],
                "unexpected_keys": [t.name for t in header.tensors if t.name not in names],
                "mismatched_keys": mismatched}
     return model, loading
+
+
+def _compactable(model: nn.Module, key: str, info: TensorInfo) -> bool:
+    path, _, leaf = key.rpartition(".")
+    return leaf == "weight" and len(info.shape) == 2 and replaceable(model.get_submodule(path))
+
+
+def _compact(header: GgufHeader, info: TensorInfo, config: dict, storage: str) -> CompactWeight:
+    """A matrix kept compact: the file's blocks (rows moved as transformers moves them), or float16."""
+    if storage == "blocks" and keeps_blocks(info.qtype):
+        raw = tensor_bytes(header, info)
+        if not blocks_finite(raw, info.qtype):
+            raise _not_finite(info)
+        rows = _transformed(header, info, config, file_rows(raw, info.shape[0]), torch.uint8)
+        return block_weight(rows, info.qtype, info.shape)
+    return half_weight(_dequantized(header, info, config, torch.float32), info.qtype)
+
+
+def _replace(model: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent), name, module)
+
+
+def _tie(model: nn.Module, compact: set[str]) -> None:
+    """transformers' tying; with compact embeddings, a tied head made a compact Linear over the same table."""
+    if not compact:
+        model.tie_weights()
+        return
+    embeddings, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = getattr(model.config.get_text_config(), "tie_word_embeddings", False)
+    if tied and is_compact(embeddings) and type(head) is nn.Linear:
+        model.set_output_embeddings(CompactLinear(embeddings.compact))
+    elif not is_compact(embeddings) or is_compact(head):
+        model.tie_weights()
 
 
 # transformers' model_type -> gguf's architecture name, where they differ (get_gguf_hf_weights_map's table)
@@ -201,20 +258,18 @@ def weights_map(model: nn.Module) -> dict[str, str]:
     return found
 
 
-def _tensors(header: GgufHeader, wanted: list[TensorInfo], config: dict, dtype: torch.dtype) -> list[torch.Tensor]:
-    """Every wanted tensor dequantised and transformed, largest first on a pool of threads (NumPy lets go of the
-    GIL). Each one finished is reported (progress.stage "tensors", n of N) and Cancel stops the rest."""
+def _tensors(header: GgufHeader, wanted: list[TensorInfo], config: dict, dtype: torch.dtype,
+             maker=lambda info: None) -> list:
+    """Every wanted tensor dequantised and transformed (or made by `maker(info)`, where it gives a function),
+    largest first on a pool of threads (NumPy lets go of the GIL). Each one finished is reported
+    (progress.stage "tensors", n of N) and Cancel stops the rest."""
 
-    def one(info: TensorInfo) -> torch.Tensor:
-        values = dequantize(tensor_bytes(header, info), info.qtype, info.shape)
-        # any NaN or infinity makes the sum so; float32 values cannot overflow a float64 sum
-        if values.is_floating_point() and not math.isfinite(values.numpy().sum(dtype=np.float64)):
-            raise ModelError(info.name, "this weight holds NaN or infinite values", "use an undamaged copy of the "
-                             "GGUF file", field_name="checkpoint key")
-        return _transformed(header, info, config, values, dtype)
+    def one(info: TensorInfo):
+        made = maker(info)
+        return made(info) if made is not None else _dequantized(header, info, config, dtype)
 
     order = sorted(range(len(wanted)), key=lambda i: -wanted[i].nbytes)
-    results: list[torch.Tensor | None] = [None] * len(wanted)
+    results: list = [None] * len(wanted)
     pool = ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 8))
     try:
         futures = {pool.submit(one, wanted[i]): i for i in order}
@@ -223,7 +278,20 @@ def _tensors(header: GgufHeader, wanted: list[TensorInfo], config: dict, dtype: 
             progress.stage("tensors", done, len(wanted))  # on the opening thread: its watch, its Cancel
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # Cancel or an error: the tensors not started never start
-    return results  # type: ignore[return-value]
+    return results
+
+
+def _dequantized(header: GgufHeader, info: TensorInfo, config: dict, dtype: torch.dtype) -> torch.Tensor:
+    values = dequantize(tensor_bytes(header, info), info.qtype, info.shape)
+    # any NaN or infinity makes the sum so; float32 values cannot overflow a float64 sum
+    if values.is_floating_point() and not math.isfinite(values.numpy().sum(dtype=np.float64)):
+        raise _not_finite(info)
+    return _transformed(header, info, config, values, dtype)
+
+
+def _not_finite(info: TensorInfo) -> ModelError:
+    return ModelError(info.name, "this weight holds NaN or infinite values", "use an undamaged copy of the "
+                      "GGUF file", field_name="checkpoint key")
 
 
 def _transformed(header: GgufHeader, info: TensorInfo, config: dict, tensor: torch.Tensor,

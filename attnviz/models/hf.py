@@ -25,7 +25,8 @@ from ..core.progress import Cancelled
 from ..core.stages import STAGE_NAMES
 from ..style import format_bytes
 from ..system import torch_threads
-from .folder import ModelError, ModelFolder, check_pickle, safetensors_header
+from .compact import end_probes
+from .folder import ModelError, ModelFolder, check_pickle, parameter_bytes, safetensors_header
 from .gguf_files import gguf_header, read_gguf
 from .gguf_model import build_config, build_model, fast_path
 from .hf_attention import ATTN_NAME, transformers
@@ -250,13 +251,13 @@ def _first_key(text, names: tuple[str, ...]) -> str:
     return next((n for n in names if isinstance(getattr(text, n, None), int)), names[0])
 
 
-def _from_pretrained(cls, folder: ModelFolder, config, implementation: str) -> nn.Module:
+def _from_pretrained(cls, folder: ModelFolder, config, implementation: str, storage: str = "float32") -> nn.Module:
     if not folder.safetensors and not folder.gguf:  # a pickle is read with weights_only=True first
         check_pickle(folder)
     source = {"gguf_file": folder.gguf.name} if folder.gguf else {}
     try:
         if folder.gguf and fast_path(read_gguf(folder.gguf).architecture):  # attnviz's own reader (gguf_model.py)
-            model, loading = build_model(cls, gguf_header(folder.gguf), config, implementation)
+            model, loading = build_model(cls, gguf_header(folder.gguf), config, implementation, storage=storage)
         else:
             model, loading = cls.from_pretrained(
                 str(folder.path), config=config, local_files_only=True, trust_remote_code=False,
@@ -328,42 +329,45 @@ def _dtype_name(folder: ModelFolder) -> str:
     return stored if isinstance(stored, str) else json.dumps(stored)
 
 
-def load_transformers_model(folder: ModelFolder, name: str, size: int):
+def load_transformers_model(folder: ModelFolder, name: str, size: int, storage: str = "float32"):
     """(the whole model, its attention modules in call order, each one's stack, its info, its output side) for a
-    checked folder."""
+    checked folder; a GGUF file's matrices kept in `storage` (compact.py)."""
     tf = transformers()
     config = _config(folder)
     _check_layers(folder, config)
     _check_values(config)
     _check_rope(config)
-    _check_implied_size(config, size)
+    _check_implied_size(config, size if storage == "float32" else parameter_bytes(folder))  # compact: float32's
     cls = _auto_class(tf, config, gguf=folder.gguf is not None)  # a GGUF is a language model
-    model, modules, traces = _load_with_kernel(cls, folder, config)
+    model, modules, traces = _load_with_kernel(cls, folder, config, storage)
     names = {m: n for n, m in model.base_model.named_modules()}
     stacks = [stack_of(names[m]) for m in modules]
     if len(set(stacks)) == 1:  # one stack: an encoder (bert, distilbert, modernbert) or a decoder, by its mask
         stacks = ["decoder" if is_causal(traces[0]["mask"][0, 0]) else "encoder"] * len(stacks)
-    with torch_threads(SHORT_FORWARD_THREADS):
-        side = find_output_side(model, modules, model.attnviz_trained_head)
+    try:
+        with torch_threads(SHORT_FORWARD_THREADS):
+            side = find_output_side(model, modules, model.attnviz_trained_head)
+    finally:
+        end_probes(model)  # compact weights: the probes' memo ends with them (compact.py)
     info = _info(folder, model, traces, stacks, name, size)
     if "v" in info.stages and all(m in side.out_weights for m in modules):
         info = replace(info, stages=tuple(s for s in STAGE_NAMES if s in info.stages or s == "value_weighted"))
     return model, modules, stacks, info, side
 
 
-def _load_with_kernel(cls, folder: ModelFolder, config):
+def _load_with_kernel(cls, folder: ModelFolder, config, storage: str = "float32"):
     """The model with attnviz's kernel as its attention where its code calls the interface (also inside a
     wrapper, as LLaVA's language model does), else eager with output_attentions (weights only)."""
     known = uses_interface(cls)
     try:
-        model = _from_pretrained(cls, folder, config, ATTN_NAME)
+        model = _from_pretrained(cls, folder, config, ATTN_NAME, storage)
         modules, traces = _discover(model, True)
         if modules:
             return model, modules, traces
     except ModelError:
         if known:
             raise
-    model = _from_pretrained(cls, folder, config, "eager")
+    model = _from_pretrained(cls, folder, config, "eager", storage)
     modules, traces = _discover(model, False)
     if not modules:
         raise ModelError(folder.path, f"{type(model).__name__} ran no attention layer attnviz could see",

@@ -24,6 +24,7 @@ from ..core import progress
 from ..core.kernel import Trace
 from ..core.lru import LRU
 from ..core.value_weighted import value_weighted as weigh_by_values
+from .compact import gguf_within_budget
 from .folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
 from .gguf_files import gguf_header, read_gguf
 from .gguf_model import build_tokenizer, fast_path
@@ -221,12 +222,16 @@ class PretrainedModel:
 
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
-    size = weights_within_budget(folder, memory_budget)
+    storage, compact_note = "float32", None
+    if folder.gguf and fast_path(read_gguf(folder.gguf).architecture):  # its matrices may stay compact
+        size, storage, compact_note = gguf_within_budget(folder, memory_budget)
+    else:
+        size = weights_within_budget(folder, memory_budget)
     pool = ThreadPoolExecutor(max_workers=1)  # a GGUF's tokenizer builds while its tensors dequantise
     pending = pool.submit(_hf_tokenizer, folder)
     name = folder.name if folder.gguf else model_name(folder.path)
     try:
-        module, modules, stacks, info, side = load_transformers_model(folder, name, size)
+        module, modules, stacks, info, side = load_transformers_model(folder, name, size, storage)
     finally:
         pool.shutdown(wait=False)  # on Cancel or the model's own error: not kept waiting for the tokenizer
     progress.stage("tokenizer", 0, 1)
@@ -238,7 +243,7 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> PretrainedModel:
         tokenizer = TextTokenizer(folder.tokenizer)
     check_vocabulary(tokenizer.vocab_size, info, folder)
     model = PretrainedModel(folder, module, tokenizer, info, modules, stacks, hf_tokenizer, side)
-    model.load_notes = _ignored_weights(folder)
+    model.load_notes = _ignored_weights(folder) + ((compact_note,) if compact_note else ())
     return model
 
 

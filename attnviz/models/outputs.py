@@ -10,15 +10,40 @@ output is the last hidden state). Where a check fails the part is absent and the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
+from .compact import float_weight, is_compact
 from .hf_attention import recording
 from .layers import model_inputs
 
 PROBE = torch.tensor([[0, 1]])
+
+
+class OutWeights(Mapping):
+    """Attention module -> its output projection's weight W_O as float32 (d_out, H·dv), read at each lookup
+    through compact.float_weight (a compact weight is made float32 for that call; others are the module's
+    own tensor); `projection(module)` is the module holding it."""
+
+    def __init__(self, projections: dict[nn.Module, nn.Module]):
+        self._projections = projections
+
+    def __getitem__(self, module: nn.Module) -> Tensor:
+        child = self._projections[module]
+        weight = float_weight(child)
+        return weight.T if type(child).__name__ == "Conv1D" else weight  # GPT-2's Conv1D stores it transposed
+
+    def __iter__(self):
+        return iter(self._projections)
+
+    def __len__(self) -> int:
+        return len(self._projections)
+
+    def projection(self, module: nn.Module) -> nn.Module:
+        return self._projections[module]
 
 
 @dataclass
@@ -28,7 +53,7 @@ class OutputSide:
     norm: nn.Module | None = None  # the final norm between the last block and the head (None: none)
     blocks: list[nn.Module] = field(default_factory=list)  # one per layer of the residual stream
     lens: bool = False  # head(norm(residual after the last block)) gives the logits
-    out_weights: dict[nn.Module, Tensor] = field(default_factory=dict)  # attention module -> W_O (d_out, H·dv)
+    out_weights: OutWeights = field(default_factory=lambda: OutWeights({}))  # attention module -> W_O (d_out, H·dv)
 
     def logits(self, hidden: Tensor) -> Tensor:
         out = self.head(hidden)
@@ -126,11 +151,11 @@ def _find_norm(side: OutputSide, watch: _Watch, base: nn.Module, last: Tensor) -
     return False
 
 
-def out_projections(base: nn.Module, attention_modules: list[nn.Module]) -> dict[nn.Module, Tensor]:
+def out_projections(base: nn.Module, attention_modules: list[nn.Module]) -> OutWeights:
     """Each attention module's output projection weight as (d_out, H·dv): the Linear (or GPT-2's Conv1D, whose
     weight is stored transposed) inside it that received the call's merged context, seen in one two-token
     forward on the kernel. Empty for a family that does not call the kernel."""
-    linears = [c for c in base.modules() if getattr(getattr(c, "weight", None), "ndim", 0) == 2]
+    linears = [c for c in base.modules() if is_compact(c) or getattr(getattr(c, "weight", None), "ndim", 0) == 2]
     with _Watch(linears) as watch, recording({"context"}) as rec, torch.inference_mode():
         base(**model_inputs(base, PROBE))
     contexts = {}
@@ -142,6 +167,6 @@ def out_projections(base: nn.Module, attention_modules: list[nn.Module]) -> dict
         around = parent.get(module, module)  # BERT's projection is a sibling: BertSelfOutput.dense
         for child in [*module.modules(), *around.modules()]:
             if child in watch.inputs and _same(watch.inputs[child], contexts.get(module)):
-                found[module] = child.weight.T if type(child).__name__ == "Conv1D" else child.weight
+                found[module] = child
                 break
-    return found
+    return OutWeights(found)
