@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from uihelpers import wait_shown
+from uihelpers import open_dock, wait_shown
 
 from attnviz.core import composition_scores, copying_scores, head_circuits, head_logit_attribution, load_preset
 from attnviz.core import patch_heads as core_patch_heads
@@ -21,14 +21,6 @@ SHOTS = os.environ.get("ATTNVIZ_SHOTS")  # a folder: save each state's picture t
 def shot(widget, name: str) -> None:
     if SHOTS:
         widget.grab().save(os.path.join(SHOTS, f"{name}.png"))
-
-
-def open_dock(window, qtbot, name):
-    dock = window.explain.docks[name]
-    dock.show()
-    dock.raise_()
-    qtbot.waitUntil(lambda: window.explain.shown(name))
-    wait_shown(qtbot, window)
 
 
 @pytest.fixture

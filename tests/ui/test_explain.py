@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from uihelpers import CountingRun, wait_shown
+from uihelpers import CountingRun, open_dock, wait_shown
 
 from attnviz import colormaps
 from attnviz.core import RunConfig
@@ -19,14 +19,6 @@ from attnviz.ui import MainWindow
 
 def select(combo, data) -> None:
     combo.setCurrentIndex(combo.findData(data))
-
-
-def open_dock(window, qtbot, name):
-    dock = window.explain.docks[name]
-    dock.show()
-    dock.raise_()
-    qtbot.waitUntil(lambda: window.explain.shown(name))
-    wait_shown(qtbot, window)
 
 
 def entropy(w):

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from uihelpers import wait_shown
+from uihelpers import open_dock, wait_shown
 
 from attnviz import colormaps
 from attnviz.core import RunConfig, head_effects, head_scores, load_preset, run
@@ -18,14 +18,6 @@ from attnviz.explain import HeadScoreFrames, LensFrames, PredictionFrames, proba
 from attnviz.ui.lens_view import LensView
 from attnviz.ui.model_view import ablated_heads, toggle_head
 from attnviz.ui.predictions_view import PredictionStrip
-
-
-def open_dock(window, qtbot, name):
-    dock = window.explain.docks[name]
-    dock.show()
-    dock.raise_()
-    qtbot.waitUntil(lambda: window.explain.shown(name))
-    wait_shown(qtbot, window)
 
 
 @pytest.fixture

@@ -32,3 +32,13 @@ def drain(qtbot, window) -> None:
     QCoreApplication.sendPostedEvents()
     QCoreApplication.processEvents()
     qtbot.waitUntil(window.is_settled)
+
+
+def open_dock(window, qtbot, name):
+    """Open an explaining panel's dock, its tab in front, and wait for the view it asks for."""
+    dock = window.explain.docks[name]
+    dock.show()
+    dock.raise_()
+    qtbot.waitUntil(lambda: window.explain.shown(name))
+    wait_shown(qtbot, window)
+
