@@ -23,7 +23,7 @@ from .focus import FocusView
 from .head_effects import HeadEffectsView, default_effects
 from .lens_view import LensView
 from .panel import named
-from .patch_view import ImageDrop, PatchView
+from .patch_view import PatchView, image_drop
 from .patching_view import PatchingView
 from .pipeline import PipelineView
 from .stats_view import StatsView
@@ -108,7 +108,7 @@ class ExplainViews(QObject):
             view.sigChanged.connect(window.schedule)
         self.patch.sigExport.connect(lambda: self.export_dialog("patch"))
         image = getattr(window, "panel", None) and window.panel.widgets.get("image")
-        self._drop = ImageDrop(window, image) if image is not None else None  # an image dropped on the window
+        self._drop = image_drop(window, image) if image is not None else None  # an image dropped on the window
         self.compare.pinButton.toggled.connect(self._pin_toggled)
         self.compare.unablatedButton.toggled.connect(self._unablated_toggled)
         self.effects.sigOpen.connect(self._open_head)

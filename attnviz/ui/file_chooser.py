@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QToolButton, QWidget
 
 RANDOM, FROM_FILE = "random", "file"
@@ -166,4 +166,29 @@ class MapsChooser(PathChooser):
         super().__init__("maps", "Open exported maps", "Exported maps (*.npz);;All files (*)",
                          "Choose an .npz written by attnviz (Export, attnviz render -o FILE.npz, attnviz.show()), or "
                          "drop one onto the window", "No maps file: open one, or drop one onto the window", parent)
+
+
+class FileDrop(QObject):
+    """An event filter on a window: the first local file dropped on it that `accepts` takes goes to `receive`."""
+
+    def __init__(self, window: QWidget, accepts, receive):
+        super().__init__(window)
+        self.accepts, self.receive = accepts, receive
+        window.setAcceptDrops(True)
+        window.installEventFilter(self)
+
+    def dropped_path(self, mime) -> str:
+        urls = mime.urls() if mime.hasUrls() else []
+        return next((p for p in (u.toLocalFile() for u in urls if u.isLocalFile()) if self.accepts(p)), "")
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() not in (QEvent.DragEnter, QEvent.DragMove, QEvent.Drop):
+            return False
+        path = self.dropped_path(event.mimeData())
+        if not path:
+            return False
+        event.acceptProposedAction()
+        if event.type() == QEvent.Drop:
+            self.receive(path)
+        return True
 

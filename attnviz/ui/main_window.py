@@ -48,7 +48,7 @@ from .window_failures import WindowFailures
 from .window_files import WindowFiles
 from .window_layout import WindowLayout
 from .window_model import WindowModel
-from .window_open import PathDrop, WindowOpen
+from .window_open import WindowOpen, path_drop
 from .window_settings import WindowSettings
 from .window_zoom import WindowZoom
 from .worker import Failure, Outcome, Request, Worker, generating
@@ -107,7 +107,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         lifecycle.track(self)  # at interpreter exit: workers stopped, window deleted before teardown
         if settings is not None:
             self._restore(settings)
-        self.pathDrop = PathDrop(self)
+        self.pathDrop = path_drop(self)
         if open_path:
             self.open_path(open_path)
         self._once.count = self.panel.widgets["generate"].value()  # a remembered count is not a click

@@ -4,7 +4,7 @@ The worker computes the arrays (models/patches.py: each head's row for the query
 mean, rollout's row); this panel only colours and draws them: the picture with the overlay blended over it,
 drawn with whole patches (no smoothing: crisp patch edges), and a head strip of small overlays, one per head.
 Click a patch to make it the query ([CLS] by default), a strip tile to focus that head. Also the Image row
-(ImageChooser: a file name, Open… and Clear) and drops of an image file onto the window (ImageDrop).
+(ImageChooser: a file name, Open… and Clear) and drops of an image file onto the window (image_drop).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import (
     QComboBox,
@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from .. import style
 from ..core.config import IMAGE_SUFFIXES
 from ..models.patches import ALPHA, MODES, PatchFrames, overlay_rgba
-from .file_chooser import PathChooser, named
+from .file_chooser import FileDrop, PathChooser, named
 
 IMAGE_FILTER = f"Images ({' '.join('*' + s for s in IMAGE_SUFFIXES)});;All files (*)"
 STRIP_PX = 84  # a head strip tile's side
@@ -275,28 +275,6 @@ class ImageChooser(PathChooser):
                          "the window)", "No image: open one, or drop one onto the window", parent)
 
 
-class ImageDrop(QObject):
-    """An event filter on the main window: an image file dropped anywhere on it becomes the Image."""
-
-    def __init__(self, window, chooser: ImageChooser):
-        super().__init__(window)
-        self.chooser = chooser
-        window.setAcceptDrops(True)
-        window.installEventFilter(self)
-
-    @staticmethod
-    def image_path(mime) -> str:
-        urls = mime.urls() if mime.hasUrls() else []
-        paths = [u.toLocalFile() for u in urls if u.isLocalFile()]
-        return next((p for p in paths if p.lower().endswith(IMAGE_SUFFIXES)), "")
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
-        kind = event.type()
-        if kind in (QEvent.DragEnter, QEvent.DragMove) and self.image_path(event.mimeData()):
-            event.acceptProposedAction()
-            return True
-        if kind == QEvent.Drop and self.image_path(event.mimeData()):
-            self.chooser.set_path(self.image_path(event.mimeData()))
-            event.acceptProposedAction()
-            return True
-        return False
+def image_drop(window, chooser: ImageChooser) -> FileDrop:
+    """An image file dropped anywhere on the window becomes the Image."""
+    return FileDrop(window, lambda path: path.lower().endswith(IMAGE_SUFFIXES), chooser.set_path)

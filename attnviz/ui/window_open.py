@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
 from ..core import ConfigError, RunConfig
 from ..core.config import IMAGE_SUFFIXES, MAPS_SUFFIX
 from ..core.saved import MAPS_VARIANT, saved_layer
+from .file_chooser import FileDrop
 
 RECENT_COUNT = 10
 RECENT_KEY = "recentFiles"
@@ -137,30 +137,10 @@ class WindowOpen:
         self._fill_recent_menu()
 
 
-class PathDrop(QObject):
-    """An event filter on the main window: a model folder, .gguf, .json, .npz or text file dropped anywhere on it is
-    opened (pictures are the Image field's: patch_view.ImageDrop)."""
-
-    def __init__(self, window):
-        super().__init__(window)
-        self.window_ = window
-        window.setAcceptDrops(True)
-        window.installEventFilter(self)
-
-    @staticmethod
-    def dropped_path(mime) -> str:
-        urls = mime.urls() if mime.hasUrls() else []
-        paths = [u.toLocalFile() for u in urls if u.isLocalFile()]
-        return next((p for p in paths if path_kind(p) not in (None, "image")), "")
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
-        kind = event.type()
-        if kind in (QEvent.DragEnter, QEvent.DragMove, QEvent.Drop) and self.dropped_path(event.mimeData()):
-            event.acceptProposedAction()
-            if kind == QEvent.Drop:
-                self.window_.open_path(self.dropped_path(event.mimeData()))
-            return True
-        return False
+def path_drop(window) -> FileDrop:
+    """A model folder, .gguf, .json, .npz or text file dropped anywhere on the window is opened (pictures are the
+    Image field's: patch_view.image_drop)."""
+    return FileDrop(window, lambda path: path_kind(path) not in (None, "image"), window.open_path)
 
 
-__all__ = ["KINDS", "OPEN_FILTER", "RECENT_COUNT", "PathDrop", "WindowOpen", "path_kind"]
+__all__ = ["KINDS", "OPEN_FILTER", "RECENT_COUNT", "WindowOpen", "path_drop", "path_kind"]

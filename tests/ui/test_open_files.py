@@ -4,10 +4,8 @@ as saved with no recompute, File > Open Recent, and drops onto the window."""
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication
-from uihelpers import CountingRun, wait_shown
+from PySide6.QtCore import QSettings
+from uihelpers import CountingRun, drop, wait_shown
 
 from attnviz.cli import main as cli_main
 from attnviz.core import RunConfig
@@ -111,16 +109,6 @@ def test_open_recent_keeps_the_last_ten_newest_first_across_sessions(qtbot, tmp_
     next(a for a in again.recentMenu.actions() if a.toolTip() == configs[5]).trigger()
     assert again.panel.config().seed == 5
     again.close()
-
-
-def drop(window, path) -> None:
-    """A file dragged onto the window and dropped there, as Qt delivers it."""
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(path))])
-    enter = QDragEnterEvent(QPoint(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
-    QApplication.sendEvent(window, enter)
-    assert enter.isAccepted()
-    QApplication.sendEvent(window, QDropEvent(QPointF(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
 
 
 def test_a_dropped_npz_or_model_folder_is_opened(qtbot, tmp_path):

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication
-from uihelpers import wait_shown
+from PySide6.QtCore import QPoint, Qt
+from uihelpers import drop, wait_shown
 
 from attnviz.core import RunConfig
 from attnviz.core.stats import rollout
@@ -80,12 +78,7 @@ def test_patch_export_png_and_svg(qtbot, window, dino, tmp_path):
 def test_an_image_dropped_on_the_window_becomes_the_input(qtbot, window, dino):
     folder, picture, other = dino
     _open(qtbot, window, folder, picture)
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(other))])
-    enter = QDragEnterEvent(QPoint(50, 50), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
-    QApplication.sendEvent(window, enter)
-    assert enter.isAccepted()
-    QApplication.sendEvent(window, QDropEvent(QPointF(50, 50), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    drop(window, other)
     assert window.panel.widgets["image"].path() == str(other)
     qtbot.waitUntil(lambda: window.result.config.image == str(other), timeout=30000)
 
