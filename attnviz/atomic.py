@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .system import umask
+from attnviz.system import umask
 
 TEMP_SUFFIX = ".part"
 

@@ -26,14 +26,14 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import fields
 
-from . import __version__
-from .cli_flags import RENDER_PROG, UsageError, flag_of, render_parser, stage_names, text_file
-from .system import no_display
+from attnviz import __version__
+from attnviz.cli_flags import RENDER_PROG, UsageError, flag_of, render_parser, stage_names, text_file
+from attnviz.system import no_display
 
 PROG = "attnviz"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 def _build_config(args: argparse.Namespace):
-    from .core import RunConfig, load_preset
+    from attnviz.core import RunConfig, load_preset
 
     names = {f.name for f in fields(RunConfig)}
     flags = {k: v for k, v in vars(args).items() if k in names}
@@ -51,8 +51,8 @@ def _build_config(args: argparse.Namespace):
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
     if "maps" in flags and "variant" not in flags:  # --maps FILE.npz: the maps as saved, at the file's layer
-        from .core.config import MAPS_SUFFIX
-        from .core.saved import MAPS_VARIANT, saved_layer
+        from attnviz.core.run.config import MAPS_SUFFIX
+        from attnviz.core.run.saved import MAPS_VARIANT, saved_layer
 
         flags["variant"] = MAPS_VARIANT
         if str(flags["maps"]).lower().endswith(MAPS_SUFFIX):  # else the configuration says what is wrong
@@ -64,7 +64,7 @@ def _build_config(args: argparse.Namespace):
 
 
 def _load_config_flag(path: str):
-    from .core import ConfigError, load_config
+    from attnviz.core import ConfigError, load_config
 
     try:
         return load_config(path)
@@ -86,7 +86,7 @@ def _refuse_ignored(config, flags: dict, source: str = "") -> None:
 
 def _check_files_apply(config) -> None:
     """--weights / --inputs load into the seed variants only; elsewhere say so rather than ignore them."""
-    from .core.config import FILE_FIELDS
+    from attnviz.core.run.config import FILE_FIELDS
 
     for name in FILE_FIELDS:
         if getattr(config, name) and not config.applies(name):
@@ -95,8 +95,8 @@ def _check_files_apply(config) -> None:
 
 
 def _export_options(args: argparse.Namespace):
-    from . import colormaps
-    from .export import ExportOptions
+    from attnviz import colormaps
+    from attnviz.export import ExportOptions
 
     if args.head is not None and args.mean:
         raise UsageError("--head and --mean exclude each other: give one")
@@ -132,14 +132,14 @@ def _export_options(args: argparse.Namespace):
 
 def render_main(argv: list[str]) -> int:
     """`attnviz render`: parse, validate (exit 2), run, export (exit 1 on failure)."""
-    from .atomic import BadPath, ExportError
-    from .core import ConfigError
+    from attnviz.atomic import BadPath, ExportError
+    from attnviz.core import ConfigError
 
     args = None
     try:
         args = render_parser().parse_args(argv)
         if args.list_presets:
-            from .core import list_presets
+            from attnviz.core import list_presets
 
             for name, text in list_presets().items():
                 print(f"{name:28} {text}")
@@ -156,7 +156,7 @@ def render_main(argv: list[str]) -> int:
 
 def _by_flag(exc: Exception, args: argparse.Namespace | None) -> str:
     """The message, naming the flag (--dropout nan: ...) when the value at fault was given as one."""
-    from .core import ConfigError
+    from attnviz.core import ConfigError
 
     if isinstance(exc, ConfigError) and args is not None and exc.field in vars(args):
         value = exc.value
@@ -175,7 +175,7 @@ def _plan_render(args: argparse.Namespace) -> tuple:
     if not args.output and not any(tables.values()):
         raise UsageError(f"give the file to write with -o FILE (see '{RENDER_PROG} --help')")
     if args.output:
-        from .export import format_of
+        from attnviz.export import format_of
 
         format_of(args.output)  # an unknown extension is a usage error now, not after the run
     for flag, path in tables.items():
@@ -194,7 +194,7 @@ def _plan_render(args: argparse.Namespace) -> tuple:
         options.check(config)
     record = _record(config, options, args.stages)
     if args.view == "pipeline":
-        from .core.stages import ALL_STAGES
+        from attnviz.core.kernel.stages import ALL_STAGES
 
         record = ALL_STAGES
     missing = [f for f, v in (("--corrupted-text", args.corrupted_text), ("--answer", args.answer),
@@ -211,7 +211,7 @@ def _plan_render(args: argparse.Namespace) -> tuple:
 def _check_targets(targets: dict[str, str | None]) -> None:
     """Each file to write: writable, not a symbolic link (the command line never writes through one: a link
     left in the folder could send the file anywhere), and no two flags naming the same file."""
-    from .atomic import BadPath, check_target
+    from attnviz.atomic import BadPath, check_target
 
     seen: dict[str, str] = {}
     for flag, target in targets.items():
@@ -232,18 +232,18 @@ def _check_targets(targets: dict[str, str | None]) -> None:
 
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     """Run the checked plan and write its files; one clear line and an exit status on failure."""
-    from .core import ConfigError
-    from .core.result import NonFiniteResult
-    from .core.runner import require_kept
-    from .export import ExportError, ImageTooLarge, format_of
-    from .frames import view_stage
+    from attnviz.core import ConfigError
+    from attnviz.core.run.result import NonFiniteResult
+    from attnviz.core.run.runner import require_kept
+    from attnviz.export import ExportError, ImageTooLarge, format_of
+    from attnviz.frames import view_stage
 
     try:
-        from .core import run
+        from attnviz.core import run
 
         result = _run(run, config, record, args.truncate, args.region)
         if args.step is not None:
-            from .core.generation import at_step
+            from attnviz.core.run.generation import at_step
 
             if result.prompt_length is None:
                 raise UsageError("--step needs --generate N (a model writing after the text)")
@@ -263,7 +263,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
             return EXIT_OK
         ext = format_of(args.output)
         if ext != ".npz":
-            from .export import ensure_gui_app
+            from attnviz.export import ensure_gui_app
 
             ensure_gui_app()  # picks the offscreen platform when there is no display
         path = _write(result, args, options, ext)
@@ -286,8 +286,8 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
 
 def _write(result, args: argparse.Namespace, options, ext: str):
     """The -o file: the pipeline figure, the rollout, or the maps (export.export)."""
-    from .export import export, export_pipeline
-    from .frames import ViewOptions
+    from attnviz.export import export, export_pipeline
+    from attnviz.frames import ViewOptions
 
     if args.view == "pipeline":
         view = ViewOptions(batch_index=options.batch_index, colormap=options.colormap, diverging=options.diverging,
@@ -296,26 +296,26 @@ def _write(result, args: argparse.Namespace, options, ext: str):
     if args.rollout and ext == ".npz":
         import numpy as np
 
-        from .core.stats import rollout
-        from .export import write_npz
+        from attnviz.core.analysis.stats import rollout
+        from attnviz.export import write_npz
 
         return write_npz(result, args.output, rollout=rollout(result.layer_weights).astype(np.float32))
     return export(result, args.output, options)
 
 
 def _write_stats(result, path: str, b: int) -> None:
-    from .atomic import write_bytes
-    from .explain import stats_csv_for
+    from attnviz.atomic import write_bytes
+    from attnviz.explain import stats_csv_for
 
     write_bytes(path, stats_csv_for(result, b).encode("utf-8"))
 
 
 def _write_head_tables(result, args: argparse.Namespace) -> None:
     """--predictions and --head-scores: ConfigError where the model has no output head."""
-    from .atomic import write_bytes
-    from .core import ConfigError
-    from .core.heads import head_scores, head_scores_csv
-    from .core.predictions import predictions_csv
+    from attnviz.atomic import write_bytes
+    from attnviz.core import ConfigError
+    from attnviz.core.analysis.heads import head_scores, head_scores_csv
+    from attnviz.core.run.predictions import predictions_csv
 
     if args.predictions:
         if result.predictions is None:
@@ -328,7 +328,7 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
         write_bytes(args.head_scores, head_scores_csv(head_scores(result.config)).encode("utf-8"))
         print(f"wrote {args.head_scores}")
     if args.patch_heads:
-        from .core.patching import patch_heads, patching_csv
+        from attnviz.core.analysis.patching import patch_heads, patching_csv
 
         scores = patch_heads(result.config, args.corrupted_text, args.answer, args.wrong)
         write_bytes(args.patch_heads, patching_csv(scores).encode("utf-8"))
@@ -337,7 +337,7 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
 
 def _run(run, config, record, truncate: bool, region=None):
     """run(config); with --truncate, a text too long for the model is cut to the fix the error offers."""
-    from .core import ConfigError
+    from attnviz.core import ConfigError
 
     try:
         return run(config, record=record, region=region)
@@ -350,9 +350,9 @@ def _run(run, config, record, truncate: bool, region=None):
 
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
     """The stages the run keeps: the defaults, the drawn view's stage, and --stages (checked)."""
-    from .core.runner import require_stage, run_stages
-    from .core.stages import DEFAULT_RECORD
-    from .frames import view_stage
+    from attnviz.core.kernel.stages import DEFAULT_RECORD
+    from attnviz.core.run.runner import require_stage, run_stages
+    from attnviz.frames import view_stage
 
     view = view_stage(options.map_view)
     require_stage(config, view)
@@ -414,7 +414,7 @@ def _interrupt_after() -> Iterator[None]:
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["render"]:
         with _interrupt_after():
-            from . import core  # noqa: F401 - torch
+            from attnviz import core  # noqa: F401 - torch
         return render_main(argv[1:])
     if argv[:1] == ["--version"]:
         print(f"{PROG} {__version__}")
@@ -433,7 +433,7 @@ def _dispatch(argv: list[str]) -> int:
                                    f"are unset); use '{PROG} render' headless, or set QT_QPA_PLATFORM")
     try:
         with _interrupt_after():
-            from .ui.app import run_app  # lazily: `attnviz render` never imports widgets
+            from attnviz.ui.window.app import run_app  # lazily: `attnviz render` never imports widgets
     except ImportError as exc:
         return _fail(EXIT_FAILURE, f"{PROG}: error: the app cannot start ({exc}); "
                                    f"'{PROG} render' still works without it")
@@ -441,7 +441,7 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _install_desktop() -> int:
-    from .desktop import install
+    from attnviz.desktop import install
 
     try:
         written = install()

@@ -15,7 +15,7 @@ STR_METAVARS = {"text": "TEXT", "decoder_text": "TEXT", "model": "DIR_OR_GGUF", 
 
 def view_text() -> dict[str, str]:
     """--view choices: every map view (from the one stage list) and the output tensor."""
-    from .frames import MAP_VIEWS
+    from attnviz.frames import MAP_VIEWS
 
     return {**MAP_VIEWS, "output": "the output tensor (rows = query positions, columns = features)",
             "pipeline": "every stage of one head's attention call as one figure (--head N, default 0); "
@@ -59,7 +59,7 @@ def _region(text: str) -> tuple[int, int, int, int]:
 
 def text_file(path: str) -> str:
     """A text file's contents: UTF-8, a regular file of at most 16 MiB, else one line."""
-    from .core.configfile import TextFileError, read_text_file
+    from attnviz.core.run.configfile import TextFileError, read_text_file
 
     try:
         return read_text_file(path)
@@ -68,7 +68,7 @@ def text_file(path: str) -> str:
 
 
 def stage_names() -> tuple[str, ...]:
-    from .core.stages import STAGE_NAMES
+    from attnviz.core.kernel.stages import STAGE_NAMES
 
     return STAGE_NAMES
 
@@ -86,8 +86,8 @@ def _stage_list(text: str) -> tuple[str, ...]:
 
 def _config_choices() -> dict[str, list[str]]:
     """Choice lists of the str fields: variants and dtypes, plus each field's declared choices."""
-    from .core import DTYPES, VARIANTS
-    from .core.config import RunConfig
+    from attnviz.core import DTYPES, VARIANTS
+    from attnviz.core.run.config import RunConfig
 
     declared = {f.name: list(f.metadata["choices"]) for f in fields(RunConfig) if f.metadata.get("choices")}
     return {"variant": list(VARIANTS), "dtype": list(DTYPES), **declared}
@@ -95,7 +95,7 @@ def _config_choices() -> dict[str, list[str]]:
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per RunConfig field, from its type and metadata; absent flags leave the value alone."""
-    from .core.config import FILE_FIELDS, RunConfig
+    from attnviz.core.run.config import FILE_FIELDS, RunConfig
 
     choices = _config_choices()
     group = parser.add_argument_group(
@@ -137,7 +137,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def render_parser() -> argparse.ArgumentParser:
-    from .export import FORMATS
+    from attnviz.export import FORMATS
 
     p = _Parser(
         prog=RENDER_PROG,
@@ -159,8 +159,8 @@ def render_parser() -> argparse.ArgumentParser:
 
 def _add_view_flags(p: argparse.ArgumentParser) -> None:
     """What to draw: the stage, heads, colours, labels (PNG and SVG), and the NPZ's extra stages."""
-    from . import colormaps
-    from .frames import SCALE_MODES
+    from attnviz import colormaps
+    from attnviz.frames import SCALE_MODES
 
     view = p.add_argument_group("what to draw (PNG and SVG)")
     views = view_text()

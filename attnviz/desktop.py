@@ -14,7 +14,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from .atomic import write_bytes
+from attnviz.atomic import write_bytes
 
 DESKTOP_ID = "attnviz"
 MIME_TYPES = {"application/x-gguf": ("GGUF model (llama.cpp, Ollama, LM Studio)", "*.gguf"),

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from . import colormaps
-from .core.backed import backed_stages
-from .core.runner import RunResult, run_stages
-from .core.saved import opened_note
-from .core.stages import BY_NAME, STAGES
-from .core.stats import STAT_NAMES, head_stats, layer_stats, rollout, row_keys
-from .frames import (
+from attnviz import colormaps
+from attnviz.core.analysis.stats import STAT_NAMES, head_stats, layer_stats, rollout, row_keys
+from attnviz.core.kernel.stages import BY_NAME, STAGES
+from attnviz.core.run.backed import backed_stages
+from attnviz.core.run.runner import RunResult, run_stages
+from attnviz.core.run.saved import opened_note
+from attnviz.frames import (
     HeatImage,
     PoolCache,
     ViewOptions,
@@ -176,7 +176,7 @@ def stats_frames(result: RunResult, b: int, options: ViewOptions) -> StatsFrames
 def stats_csv_for(result: RunResult, b: int = 0) -> str:
     """The statistics as CSV: one row per head of the result's weights, then (multi-layer results)
     one row per layer and head."""
-    from .core.stats import stats_csv
+    from attnviz.core.analysis.stats import stats_csv
 
     frames = stats_frames(result, b, ViewOptions())
     text = stats_csv(frames.columns, frames.labels)
@@ -343,7 +343,7 @@ def _early_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> 
     if options.rollout:
         out["rollout"] = rollout_frames(result, b, options)
     if options.patch_query is not None:  # a vision model's picture (models/patches.py)
-        from .models.patches import patch_frames
+        from attnviz.models.patches import patch_frames
 
         out["patch"] = patch_frames(result, options.patch_query, options.colormap)
     return out
@@ -459,8 +459,8 @@ def head_score_frames(result: RunResult) -> HeadScoreFrames:
     key = prompt_config(forward_config(result))
     if key not in _SCORES:
         try:
-            from .core import head_scores
-            from .core.heads import HEAD_TYPES, THRESHOLDS
+            from attnviz.core import head_scores
+            from attnviz.core.analysis.heads import HEAD_TYPES, THRESHOLDS
 
             scores = {name: np.asarray(v, np.float64) for name, v in head_scores(key, result.source).items()}
             frames = HeadScoreFrames("", scores, {n: np.nan_to_num(v) >= THRESHOLDS[n] for n, v in scores.items()
@@ -507,8 +507,8 @@ def _overview_image(grid: np.ndarray, lut: np.ndarray, name: str) -> HeatImage:
 
 def unablated_result(result: RunResult, options: ViewOptions, cache: PoolCache) -> RunResult:
     """The same configuration without its ablation, for the compare view (one more forward, cached)."""
-    from .core import run
-    from .core.stages import DEFAULT_RECORD
+    from attnviz.core import run
+    from attnviz.core.kernel.stages import DEFAULT_RECORD
 
     config = options.unablated
     record = DEFAULT_RECORD | {view_stage(options.view)}

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import colormaps
-from .core.config import RunConfig
-from .core.lru import LRU
-from .core.maxpool import ceil_div, max_pool
-from .core.runner import RunResult
-from .core.saved import opened_note
-from .core.stages import STAGE_NAMES, STAGES
-from .style import COMPACT_DIGITS, number
+from attnviz import colormaps
+from attnviz.core.kernel.maxpool import ceil_div, max_pool
+from attnviz.core.kernel.stages import STAGE_NAMES, STAGES
+from attnviz.core.run.config import RunConfig
+from attnviz.core.run.lru import LRU
+from attnviz.core.run.runner import RunResult
+from attnviz.core.run.saved import opened_note
+from attnviz.style import COMPACT_DIGITS, number
 
 # The map views: "weights" draws the map that multiplied V (after dropout in train mode; the signed
 # softmax₁ − λ·softmax₂ of differential attention); the others draw the pre-softmax stages.
@@ -540,7 +540,7 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
 
 
 def screen_px(max_px: tuple[int, int] | None, shape: tuple[int, int], row: bool) -> tuple[int, int] | None:
-    """The size a view of (Lq, Lkv) maps asks the kernel to pool them to (core/screen.py): max_px, or for the row
+    """The size a view of (Lq, Lkv) maps asks the kernel to pool them to (core/kernel/screen.py): max_px, or for the row
     scale (each row divided by its own maximum before the rows are pooled) max_px's columns alone."""
     if max_px is None:
         return None

@@ -53,7 +53,7 @@ def bench_engine(size: Size, repeats: int, warmup: int = 1) -> dict:
     def run_path():
         return run(config)
 
-    from attnviz.core.mods import AttentionOptions
+    from attnviz.core.kernel.mods import AttentionOptions
 
     variant = CausalSelfAttention(size.width, size.heads, kv_heads=max(size.heads // 4, 1),
                                   attn=AttentionOptions(position="rope")).eval()

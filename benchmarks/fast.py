@@ -12,13 +12,13 @@ order in one offscreen MainWindow (1280 x 820):
 - `run`: core.run() with the window's record (ui.worker.window_record), a new seed each round.
 - `render_<mode>`: frames.render of a fresh result (an empty pool cache) at the window's own tile and output
   view sizes, for each scale mode; the result run as the worker runs it for that view (the kernel pools the
-  weights for the tile, core/screen.py).
+  weights for the tile, core/kernel/screen.py).
 - Every forward (the anchor, run, render's runs) runs on the window's compute lane at the anchor's torch thread
   count, as every forward of a user's window does (_on_lane); the harness's 5 ms stall timer is off.
 - `window_log`, `window_linear`: the seed spin toggled -> every head of the grid painted (gui.Harness.change:
   sigShown, then a forced repaint unless the loop painted already), with the weights' default scale (log)
   and with linear. The toggle flips between two seeds, whose weights and inputs the run keeps drawn
-  (core/drawn.py) after the first round; `window_new_seed` (log) moves to a seed never drawn before.
+  (core/run/drawn.py) after the first round; `window_new_seed` (log) moves to a seed never drawn before.
   Each of these three gets rounds of its own, alternating with the anchor alone, and run and render get
   rounds of their own (with the anchor): a second engine allocating maps between the window's changes slowed
   the window by half at M, and new seeds between the toggles pushed the toggle's seeds out of the kept draws.
@@ -61,7 +61,7 @@ def _engine(size, tile_px: tuple[int, int], tensor_px: tuple[int, int] | None = 
 
     from attnviz import frames
     from attnviz.core import run
-    from attnviz.ui.worker import window_record
+    from attnviz.ui.window.worker import window_record
 
     from .seeds_reference import CausalSelfAttention as SeedCausalSelfAttention
     from .seeds_reference import generate_mask as seed_generate_mask
@@ -78,7 +78,7 @@ def _engine(size, tile_px: tuple[int, int], tensor_px: tuple[int, int] | None = 
         with torch.inference_mode():
             return seed(x, mask)
 
-    def one_run(mode: str = "log"):  # as the worker runs it: the weights also pooled for the view (core/screen.py)
+    def one_run(mode: str = "log"):  # as the worker runs it: the weights also pooled for the view (kernel/screen.py)
         shown = frames.screen_px(tile_px, (config.seq_q, config.lkv), mode == "row")
         return run(config.replace(seed=next(seeds)), record=record, screen_px=shown)
 
@@ -156,7 +156,7 @@ def bench_size(size, rounds: int) -> dict:
         # Each of the window's figures gets rounds of its own, alternating with the anchor alone. The engine's
         # parts (run, render) interleaved with the window allocate and free maps of their own between its
         # changes, which no user's window sees (the log rounds read 214 ms at M beside them, 129 ms without);
-        # new seeds between the toggles push the toggle's two seeds out of the kept draws (core/drawn.py keeps
+        # new seeds between the toggles push the toggle's two seeds out of the kept draws (core/run/drawn.py keeps
         # four), so a third of the toggles drew their weights again.
         times: dict[str, list[float]] = {}
         anchors = []

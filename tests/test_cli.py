@@ -244,9 +244,9 @@ def test_view_options_reach_the_export(tmp_path, monkeypatch):
 
 def test_no_subcommand_starts_the_app_with_the_rest_of_argv(monkeypatch):
     calls = []
-    fake = types.ModuleType("attnviz.ui.app")
+    fake = types.ModuleType("attnviz.ui.window.app")
     fake.run_app = lambda argv, open_path=None: calls.append((argv, open_path)) or 0
-    monkeypatch.setitem(sys.modules, "attnviz.ui.app", fake)
+    monkeypatch.setitem(sys.modules, "attnviz.ui.window.app", fake)
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     assert main(["-style", "fusion"]) == 0
     assert main([]) == 0
@@ -255,9 +255,9 @@ def test_no_subcommand_starts_the_app_with_the_rest_of_argv(monkeypatch):
 
 def test_a_path_opens_the_app_on_it_and_a_missing_one_is_refused(monkeypatch, tmp_path, capsys):
     calls = []
-    fake = types.ModuleType("attnviz.ui.app")
+    fake = types.ModuleType("attnviz.ui.window.app")
     fake.run_app = lambda argv, open_path=None: calls.append((argv, open_path)) or 0
-    monkeypatch.setitem(sys.modules, "attnviz.ui.app", fake)
+    monkeypatch.setitem(sys.modules, "attnviz.ui.window.app", fake)
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     maps = tmp_path / "maps.npz"
     maps.write_bytes(b"")

@@ -10,8 +10,8 @@ import pytest
 import attnviz.core as core
 from attnviz.cli import main
 from attnviz.core import RunConfig, run
-from attnviz.core.stages import ALL_STAGES
-from attnviz.core.stats import head_stats, rollout
+from attnviz.core.analysis.stats import head_stats, rollout
+from attnviz.core.kernel.stages import ALL_STAGES
 
 SMALL = ["--d-model", "8", "--heads", "4", "--seq-q", "6"]
 

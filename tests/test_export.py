@@ -11,7 +11,7 @@ import pytest
 
 from attnviz import colormaps, export
 from attnviz.core import RunConfig, load_preset, run, run_stages
-from attnviz.core.stages import DEFAULT_RECORD
+from attnviz.core.kernel.stages import DEFAULT_RECORD
 from attnviz.export import ExportError, ExportOptions
 from attnviz.frames import ViewOptions, render
 

@@ -5,6 +5,7 @@ on) hides a package or data file missing from the wheel; these tests do not."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,8 +21,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "-w", str(out), "--no-deps", "-q"],
+    out, tree = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("tree")
+    # the tracked files only, as a fresh clone has them: a checkout's stale build/ folder would add old modules
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(tree), "-w", str(out), "--no-deps", "-q"],
                    check=True, timeout=600, cwd=out)
     return next(out.glob("attnviz-*.whl"))
 

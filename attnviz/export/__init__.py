@@ -25,16 +25,16 @@ file, if any, untouched and no temporary file behind.
 
 from __future__ import annotations
 
-from ..atomic import ExportError, MissingFolder, ReadOnlyTarget, check_target
-from .figure import GAP, MARGIN, MAX_AUTO_SCALE, MIN_TILE_PX, auto_scale, layout, rollout_scale
-from .items import MAX_PIXELS, ImageTooLarge, Layout
-from .npz import file_arrays, write_npz
-from .options import FORMATS, WHATS, ExportOptions, default_filename, format_of
-from .pipeline import export_pipeline, pipeline_layout
-from .png import compose_image, png_bytes
-from .qt import ensure_gui_app
-from .svg import svg_document, svg_text
-from .write import export
+from attnviz.atomic import ExportError, MissingFolder, ReadOnlyTarget, check_target
+from attnviz.export.figure import GAP, MARGIN, MAX_AUTO_SCALE, MIN_TILE_PX, auto_scale, layout, rollout_scale
+from attnviz.export.items import MAX_PIXELS, ImageTooLarge, Layout
+from attnviz.export.npz import file_arrays, write_npz
+from attnviz.export.options import FORMATS, WHATS, ExportOptions, default_filename, format_of
+from attnviz.export.pipeline import export_pipeline, pipeline_layout
+from attnviz.export.png import compose_image, png_bytes
+from attnviz.export.qt import ensure_gui_app
+from attnviz.export.svg import svg_document, svg_text
+from attnviz.export.write import export
 
 __all__ = [
     "FORMATS", "GAP", "MARGIN", "MAX_AUTO_SCALE", "MAX_PIXELS", "MIN_TILE_PX", "WHATS", "ExportError",

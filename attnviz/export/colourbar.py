@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from .. import colormaps
-from ..style import FRAME, LABEL_PX, SOFT_INK, TICK_INK, TICK_PX
-from .items import Bar, Box, Line, Text, hex_colour
-from .options import ExportOptions
-from .qt import Metrics
-from .ticks import value_ticks
+from attnviz import colormaps
+from attnviz.export.items import Bar, Box, Line, Text, hex_colour
+from attnviz.export.options import ExportOptions
+from attnviz.export.qt import Metrics
+from attnviz.export.ticks import value_ticks
+from attnviz.style import FRAME, LABEL_PX, SOFT_INK, TICK_INK, TICK_PX
 
 BAR_WIDTH, BAR_MIN_HEIGHT = 16, 140
 

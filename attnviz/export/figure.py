@@ -10,16 +10,16 @@ import math
 
 import numpy as np
 
-from ..core.runner import RunResult
-from ..explain import render_extras
-from ..frames import ColourScale, HeatImage, ViewOptions, not_kept_note, pool_maps, quantise_scaled, render
-from ..style import COMPACT_DIGITS, FRAME, LABEL_PX, SOFT_INK, TICK_INK, TICK_PX, TILE_PX, number
-from .colourbar import colour_bar, legend_swatches
-from .items import Layout, Line, Raster, Text, check_size
-from .options import ExportOptions
-from .qt import Metrics
-from .ticks import all_labels_scale, position_ticks, token_ticks
-from .titles import title_items, title_lines, title_parts
+from attnviz.core.run.runner import RunResult
+from attnviz.explain import render_extras
+from attnviz.export.colourbar import colour_bar, legend_swatches
+from attnviz.export.items import Layout, Line, Raster, Text, check_size
+from attnviz.export.options import ExportOptions
+from attnviz.export.qt import Metrics
+from attnviz.export.ticks import all_labels_scale, position_ticks, token_ticks
+from attnviz.export.titles import title_items, title_lines, title_parts
+from attnviz.frames import ColourScale, HeatImage, ViewOptions, not_kept_note, pool_maps, quantise_scaled, render
+from attnviz.style import COMPACT_DIGITS, FRAME, LABEL_PX, SOFT_INK, TICK_INK, TICK_PX, TILE_PX, number
 
 MIN_TILE_PX = 240  # auto scale: the longer side of a tile reaches at least this ...
 MAX_AUTO_SCALE = 32  # ... with at most this many pixels per cell
@@ -48,7 +48,7 @@ def _token_labels(result: RunResult, options: ExportOptions) -> tuple[list[str],
     axes = result.axis_tokens()
     if axes is None or options.what == "output":
         return None
-    from ..models.tokens import display  # on first use: token-labelled runs only
+    from attnviz.models.tokens import display  # on first use: token-labelled runs only
 
     return [display(t) for t in axes[0]], [display(t) for t in axes[1]]
 

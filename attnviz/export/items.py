@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..style import FRAME, INK
+from attnviz.style import FRAME, INK
 
 MAX_PIXELS = 120_000_000  # a composed image larger than this is refused (QImage and memory limits)
 

@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import colormaps
-from ..core.config import RunConfig
-from ..core.runner import RunResult
-from ..frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions
+from attnviz import colormaps
+from attnviz.core.run.config import RunConfig
+from attnviz.core.run.runner import RunResult
+from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
            ".npz": "NumPy arrays and the run configuration"}

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_writer, write_bytes
-from ..core.runner import RunResult
-from ..explain import pipeline_frames
-from ..frames import ViewOptions
-from ..style import COMPACT_DIGITS, FRAME, SOFT_INK, TICK_INK, TICK_PX, TILE_PX, number
-from .figure import GAP, MARGIN
-from .items import Box, Layout, Raster, Text, check_size
-from .npz import file_arrays
-from .options import ExportOptions, format_of
-from .png import paint
-from .qt import Metrics, encode_png
-from .svg import svg_document
-from .titles import title_items, title_lines, title_parts
+from attnviz.atomic import atomic_writer, write_bytes
+from attnviz.core.run.runner import RunResult
+from attnviz.explain import pipeline_frames
+from attnviz.export.figure import GAP, MARGIN
+from attnviz.export.items import Box, Layout, Raster, Text, check_size
+from attnviz.export.npz import file_arrays
+from attnviz.export.options import ExportOptions, format_of
+from attnviz.export.png import paint
+from attnviz.export.qt import Metrics, encode_png
+from attnviz.export.svg import svg_document
+from attnviz.export.titles import title_items, title_lines, title_parts
+from attnviz.frames import ViewOptions
+from attnviz.style import COMPACT_DIGITS, FRAME, SOFT_INK, TICK_INK, TICK_PX, TILE_PX, number
 
 PIPELINE_PER_ROW = 5
 PIPELINE_TILE_PX = 150  # each stage's longer side is scaled up to about this (whole pixels per cell)

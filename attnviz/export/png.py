@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import colormaps
-from ..core.runner import RunResult
-from ..style import BACKGROUND
-from .figure import layout
-from .items import Bar, Box, Layout, Line, Raster, Text
-from .options import ExportOptions
-from .qt import Metrics, encode_png, qimage
+from attnviz import colormaps
+from attnviz.core.run.runner import RunResult
+from attnviz.export.figure import layout
+from attnviz.export.items import Bar, Box, Layout, Line, Raster, Text
+from attnviz.export.options import ExportOptions
+from attnviz.export.qt import Metrics, encode_png, qimage
+from attnviz.style import BACKGROUND
 
 
 def _bar_rgba(lut: np.ndarray, w: int, h: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from ..style import FONT_FAMILIES
+from attnviz.style import FONT_FAMILIES
 
 # Qt's zlib effort: faster than the default for slightly larger files (benchmarks/README.md, Behind the code)
 PNG_QUALITY = 50

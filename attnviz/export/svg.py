@@ -9,13 +9,13 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from .. import colormaps
-from ..core.runner import RunResult
-from ..style import BACKGROUND, SVG_FONT
-from .figure import layout
-from .items import Bar, Box, Layout, Line, Raster, Text, hex_colour
-from .options import ExportOptions
-from .qt import encode_png, qimage
+from attnviz import colormaps
+from attnviz.core.run.runner import RunResult
+from attnviz.export.figure import layout
+from attnviz.export.items import Bar, Box, Layout, Line, Raster, Text, hex_colour
+from attnviz.export.options import ExportOptions
+from attnviz.export.qt import encode_png, qimage
+from attnviz.style import BACKGROUND, SVG_FONT
 
 # What XML 1.0 forbids in a document (C0 controls but tab, newline and return; lone surrogates; U+FFFE/FFFF), plus
 # DEL: a label holding one (a token of a text with control characters) would make the file unreadable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..style import MINUS, TICK_PX
+from attnviz.style import MINUS, TICK_PX
 
 
 def nice_step(span: float, count: int) -> float:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 
-from ..core.config import RunConfig
-from ..core.runner import RunResult
-from ..core.stages import BY_NAME
-from ..frames import HeatImage
-from ..style import INK, SOFT_INK, SUBTITLE_PX, TITLE_PX
-from .items import Text
-from .options import ExportOptions
-from .qt import Metrics
+from attnviz.core.kernel.stages import BY_NAME
+from attnviz.core.run.config import RunConfig
+from attnviz.core.run.runner import RunResult
+from attnviz.export.items import Text
+from attnviz.export.options import ExportOptions
+from attnviz.export.qt import Metrics
+from attnviz.frames import HeatImage
+from attnviz.style import INK, SOFT_INK, SUBTITLE_PX, TITLE_PX
 
 
 def wrap(parts: list[str], width: float, measure) -> list[str]:

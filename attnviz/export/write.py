@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..atomic import ExportError, check_target, write_bytes
-from ..core.runner import RunResult
-from .items import ImageTooLarge
-from .npz import write_npz
-from .options import ExportOptions, format_of
-from .png import png_bytes
-from .svg import svg_text
+from attnviz.atomic import ExportError, check_target, write_bytes
+from attnviz.core.run.runner import RunResult
+from attnviz.export.items import ImageTooLarge
+from attnviz.export.npz import write_npz
+from attnviz.export.options import ExportOptions, format_of
+from attnviz.export.png import png_bytes
+from attnviz.export.svg import svg_text
 
 
 def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | None = None,

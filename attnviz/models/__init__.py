@@ -10,8 +10,8 @@ Pure torch + numpy (no Qt). Any family transformers runs: its own modelling code
 plugged in as the attention function (hf_attention.py); transformers is imported only when a model opens.
 """
 
-from .folder import ModelError, read_folder
-from .loader import ModelInfo, PretrainedModel, clear_cache, load_model
-from .tokens import Encoded
+from attnviz.models.folder import ModelError, read_folder
+from attnviz.models.loader import ModelInfo, PretrainedModel, clear_cache, load_model
+from attnviz.models.tokens import Encoded
 
 __all__ = ["Encoded", "ModelError", "ModelInfo", "PretrainedModel", "clear_cache", "load_model", "read_folder"]

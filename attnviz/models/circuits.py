@@ -1,4 +1,4 @@
-"""A transformers model's weights and modules as circuits read them (core/circuit_parts.py).
+"""A transformers model's weights and modules as circuits read them (core/analysis/circuit_parts.py).
 
 Nothing is assumed from a norm's attribute name (Llama's post_attention_layernorm is the MLP's input norm,
 Gemma 2's the attention output's): one two-token forward with hooks finds, in each layer's block, the module
@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..core.circuit_parts import APPLIES, CircuitParts, LayerParts, Norm, hidden_states
-from .folder import ModelError
-from .layers import model_inputs
-from .outputs import blocks_of
+from attnviz.core.analysis.circuit_parts import APPLIES, CircuitParts, LayerParts, Norm, hidden_states
+from attnviz.models.folder import ModelError
+from attnviz.models.layers import model_inputs
+from attnviz.models.outputs import blocks_of
 
 PROBE = torch.tensor([[0, 1]])
 QK_NORMS = ("q_norm", "k_norm", "q_layernorm", "k_layernorm")

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .gguf_dequant import BF16, BLOCKS, FLOATS
+from attnviz.models.gguf_dequant import BF16, BLOCKS, FLOATS
 
 STORAGES = ("float32", "float16", "blocks")
 COMPACT_ENV = "ATTNVIZ_COMPACT"  # "float16": compact weights as float16 rather than the file's blocks
@@ -240,7 +240,7 @@ def storage_plan(header, allowed: int) -> tuple[str | None, dict[str, int]]:
 
 def storage_note(storage: str, sizes: dict[str, int], quantization: str) -> str:
     """The line a run's notes show for a compact model."""
-    from ..core.device import format_bytes
+    from attnviz.core.run.device import format_bytes
 
     how = (f"its {quantization} blocks dequantised per layer as each runs" if storage == "blocks"
            else "in float16, computed in float32 layer by layer")
@@ -251,10 +251,10 @@ def storage_note(storage: str, sizes: dict[str, int], quantization: str) -> str:
 def gguf_within_budget(folder, memory_budget: int | None) -> tuple[int, str, str | None]:
     """(bytes, storage, the note saying so) for a GGUF file attnviz reads itself: float32 where it fits the
     budget, else the smallest compact form that does; ModelError before any weight is read where none does."""
-    from ..core.device import format_bytes
-    from .errors import ModelError
-    from .folder import memory_allowance
-    from .gguf_files import gguf_header, read_gguf
+    from attnviz.core.run.device import format_bytes
+    from attnviz.models.errors import ModelError
+    from attnviz.models.folder import memory_allowance
+    from attnviz.models.gguf_files import gguf_header, read_gguf
 
     header = gguf_header(folder.gguf)
     allowed, source = memory_allowance(memory_budget)

@@ -21,10 +21,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..core.configfile import file_kind, read_regular
-from ..style import format_bytes
-from .folder import model_name
-from .hf import WEIGHTS_ONLY_SEEN
+from attnviz.core.run.configfile import file_kind, read_regular
+from attnviz.models.folder import model_name
+from attnviz.models.hf import WEIGHTS_ONLY_SEEN
+from attnviz.style import format_bytes
 
 GGUF_SUFFIX = ".gguf"
 OLLAMA_MODEL_MEDIA = "application/vnd.ollama.image.model"

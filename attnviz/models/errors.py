@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.config import ConfigError
+from attnviz.core.run.config import ConfigError
 
 
 class ModelError(ConfigError):

@@ -18,12 +18,12 @@ from typing import Any
 
 from torch import Tensor
 
-from ..core.configfile import NotRegularFile, read_regular
-from ..core.device import memory_allowance
-from ..core.userfiles import UnreadableCheckpoint, read_checkpoint
-from ..style import format_bytes
-from .errors import ModelError
-from .gguf_files import gguf_header, read_gguf
+from attnviz.core.run.configfile import NotRegularFile, read_regular
+from attnviz.core.run.device import memory_allowance
+from attnviz.core.run.userfiles import UnreadableCheckpoint, read_checkpoint
+from attnviz.models.errors import ModelError
+from attnviz.models.gguf_files import gguf_header, read_gguf
+from attnviz.style import format_bytes
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import ModelError
-from .gguf_reader import GgufHeader, read_header
-from .hf_attention import transformers
+from attnviz.models.errors import ModelError
+from attnviz.models.gguf_reader import GgufHeader, read_header
+from attnviz.models.hf_attention import transformers
 
 BLOCK = re.compile(r"^blk\.(\d+)\.")
 

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import progress
-from .compact import (
+from attnviz.core.kernel import progress
+from attnviz.models.compact import (
     CompactLinear,
     CompactWeight,
     block_weight,
@@ -35,9 +35,9 @@ from .compact import (
     replaceable,
     start_probes,
 )
-from .errors import ModelError
-from .gguf_dequant import dequantize
-from .gguf_reader import GgufHeader, TensorInfo, tensor_bytes
+from attnviz.models.errors import ModelError
+from attnviz.models.gguf_dequant import dequantize
+from attnviz.models.gguf_reader import GgufHeader, TensorInfo, tensor_bytes
 
 # Architectures whose config or tensors transformers converts with more than renaming (left to transformers)
 SPECIAL = frozenset({"t5", "t5encoder", "umt5", "stablelm", "lfm2", "gpt-oss", "gpt_oss", "minimax-m2", "minimax_m2",

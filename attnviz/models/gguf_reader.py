@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelError
+from attnviz.models.errors import ModelError
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # v1 counted in 32 bits; llama.cpp has written v3 since 2023

@@ -19,19 +19,19 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..core.kernel import Trace
-from ..core.masks import is_causal
-from ..core.progress import Cancelled
-from ..core.stages import STAGE_NAMES
-from ..style import format_bytes
-from ..system import torch_threads
-from .compact import end_probes
-from .folder import ModelError, ModelFolder, check_pickle, parameter_bytes, safetensors_header
-from .gguf_files import gguf_header, read_gguf
-from .gguf_model import build_config, build_model, fast_path
-from .hf_attention import ATTN_NAME, transformers
-from .layers import HOOKED, discover, stack_of
-from .outputs import find_output_side
+from attnviz.core.kernel.kernel import Trace
+from attnviz.core.kernel.masks import is_causal
+from attnviz.core.kernel.progress import Cancelled
+from attnviz.core.kernel.stages import STAGE_NAMES
+from attnviz.models.compact import end_probes
+from attnviz.models.folder import ModelError, ModelFolder, check_pickle, parameter_bytes, safetensors_header
+from attnviz.models.gguf_files import gguf_header, read_gguf
+from attnviz.models.gguf_model import build_config, build_model, fast_path
+from attnviz.models.hf_attention import ATTN_NAME, transformers
+from attnviz.models.layers import HOOKED, discover, stack_of
+from attnviz.models.outputs import find_output_side
+from attnviz.style import format_bytes
+from attnviz.system import torch_threads
 
 # The architecture's name ends -> the Auto class that builds it with its head (logits for later views)
 HEADS = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..core.ablation import knock_out
-from ..core.kernel import Trace, attention, merge_heads
-from ..core.mods import ScoreMod, ScoreRecipe
-from ..core.pooling import keeps_tokens
-from ..core.predictions import Residuals
+from attnviz.core.kernel.ablation import knock_out
+from attnviz.core.kernel.kernel import Trace, attention, merge_heads
+from attnviz.core.kernel.mods import ScoreMod, ScoreRecipe
+from attnviz.core.kernel.pooling import keeps_tokens
+from attnviz.core.run.predictions import Residuals
 
 ATTN_NAME = "attnviz"
 # Keywords that carry no arithmetic for one call over a whole sequence (cache bookkeeping, the

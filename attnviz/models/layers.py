@@ -14,10 +14,10 @@ import inspect
 import torch
 from torch import Tensor, nn
 
-from ..core.kernel import Trace
-from ..core.pooling import keeps_tokens
-from ..core.stages import ALL_STAGES
-from .hf_attention import current, recording
+from attnviz.core.kernel.kernel import Trace
+from attnviz.core.kernel.pooling import keeps_tokens
+from attnviz.core.kernel.stages import ALL_STAGES
+from attnviz.models.hf_attention import current, recording
 
 WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
 HOOKED = ("x", "output")  # what the hooks on every attention module record

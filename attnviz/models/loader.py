@@ -20,18 +20,18 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor, nn
 
-from ..core import progress
-from ..core.kernel import Trace
-from ..core.lru import LRU
-from ..core.value_weighted import value_weighted as weigh_by_values
-from .compact import gguf_within_budget
-from .folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
-from .gguf_files import gguf_header, read_gguf
-from .gguf_model import build_tokenizer, fast_path
-from .hf import NO_POSITION_LIMIT, ModelInfo, auto_tokenizer, load_transformers_model
-from .layers import keep_residuals, run_hidden, run_layers
-from .outputs import OutputSide
-from .tokens import Encoded, TextTokenizer
+from attnviz.core.kernel import progress
+from attnviz.core.kernel.kernel import Trace
+from attnviz.core.kernel.value_weighted import value_weighted as weigh_by_values
+from attnviz.core.run.lru import LRU
+from attnviz.models.compact import gguf_within_budget
+from attnviz.models.folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
+from attnviz.models.gguf_files import gguf_header, read_gguf
+from attnviz.models.gguf_model import build_tokenizer, fast_path
+from attnviz.models.hf import NO_POSITION_LIMIT, ModelInfo, auto_tokenizer, load_transformers_model
+from attnviz.models.layers import keep_residuals, run_hidden, run_layers
+from attnviz.models.outputs import OutputSide
+from attnviz.models.tokens import Encoded, TextTokenizer
 
 CACHE_SIZE = 2
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -119,7 +119,7 @@ class PretrainedModel:
 
     @torch.inference_mode()
     def step(self, ids: Tensor, cache, record=()):
-        """One generation step (core/generation.py): the new ids over the KV cache (None at first) ->
+        """One generation step (core/run/generation.py): the new ids over the KV cache (None at first) ->
         (hidden (1, n, d), one Trace per layer, the grown cache, the residual stream after each layer)."""
         record = frozenset(record)
         value_weighted = "value_weighted" in record
@@ -137,7 +137,7 @@ class PretrainedModel:
         ids = eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
         return {int(i) for i in ids if 0 <= int(i) < self.info.vocab_size}
 
-    # --- the output head (core/predictions.py): logits, targets, labels, the lens, a forward recording nothing
+    # --- the output head (core/run/predictions.py): logits, targets, labels, the lens, a forward recording nothing
 
     @property
     def has_head(self) -> bool:
@@ -189,7 +189,7 @@ class PretrainedModel:
 
     def view(self, stack: str = "", decoder_text: str = "", chat: bool = False):
         """This model as one run sees it: its stack, decoder input and chat switch (see view.py)."""
-        from .view import model_view
+        from attnviz.models.view import model_view
 
         return model_view(self, stack, decoder_text, chat)
 
@@ -284,7 +284,7 @@ _cache: LRU[PretrainedModel] = LRU(CACHE_SIZE)
 def load_model(folder: str | os.PathLike, *, memory_budget: int | None = None) -> PretrainedModel:
     """The model in `folder` (see the module docstring), from the cache when its files are unchanged; a vision or
     text-image model's folder gives a VisionModel (vision.py)."""
-    from .vision import is_vision_folder, load_vision_model
+    from attnviz.models.vision import is_vision_folder, load_vision_model
 
     if str(folder).strip() and is_vision_folder(folder):
         return load_vision_model(folder, memory_budget=memory_budget)

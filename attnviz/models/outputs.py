@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .compact import float_weight, is_compact
-from .hf_attention import recording
-from .layers import model_inputs
+from attnviz.models.compact import float_weight, is_compact
+from attnviz.models.hf_attention import recording
+from attnviz.models.layers import model_inputs
 
 PROBE = torch.tensor([[0, 1]])
 

@@ -16,8 +16,8 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from .. import colormaps
-from ..atomic import write_bytes
+from attnviz import colormaps
+from attnviz.atomic import write_bytes
 
 MODES = {"head": "Focused head", "mean": "Mean over heads", "rollout": "Rollout"}
 ALPHA = 0.6  # the overlay's default opacity over the picture

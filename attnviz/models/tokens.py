@@ -15,8 +15,8 @@ import json
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from ..core.backed import Encoded
-from .folder import ModelError
+from attnviz.core.run.backed import Encoded
+from attnviz.models.folder import ModelError
 
 SENTENCEPIECE_SPACE = "▁"
 

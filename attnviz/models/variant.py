@@ -3,13 +3,13 @@ core's variant registry (core never imports attnviz.models)."""
 
 from __future__ import annotations
 
-from ..core.config import ConfigError
-from ..core.variants import BACKED_FIELDS, VariantSpec, no_inputs, not_a_module, register
+from attnviz.core.run.config import ConfigError
+from attnviz.core.variants.registry import BACKED_FIELDS, VariantSpec, no_inputs, not_a_module, register
 
 
 def load_pretrained(c, memory_budget: int | None):
     """The config's model (cached), as this run sees it: its stack, decoder text, chat switch or image."""
-    from .loader import load_model
+    from attnviz.models.loader import load_model
 
     model = load_model(c.model, memory_budget=memory_budget)
     if getattr(model, "reads_images", False):  # a vision or text-image model (vision.py)

@@ -1,7 +1,7 @@
 """A loaded model as one run sees it: which stack its maps show, the decoder's input, the chat template.
 
 The model cache holds one PretrainedModel per folder; `model_view(model, stack, decoder_text, chat)`
-gives a run the protocol of core/backed.py (info, encode, forward) for its own choices, without
+gives a run the protocol of core/run/backed.py (info, encode, forward) for its own choices, without
 changing the shared model.
 
 - Stacks. An encoder-decoder (T5, BART) has three kinds of attention: the encoder's self-attention
@@ -20,8 +20,8 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from ..core.config import ConfigError
-from .tokens import Encoded
+from attnviz.core.run.config import ConfigError
+from attnviz.models.tokens import Encoded
 
 
 class ModelView:
@@ -104,8 +104,8 @@ class ModelView:
         return self.model.probe(half, seed)
 
     def circuit_parts(self):
-        """Its weights and modules for circuits, logit attribution and patching (core/circuit_parts.py)."""
-        from .circuits import pretrained_parts
+        """Its weights and modules for circuits, logit attribution and patching (core/analysis/circuit_parts.py)."""
+        from attnviz.models.circuits import pretrained_parts
 
         return pretrained_parts(self)
 

@@ -11,7 +11,7 @@ The family's own modelling code runs; every attention layer calls the kernel thr
 (hf_attention.py), as text models do. A text-image model (clip, siglip) has two towers, each its own stack:
 `vision` reads the image, `text` the text (the folder's tokenizer).
 
-The view follows core/backed.py's protocol: `encode` reads the image (ids are the token positions; the pixels
+The view follows core/run/backed.py's protocol: `encode` reads the image (ids are the token positions; the pixels
 and the picture as the model saw it stay on the view for its forward), `forward` runs every tower that has an
 input; the shown one's traces are returned, the others go to `other_stacks` (the model view).
 """
@@ -25,17 +25,17 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..core.backed import Encoded
-from ..core.config import ConfigError
-from ..core.kernel import Trace
-from ..core.lru import LRU
-from ..core.masks import is_causal
-from ..core.stages import ALL_STAGES, STAGE_NAMES
-from .folder import ModelError, ModelFolder, model_name, read_json, weight_files, weights_within_budget
-from .hf import ModelInfo
-from .hf_attention import ATTN_NAME, recording, transformers
-from .image_input import Picture
-from .layers import HOOKED, keep_input, keep_output, trace_modules
+from attnviz.core.kernel.kernel import Trace
+from attnviz.core.kernel.masks import is_causal
+from attnviz.core.kernel.stages import ALL_STAGES, STAGE_NAMES
+from attnviz.core.run.backed import Encoded
+from attnviz.core.run.config import ConfigError
+from attnviz.core.run.lru import LRU
+from attnviz.models.folder import ModelError, ModelFolder, model_name, read_json, weight_files, weights_within_budget
+from attnviz.models.hf import ModelInfo
+from attnviz.models.hf_attention import ATTN_NAME, recording, transformers
+from attnviz.models.image_input import Picture
+from attnviz.models.layers import HOOKED, keep_input, keep_output, trace_modules
 
 PREPROCESSOR = "preprocessor_config.json"
 # Families whose vision code calls the attention interface (transformers 5.24); a folder of one is read here
@@ -136,8 +136,8 @@ def _towers(model: nn.Module, name: str, size: int) -> list[Tower]:
 
 
 def _build(folder: ModelFolder, memory_budget: int | None) -> VisionModel:
-    from . import hf
-    from .tokens import TextTokenizer
+    from attnviz.models import hf
+    from attnviz.models.tokens import TextTokenizer
 
     size = weights_within_budget(folder, memory_budget)
     tf = transformers()
@@ -156,9 +156,9 @@ def _build(folder: ModelFolder, memory_budget: int | None) -> VisionModel:
 
 def _auto_text_tokenizer(folder: ModelFolder):
     """A text tower's tokenizer from vocab.json + merges.txt or a sentencepiece file (None: the folder has none)."""
-    from .folder import VOCABULARY_FILES
-    from .hf import auto_tokenizer
-    from .tokens import TextTokenizer
+    from attnviz.models.folder import VOCABULARY_FILES
+    from attnviz.models.hf import auto_tokenizer
+    from attnviz.models.tokens import TextTokenizer
 
     if not any((folder.path / n).is_file() for n in VOCABULARY_FILES):
         return None
@@ -217,7 +217,7 @@ class VisionModel:
 
     def read_pixels(self, image: str) -> tuple[Tensor, Picture]:
         """The image file through the model's processor -> (pixel_values (1, 3, H, W), the picture)."""
-        from .image_input import picture_of, process, read_image
+        from attnviz.models.image_input import picture_of, process, read_image
 
         pixels = process(self.processor, read_image(image), image)
         config = getattr(self.module.config, "vision_config", None) or self.module.config
@@ -231,7 +231,7 @@ class VisionModel:
 
 
 class VisionView:
-    """A VisionModel with one run's stack and image (the protocol of core/backed.py)."""
+    """A VisionModel with one run's stack and image (the protocol of core/run/backed.py)."""
 
     has_head = False
 

@@ -4,7 +4,7 @@
     >>> for layer in toy.traces("31415926"):
     ...     layer.name, layer.trace["weights"].shape, layer.query_tokens, layer.key_tokens
 
-Each toy is built from the seed modules (attnviz.core.modules), so a layer's `trace` is exactly
+Each toy is built from the seed modules (attnviz.core.variants.modules), so a layer's `trace` is exactly
 what that seed module returns with return_trace=True (read it by item: trace["weights"]).
 Retrain with `python -m attnviz.toys train NAME` (recipes in specs.py, loop in train.py).
 """
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .specs import TOYS, ToySpec
+from attnviz.toys.specs import TOYS, ToySpec
 
 if TYPE_CHECKING:
-    from attnviz.core.backed import Encoded
+    from attnviz.core.run.backed import Encoded
 
 # attnviz.core's variant registry reads TOYS from here, so nothing at this module's top level may
 # import attnviz.core (the networks, built from the seed modules, are imported where they are built).
@@ -110,7 +110,7 @@ def load_toy(name: str, directory: Path | None = None) -> ToyModel:
     (the instance is shared: read it, do not train it)."""
     from safetensors.torch import load_file
 
-    from .models import build
+    from attnviz.toys.models import build
 
     if name not in TOYS:
         raise ValueError(f"unknown toy {name!r}; toys: {', '.join(TOYS)}")
@@ -124,7 +124,7 @@ def load_toy(name: str, directory: Path | None = None) -> ToyModel:
     return ToyModel(TOYS[name], card, module)
 
 
-# --- the toys as model-backed variants (the protocol of attnviz.core.backed) -----------------------
+# --- the toys as model-backed variants (the protocol of attnviz.core.run.backed) -----------------------
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class ToyInfo:
 
 
 class ToyBacked:
-    """A toy as attnviz.core.backed wants a model: info, encode(text), forward(ids, record).
+    """A toy as attnviz.core.run.backed wants a model: info, encode(text), forward(ids, record).
     Toys run on the CPU whatever the device (they take milliseconds), so no `.module` is exposed."""
 
     def __init__(self, toy: ToyModel):
@@ -149,7 +149,7 @@ class ToyBacked:
                             toy._lengths()[1], causal=toy.spec.task == "induction")
 
     def encode(self, text: str) -> Encoded:
-        from attnviz.core.config import ConfigError
+        from attnviz.core.run.config import ConfigError
 
         spec = self.toy.spec
         try:
@@ -162,7 +162,7 @@ class ToyBacked:
         layers = [(chars, chars)] * spec.layers
         if spec.task != "induction":  # the decoder's cross-attention: output digits over input digits
             layers[-1] = (list(self.toy.predict(text)), chars)
-        from attnviz.core.backed import Encoded
+        from attnviz.core.run.backed import Encoded
 
         return Encoded(ids, chars, layers)
 
@@ -181,17 +181,17 @@ class ToyBacked:
         return logits, traces
 
     def circuit_parts(self):
-        """Its weights and modules for circuits, logit attribution and patching (core/circuit_parts.py)."""
-        from .circuits import toy_parts
+        """Its weights and modules for circuits, logit attribution and patching (core/analysis/circuit_parts.py)."""
+        from attnviz.toys.circuits import toy_parts
 
         return toy_parts(self.toy)
 
-    # --- the output head (core/predictions.py)
+    # --- the output head (core/run/predictions.py)
 
     has_head = True
 
     def step(self, ids: Tensor, state, record=frozenset()):
-        """A generation step (core/generation.py) without a cache: the whole sequence again (the toys take
+        """A generation step (core/run/generation.py) without a cache: the whole sequence again (the toys take
         milliseconds), each layer's trace cut to the new rows."""
         ids = ids.cpu() if state is None else torch.cat([state, ids.cpu()], dim=1)
         logits, traces = self.forward(ids, record)
@@ -229,8 +229,8 @@ class ToyBacked:
 
 def _last_rows(trace, n: int):
     """A trace of the whole sequence as a step's: the last n query rows of each map and per-token stage."""
-    from attnviz.core.kernel import Trace
-    from attnviz.core.stages import BY_NAME
+    from attnviz.core.kernel.kernel import Trace
+    from attnviz.core.kernel.stages import BY_NAME
 
     cut = Trace(trace.record)
     for name, tensor in trace.items():

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from . import TOYS, models_dir
-from .train import train_and_save
+from attnviz.toys import TOYS, models_dir
+from attnviz.toys.train import train_and_save
 
 
 def main(argv: list[str] | None = None) -> int:

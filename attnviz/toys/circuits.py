@@ -1,4 +1,4 @@
-"""toy-induction's weights and modules as circuits read them (core/circuit_parts.py); the encoder-decoder toys
+"""toy-induction's weights and modules as circuits read them (core/analysis/circuit_parts.py); the encoder-decoder toys
 have no residual stream ending in one next-token head, so they have none."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnviz.core.circuit_parts import APPLIES, CircuitParts, LayerParts, Norm
-from attnviz.core.config import ConfigError
+from attnviz.core.analysis.circuit_parts import APPLIES, CircuitParts, LayerParts, Norm
+from attnviz.core.run.config import ConfigError
 
 
 def _norm(ln: nn.LayerNorm) -> Norm:

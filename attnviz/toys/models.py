@@ -1,4 +1,4 @@
-"""The toys' networks, nanoGPT-sized, built from the seed modules of attnviz.core.modules.
+"""The toys' networks, nanoGPT-sized, built from the seed modules of attnviz.core.variants.modules.
 
 - EncoderDecoder (toy-reverse, toy-sort): an encoder of pre-norm blocks (seed 001 SelfAttention +
   MLP) and a decoder whose queries are learned position embeddings reading the encoder through
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.masks import generate_mask
-from attnviz.core.modules import CausalSelfAttention, CrossAttention, SelfAttention
+from attnviz.core.kernel.masks import generate_mask
+from attnviz.core.variants.modules import CausalSelfAttention, CrossAttention, SelfAttention
 
 
 class Block(nn.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import DIGITS, LETTERS, MAX_LEN, SEQ_LEN
+from attnviz.toys.tasks import DIGITS, LETTERS, MAX_LEN, SEQ_LEN
 
 
 @dataclass(frozen=True)

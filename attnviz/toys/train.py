@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from . import tasks
-from .models import build
-from .specs import ToySpec
+from attnviz.toys import tasks
+from attnviz.toys.models import build
+from attnviz.toys.specs import ToySpec
 
 HELD_OUT_SEED = 1_000_003  # the card's held-out set: torch.Generator().manual_seed(this)
 HELD_OUT_EXAMPLES = 1000

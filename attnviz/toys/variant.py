@@ -3,13 +3,13 @@ attnviz.toys)."""
 
 from __future__ import annotations
 
-from ..core.variants import TOY_FIELDS, VariantSpec, no_inputs, not_a_module, register
-from .specs import TOYS
+from attnviz.core.variants.registry import TOY_FIELDS, VariantSpec, no_inputs, not_a_module, register
+from attnviz.toys.specs import TOYS
 
 
 def _load_toy(name: str):
     def load(c, memory_budget: int | None):
-        from . import ToyBacked, load_toy
+        from attnviz.toys import ToyBacked, load_toy
 
         return ToyBacked(load_toy(name))
     return load

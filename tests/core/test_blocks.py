@@ -1,4 +1,4 @@
-"""The whole map in blocks of query rows (core/blocks.py) against the one-block computation, torch's SDPA
+"""The whole map in blocks of query rows (core/kernel/blocks.py) against the one-block computation, torch's SDPA
 and the seed tutorial's code: the same numbers, -inf and NaN where the whole computation has them."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import torch
 import torch.nn.functional as F
 from seeds import Seed002CausalSelfAttention, seed002_generate_mask
 
-from attnviz.core import CausalSelfAttention, RunConfig, kernel, run
-from attnviz.core import blocks as blocks_module
-from attnviz.core.blocks import KeySpans
-from attnviz.core.kernel import attention
-from attnviz.core.stages import ALL_STAGES
+from attnviz.core import CausalSelfAttention, RunConfig, run
+from attnviz.core.kernel import blocks as blocks_module
+from attnviz.core.kernel import kernel
+from attnviz.core.kernel.blocks import KeySpans
+from attnviz.core.kernel.kernel import attention
+from attnviz.core.kernel.stages import ALL_STAGES
 
 TINY_BLOCKS = 1 << 12  # a few query rows per block at these sizes
 WHOLE = 1 << 40  # one block: the whole path
@@ -163,7 +164,7 @@ def test_scores_equal_the_seeds_divide_bit_for_bit(d_head, block_bytes):
 
 def test_a_learnable_score_mod_trains_through_the_blocks(monkeypatch):
     # the blocks' reused memory is for forwards without gradients: autograd writes no out= tensor
-    from attnviz.core.mods import ScoreMod
+    from attnviz.core.kernel.mods import ScoreMod
 
     monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 12)
     q, k, v = (torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(n)) for n in range(3))
@@ -201,7 +202,7 @@ def test_a_models_forward_writes_the_whole_maps_into_its_slab(name, record, bloc
     """In a model's forward (a slab current) one batch item's map is written into the slab: in blocks of whole
     heads where no mask leaves keys out, else in blocks of rows that compute only the keys they may see (a
     causal map's lower triangle). The numbers are the one-block path's, the context SDPA's."""
-    from attnviz.core.slab import MapSlab, slab
+    from attnviz.core.kernel.slab import MapSlab, slab
 
     q, k, v, options = _head_case(HEAD_CASES[name])
     with torch.no_grad():
@@ -227,8 +228,8 @@ def test_a_models_forward_writes_the_whole_maps_into_its_slab(name, record, bloc
 @pytest.mark.parametrize("per_head", ["sink", "alibi"])
 def test_a_per_head_sink_or_score_mod_keeps_blocks_of_rows_in_a_models_forward(per_head, block_bytes):
     """A head's map that depends on its index (a sink logit, ALiBi's slope) needs every head in each block."""
-    from attnviz.core.mods import alibi
-    from attnviz.core.slab import MapSlab, slab
+    from attnviz.core.kernel.mods import alibi
+    from attnviz.core.kernel.slab import MapSlab, slab
 
     q, k, v, options = _head_case(HEAD_CASES["causal"])
     extra = dict(sink=torch.linspace(-1, 1, 4)) if per_head == "sink" else dict(score_mods=[alibi(4)])
@@ -242,8 +243,8 @@ def test_a_per_head_sink_or_score_mod_keeps_blocks_of_rows_in_a_models_forward(p
 
 
 def test_blocks_of_whole_heads_pool_the_screen_maps_as_max_pool2d(block_bytes):
-    from attnviz.core.screen import planned, screen_pooling
-    from attnviz.core.slab import MapSlab, slab
+    from attnviz.core.kernel.screen import planned, screen_pooling
+    from attnviz.core.kernel.slab import MapSlab, slab
 
     q, k, v, options = _head_case(HEAD_CASES["causal"])
     block_bytes(TINY_BLOCKS)

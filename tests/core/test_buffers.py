@@ -1,4 +1,4 @@
-"""Recycled map buffers (core/buffers.py): a buffer is handed out again only when nothing uses it."""
+"""Recycled map buffers (core/kernel/buffers.py): a buffer is handed out again only when nothing uses it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.core import RunConfig, buffers, run
-from attnviz.core import blocks as blocks_module
+from attnviz.core import RunConfig, run
+from attnviz.core.kernel import blocks as blocks_module
+from attnviz.core.kernel import buffers
 
 
 @pytest.fixture(autouse=True)

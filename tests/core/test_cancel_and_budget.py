@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnviz.core import ConfigError, RunConfig, device, estimate_memory, run, runner
-from attnviz.core.runner import Cancelled, result_memory
+from attnviz.core import ConfigError, RunConfig, estimate_memory, run
+from attnviz.core.run import device, runner
+from attnviz.core.run.runner import Cancelled, result_memory
 
 
 def test_cancel_stops_the_run_and_is_polled():

@@ -1,4 +1,4 @@
-"""attnviz.core.masks against torch's own causal masks and brute-force loops (True = may attend)."""
+"""attnviz.core.kernel.masks against torch's own causal masks and brute-force loops (True = may attend)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from attnviz.core import causal_mask, fully_masked_rows, matrix_mask, padding_mask, window_mask
-from attnviz.core.masks import MASKS, build_kind, identify, is_causal
+from attnviz.core.kernel.masks import MASKS, build_kind, identify, is_causal
 
 SHAPES = [(1, 1), (5, 5), (3, 8), (8, 3), (1, 6), (6, 1)]
 

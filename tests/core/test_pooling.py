@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.core import ConfigError, RunConfig, run
-from attnviz.core import pooling as pooling_module
-from attnviz.core.runner import MemoryBudgetError
-from attnviz.core.stats import head_stats, row_keys
+from attnviz.core.analysis.stats import head_stats, row_keys
+from attnviz.core.kernel import pooling as pooling_module
+from attnviz.core.run.runner import MemoryBudgetError
 
 
 def _max_pool(maps: np.ndarray, f: int) -> np.ndarray:
@@ -116,8 +116,8 @@ def test_the_softmax_and_its_entropy_equal_torchs_with_large_scores_and_masked_k
 
 def test_a_heads_row_with_no_key_under_safe_softmax_weighs_nothing_in_the_pooled_max_weight():
     # a per-head mask where one head's row has no key (the other head's has): its weights are 0, not NaN
-    from attnviz.core.kernel import attention
-    from attnviz.core.stats import head_stats
+    from attnviz.core.analysis.stats import head_stats
+    from attnviz.core.kernel.kernel import attention
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 64, 16, generator=g) for _ in range(3))

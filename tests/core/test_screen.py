@@ -1,4 +1,4 @@
-"""The kernel pools the shown weights to the view's size as it makes them (core/screen.py): the same pooled
+"""The kernel pools the shown weights to the view's size as it makes them (core/kernel/screen.py): the same pooled
 values as torch's max_pool2d over the whole map, and the same frames as pooling the whole maps after the run."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from attnviz import frames
 from attnviz.core import RunConfig, run
-from attnviz.ui.worker import kernel_screen_px, window_record
+from attnviz.ui.window.worker import kernel_screen_px, window_record
 
 # each map several times CACHE_BLOCK_BYTES, so it is computed in blocks of query rows
 CONFIGS = {
@@ -92,7 +92,7 @@ def test_nothing_is_pooled_for_signed_maps_a_map_that_fits_or_no_size():
 def test_only_the_batch_items_with_a_keyless_row_pool_their_nan_as_zero():
     """Item 0 has a query row with no key (NaN, drawn as no-key); item 1 has a NaN of its own (an overflow, say),
     which a max keeps: the kernel pools each item as frames does."""
-    from attnviz.core import screen
+    from attnviz.core.kernel import screen
 
     torch.manual_seed(0)
     b, h, n = 2, 2, 40

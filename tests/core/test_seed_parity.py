@@ -29,7 +29,7 @@ from attnviz.core import (
     Trace,
     generate_mask,
 )
-from attnviz.core.stages import ordered
+from attnviz.core.kernel.stages import ordered
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 B, LQ, LKV = 2, 5, 7

@@ -1,9 +1,9 @@
 """Each stage's facts live on its Stage: the title every view spells, whether every run keeps it, who makes it."""
 
 from attnviz.core import RunConfig, run
-from attnviz.core.backed import backed_stages
-from attnviz.core.runner import run_stages
-from attnviz.core.stages import ALWAYS_KEPT, DIFFERENTIAL, ROTATION, SCORE_MOD, STAGES, stages_made_by
+from attnviz.core.kernel.stages import ALWAYS_KEPT, DIFFERENTIAL, ROTATION, SCORE_MOD, STAGES, stages_made_by
+from attnviz.core.run.backed import backed_stages
+from attnviz.core.run.runner import run_stages
 
 
 def test_every_stage_has_its_own_title():

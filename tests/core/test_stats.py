@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz.core import RunConfig, load_preset, run
-from attnviz.core.stats import STAT_NAMES, head_stats, layer_stats, rollout, stats_csv
+from attnviz.core.analysis.stats import STAT_NAMES, head_stats, layer_stats, rollout, stats_csv
 
 
 def _random_weights(rng, heads, lq, lkv, causal=True):
@@ -110,7 +110,8 @@ def test_stats_of_a_real_run_match_result_weights():
 def test_rows_with_a_single_key_are_left_out():
     """A causal map's first row has one key: weight 1.0 there whatever the head does. Counted, every causal
     head's max weight read 1.0. Hand computation over rows 1 and 2 only."""
-    from attnviz.core.stats import StatSums, row_keys
+    from attnviz.core.analysis.stats import row_keys
+    from attnviz.core.kernel.stat_sums import StatSums
 
     w = np.array([[[1.0, 0.0, 0.0],
                    [0.25, 0.75, 0.0],
@@ -138,7 +139,7 @@ def test_rows_with_a_single_key_are_left_out():
 
 def test_many_maps_in_blocks_and_a_subset_of_columns_follow_the_formulas(monkeypatch):
     # 2 layers x 3 heads of 40 x 40 causal maps, fed in blocks of a few query rows over all six maps at once
-    from attnviz.core import stats as stats_module
+    from attnviz.core.analysis import stats as stats_module
 
     monkeypatch.setattr(stats_module, "STAT_BLOCK_CELLS", 6 * 40 * 7)  # 7 rows a block: blocks end mid-map
     rng = np.random.default_rng(3)

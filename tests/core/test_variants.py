@@ -20,9 +20,9 @@ from attnviz.core import (
     run,
     run_stages,
 )
-from attnviz.core.cells import cell_path
-from attnviz.core.mods import AttentionOptions
-from attnviz.core.stages import ALL_STAGES
+from attnviz.core.analysis.cells import cell_path
+from attnviz.core.kernel.mods import AttentionOptions
+from attnviz.core.kernel.stages import ALL_STAGES
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -94,7 +94,7 @@ def test_alibi_and_softcap_match_flex_attention_score_mods():
     q, k = q * 3, k * 3  # peaky scores, so the cap matters
     slopes, cap = torch.tensor(paper_slopes(6)), 2.5
 
-    def score_mod(score, b, h, q_idx, kv_idx):  # written from the papers, not from attnviz.core.mods
+    def score_mod(score, b, h, q_idx, kv_idx):  # written from the papers, not from attnviz.core.kernel.mods
         score = score - slopes[h] * (q_idx - kv_idx).abs()
         return cap * torch.tanh(score / cap)
 

@@ -128,7 +128,7 @@ def test_the_undamaged_file_opens(tiny_gguf_path):
 def test_opening_reports_its_steps_and_cancel_stops_it(tiny_gguf_path, tmp_path):
     import shutil
 
-    from attnviz.core.progress import Cancelled, Watch, watching
+    from attnviz.core.kernel.progress import Cancelled, Watch, watching
 
     path = tmp_path / "fresh.gguf"  # not in the model cache
     shutil.copy(tiny_gguf_path, path)

@@ -9,9 +9,9 @@ import torch
 from tiny import KV, SENTENCE, make_family
 
 from attnviz.core import ConfigError, RunConfig
-from attnviz.core.attribution import head_logit_attribution
-from attnviz.core.circuits import composition_scores, copying_scores, head_circuits
-from attnviz.core.patching import patch_heads
+from attnviz.core.analysis.attribution import head_logit_attribution
+from attnviz.core.analysis.circuits import composition_scores, copying_scores, head_circuits
+from attnviz.core.analysis.patching import patch_heads
 
 CORRUPTED = "The dog sat on the mat, and the cat chased it."  # the two animals swapped: as many tokens
 ANSWER, WRONG = " the", " cat"

@@ -205,7 +205,7 @@ def test_bad_ablations_on_the_command_line_are_one_line_and_exit_2(tiny_models, 
 
 @pytest.mark.parametrize("pool", ["never", "always"])
 def test_head_scores_from_the_shown_forward_equal_a_fresh_run_and_run_nothing_again(tiny_models, monkeypatch, pool):
-    from attnviz.core import heads as heads_module
+    from attnviz.core.analysis import heads as heads_module
 
     config = RunConfig.for_variant("pretrained", model=str(tiny_models("llama")), text=SENTENCE, pool=pool)
     shown = run(config)
@@ -218,7 +218,7 @@ def test_head_scores_from_the_shown_forward_equal_a_fresh_run_and_run_nothing_ag
 
 
 def test_the_probe_runs_once_per_model_not_on_every_text(tiny_models, monkeypatch):
-    from attnviz.core import heads as heads_module
+    from attnviz.core.analysis import heads as heads_module
 
     config = _config(tiny_models("llama"))
     calls = []
@@ -235,7 +235,7 @@ def test_the_probe_runs_once_per_model_not_on_every_text(tiny_models, monkeypatc
 def test_predictions_made_a_few_positions_at_a_time_equal_transformers_with_their_kl(tiny_models, monkeypatch):
     # the logits are made LOGIT_ROWS positions at a time (never whole): 3 here, so every run of positions ends
     # mid-sentence; the unablated predictions and the KL come from the same pass
-    from attnviz.core import predictions as predictions_module
+    from attnviz.core.run import predictions as predictions_module
 
     monkeypatch.setattr(predictions_module, "LOGIT_ROWS", 3)
     folder, family, layer, head = tiny_models("llama"), "llama", 1, 2
@@ -267,7 +267,7 @@ def _mean_over_rows_with_a_choice(layer_weights, column):
 
 
 def test_first_token_and_self_count_only_rows_where_the_head_has_a_choice(tiny_models):
-    from attnviz.core import heads as heads_module
+    from attnviz.core.analysis import heads as heads_module
 
     heads_module._PROBED.clear()
     config = _config(tiny_models("llama"))
@@ -283,7 +283,7 @@ def test_first_token_and_self_count_only_rows_where_the_head_has_a_choice(tiny_m
 
 
 def test_a_head_that_attends_only_to_itself_scores_one_for_self_and_a_uniform_head_does_not():
-    from attnviz.core.heads import map_scores
+    from attnviz.core.analysis.heads import map_scores
 
     n = 6
     causal = np.tri(n, dtype=bool)

@@ -12,8 +12,8 @@ from test_model_parity import reference
 from tiny import SENTENCE, make_family
 
 from attnviz.core import RunConfig, run
-from attnviz.core.cells import cell_path
-from attnviz.core.stages import DEFAULT_RECORD
+from attnviz.core.analysis.cells import cell_path
+from attnviz.core.kernel.stages import DEFAULT_RECORD
 
 NO_SCORES = DEFAULT_RECORD - {"scores"}
 

@@ -66,7 +66,7 @@ def test_wordpiece_pieces_keep_their_marker_in_the_app_png_svg_and_npz(tiny_mode
     from attnviz.export.figure import layout
     from attnviz.export.items import Text
     from attnviz.export.svg import svg_text
-    from attnviz.ui.views import axis_labels
+    from attnviz.ui.maps.views import axis_labels
 
     folder = tiny_models("bert-minilm-pieces")
     assert load_model(folder).encode("attnviz").tokens == PIECES

@@ -194,9 +194,9 @@ def test_a_model_window_leaves_the_scores_out_until_a_view_draws_them(model_wind
     """The forward behind the weights view keeps no scores (a 30-layer model at 512 tokens: 283 MB fewer
     written); hover still says each cell's score, the scores view runs the model once more for them, and an
     NPZ export gets them back (complete_stages)."""
-    from attnviz.core.cells import cell_path
-    from attnviz.core.stages import BY_NAME
-    from attnviz.ui.worker import complete_stages
+    from attnviz.core.analysis.cells import cell_path
+    from attnviz.core.kernel.stages import BY_NAME
+    from attnviz.ui.window.worker import complete_stages
 
     w = model_window
     assert "scores" not in w.result.stages and "scores" not in w.result.source.stages
@@ -223,7 +223,7 @@ def test_pretrained_with_no_model_chosen_is_a_prompt_not_an_error(qtbot, tiny_mo
     monkeypatch.setenv("ATTNVIZ_MODELS", str(tiny_models("bert")))  # a model is found, but nobody chose it
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     from attnviz.ui import MainWindow
-    from attnviz.ui.window_model import MODEL_PROMPT
+    from attnviz.ui.window.model import MODEL_PROMPT
 
     compute = Counting()
     w = MainWindow(compute=compute)
@@ -295,7 +295,7 @@ def test_a_relaunch_on_a_remembered_model_says_it_is_opening_over_the_empty_grid
 
     from attnviz.core import RunConfig
     from attnviz.ui import MainWindow
-    from attnviz.ui.window_settings import SETTINGS_VERSION
+    from attnviz.ui.window.settings import SETTINGS_VERSION
 
     folder = tiny_models("bert")
     settings = QSettings(str(tmp_path / "attnviz.ini"), QSettings.IniFormat)

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.core import RunConfig, run
-from attnviz.core import pooling as pooling_module
-from attnviz.core.stats import head_stats
+from attnviz.core.analysis.stats import head_stats
+from attnviz.core.kernel import pooling as pooling_module
 
 
 def _max_pool(maps: np.ndarray, f: int) -> np.ndarray:
@@ -67,8 +67,8 @@ def test_whole_maps_computed_in_blocks_go_straight_into_the_every_layer_array(ti
     # one (layers, ...) tensor as they are made, so the result is no second copy, and equal to eager attention
     from transformers import AutoModel
 
-    from attnviz.core import backed
-    from attnviz.core import blocks as blocks_module
+    from attnviz.core.kernel import blocks as blocks_module
+    from attnviz.core.run import backed
 
     monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 12)
 

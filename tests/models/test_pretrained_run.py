@@ -9,7 +9,7 @@ from tiny import SENTENCE
 
 from attnviz.cli import main
 from attnviz.core import RunConfig, run
-from attnviz.core.config import field_applies
+from attnviz.core.run.config import field_applies
 from attnviz.models import load_model
 
 
@@ -116,8 +116,8 @@ class ToyLike:
         return SimpleNamespace(ids=[len(w) for w in words], tokens=words)
 
     def forward(self, ids, record):
-        from attnviz.core.kernel import attention
-        from attnviz.core.masks import causal_mask
+        from attnviz.core.kernel.kernel import attention
+        from attnviz.core.kernel.masks import causal_mask
 
         self.calls += 1
         g = torch.Generator().manual_seed(0)
@@ -132,7 +132,7 @@ class ToyLike:
 
 
 def test_any_object_with_the_protocol_is_a_model_backed_variant(monkeypatch):
-    from attnviz.core.variants import BACKED_FIELDS, VARIANTS, VariantSpec
+    from attnviz.core.variants.registry import BACKED_FIELDS, VARIANTS, VariantSpec
 
     toy = ToyLike()
     spec = VariantSpec(id="toy-like", label="Toy", seed="test", description="", build=None, inputs=None,
@@ -173,8 +173,8 @@ def test_opening_the_app_does_not_import_transformers():
     import sys
 
     code = ("import sys; from PySide6.QtWidgets import QApplication; app = QApplication([]); "
-            "from attnviz.ui.main_window import MainWindow; w = MainWindow(); "
-            "from attnviz.ui.model_chooser import ModelChooser; "
+            "from attnviz.ui.window.main_window import MainWindow; w = MainWindow(); "
+            "from attnviz.ui.window.model_chooser import ModelChooser; "
             "print('transformers' in sys.modules)")
     env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -341,7 +341,7 @@ def test_the_memory_check_counts_every_stack_of_an_encoder_decoder(tiny_models):
     """One forward records the encoder's, the decoder's and the cross layers: a budget that fits one stack's
     maps but not all three is refused before the forward."""
     from attnviz.core import ConfigError
-    from attnviz.core.backed import forward_bytes
+    from attnviz.core.run.backed import forward_bytes
 
     folder = tiny_models("t5")
     model = load_model(folder)

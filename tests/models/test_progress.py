@@ -7,9 +7,9 @@ import json
 import pytest
 
 from attnviz.core import RunConfig, run
-from attnviz.core import blocks as blocks_module
-from attnviz.core import pooling as pooling_module
-from attnviz.core.result import Cancelled
+from attnviz.core.kernel import blocks as blocks_module
+from attnviz.core.kernel import pooling as pooling_module
+from attnviz.core.run.result import Cancelled
 
 TEXT = "the cat sat on the mat and the dog chased it"
 

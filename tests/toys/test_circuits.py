@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from attnviz.core import ConfigError, RunConfig
-from attnviz.core.attribution import head_logit_attribution
-from attnviz.core.circuits import composition_scores, copying_scores, head_circuits
-from attnviz.core.patching import patch_heads, patch_residual
+from attnviz.core.analysis.attribution import head_logit_attribution
+from attnviz.core.analysis.circuits import composition_scores, copying_scores, head_circuits
+from attnviz.core.analysis.patching import patch_heads, patch_residual
 from attnviz.toys import load_toy
 
 PREVIOUS_TOKEN_HEAD = 1  # layer 0 (the toy's card and head_scores agree)
@@ -127,7 +127,7 @@ def test_bad_inputs_say_which_and_how_to_fix(config):
 
 
 def test_the_factored_way_for_wide_models_gives_the_same_scores(config, composition, monkeypatch):
-    from attnviz.core import circuits
+    from attnviz.core.analysis import circuits
 
     monkeypatch.setattr(circuits, "GRAM_BYTES", 0)  # as for a model whose d x d Gram matrices do not fit
     factored = composition_scores(config)

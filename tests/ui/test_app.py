@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QApplication
 
 from attnviz.core import RunConfig
 from attnviz.ui import MainWindow
-from attnviz.ui.app import run_app
+from attnviz.ui.window.app import run_app
 
 
 def _close_when_shown(seen: list) -> None:

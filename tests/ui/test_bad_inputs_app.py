@@ -19,7 +19,7 @@ def answer_with(monkeypatch, answer) -> list:
 
 
 def test_memory_quick_fix_of_a_padding_run_gives_a_valid_config(window, qtbot, monkeypatch):
-    from attnviz.core import device
+    from attnviz.core.run import device
 
     monkeypatch.setattr(device, "available_memory", lambda device: 64 << 20)
     config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(3000, 2000), seq_q=3072, seq_kv=3072,
@@ -42,7 +42,7 @@ def test_saving_over_a_read_only_file_asks_first(window, tmp_path, monkeypatch, 
     target.write_text("old")
     target.chmod(0o444)
     asked = answer_with(monkeypatch, answer)
-    monkeypatch.setattr("attnviz.ui.window_files.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
+    monkeypatch.setattr("attnviz.ui.window.files.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
     window.save_dialog()
     assert asked and "read-only" in asked[0]
     if answer == YES:
@@ -81,7 +81,7 @@ def test_opening_a_bad_configuration_names_the_file_and_keeps_the_panel(window, 
     before = window.panel.config()
     warned = []
     monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: warned.append(a[2]))
-    monkeypatch.setattr("attnviz.ui.window_files.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
+    monkeypatch.setattr("attnviz.ui.window.files.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
     window.open_dialog()
     assert len(warned) == 1 and str(path) in warned[0] and all(w in warned[0] for w in words)
     assert window.panel.config() == before

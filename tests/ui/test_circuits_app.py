@@ -12,7 +12,7 @@ from uihelpers import open_dock, wait_shown
 
 from attnviz.core import composition_scores, copying_scores, head_circuits, head_logit_attribution, load_preset
 from attnviz.core import patch_heads as core_patch_heads
-from attnviz.ui.circuits_view import top_composition
+from attnviz.ui.panels.circuits_view import top_composition
 
 CLEAN, CORRUPTED = "pophijackmehijackm", "pophijackmehijacbm"
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")  # a folder: save each state's picture there to look at

@@ -38,7 +38,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
 from attnviz.ui import MainWindow
-from attnviz.ui.app import run_app
+from attnviz.ui.window.app import run_app
 
 def ready():
     windows = [w for w in app.topLevelWidgets() if isinstance(w, MainWindow)]

@@ -12,8 +12,8 @@ from uihelpers import CountingRun, open_dock, wait_shown
 
 from attnviz import colormaps
 from attnviz.core import RunConfig
-from attnviz.core.stages import STAGE_NAMES
-from attnviz.core.stats import rollout
+from attnviz.core.analysis.stats import rollout
+from attnviz.core.kernel.stages import STAGE_NAMES
 from attnviz.ui import MainWindow
 
 

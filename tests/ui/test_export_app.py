@@ -12,7 +12,7 @@ from uihelpers import wait_shown
 
 from attnviz import colormaps
 from attnviz.core import RunConfig, load_config
-from attnviz.ui.export_dialog import ExportDialog
+from attnviz.ui.window.export_dialog import ExportDialog
 
 
 def open_dialog(window, qtbot) -> ExportDialog:

@@ -6,9 +6,9 @@ from dataclasses import fields
 from PySide6.QtWidgets import QWidget
 
 from attnviz.core import RunConfig
-from attnviz.core.config import field_meta
-from attnviz.ui.field_widgets import OBJECT_NAMES
-from attnviz.ui.panel import ParameterPanel
+from attnviz.core.run.config import field_meta
+from attnviz.ui.window.field_widgets import OBJECT_NAMES
+from attnviz.ui.window.panel import ParameterPanel
 
 
 def test_every_config_field_has_one_widget_name_and_core_knows_none():

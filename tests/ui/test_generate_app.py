@@ -13,7 +13,7 @@ from uihelpers import CountingRun, drain, wait_shown
 
 from attnviz.core import load_preset, run
 from attnviz.ui import MainWindow
-from attnviz.ui import worker as worker_module
+from attnviz.ui.window import worker as worker_module
 
 PROMPT = "pophijackmehij"
 

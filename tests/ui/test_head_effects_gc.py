@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from attnviz.ui.head_effects import EffectsJob
+from attnviz.ui.panels.head_effects import EffectsJob
 
 
 def test_starting_a_run_freezes_the_objects_alive_and_computes(qtbot):

@@ -12,12 +12,12 @@ from uihelpers import open_dock, wait_shown
 
 from attnviz import colormaps
 from attnviz.core import RunConfig, head_effects, head_scores, load_preset, run
-from attnviz.core import predictions as predictions_module
-from attnviz.core.heads import THRESHOLDS
+from attnviz.core.analysis.heads import THRESHOLDS
+from attnviz.core.run import predictions as predictions_module
 from attnviz.explain import HeadScoreFrames, LensFrames, PredictionFrames, probability_index
-from attnviz.ui.lens_view import LensView
-from attnviz.ui.model_view import ablated_heads, toggle_head
-from attnviz.ui.predictions_view import PredictionStrip
+from attnviz.ui.maps.model_view import ablated_heads, toggle_head
+from attnviz.ui.panels.lens_view import LensView
+from attnviz.ui.panels.predictions_view import PredictionStrip
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_head_effects_are_cached_per_config_and_run_off_the_gui_thread(toy, qtbo
 
 
 def test_head_effects_show_progress_and_cancel(toy, qtbot):
-    from attnviz.core.runner import Cancelled
+    from attnviz.core.run.runner import Cancelled
 
     effects = toy.explain.effects
     started = threading.Event()

@@ -7,7 +7,7 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from attnviz.ui.heat_table import HeatTable
+from attnviz.ui.panels.heat_table import HeatTable
 
 LUT = np.array([[0, 0, 0, 255], [255, 255, 255, 255], [200, 30, 30, 255]] + [[0, 0, 0, 0]] * 253, np.uint8)
 

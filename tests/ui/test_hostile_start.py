@@ -30,7 +30,7 @@ def shown():
     app.quit()
 
 QTimer.singleShot(0, shown)  # the first turn of the event loop: after run_app showed the window
-from attnviz.ui.app import run_app
+from attnviz.ui.window.app import run_app
 sys.exit(run_app([]))
 """
 
@@ -83,7 +83,8 @@ CASES = {
     "no-presets-folder": (lambda root: None, ""),
 }
 PRELUDE = {
-    "no-presets-folder": "import pathlib, attnviz.core.presets as p; p._folder = lambda: pathlib.Path('/nonexistent')",
+    "no-presets-folder": ("import pathlib, attnviz.core.run.presets as p; "
+                          "p._folder = lambda: pathlib.Path('/nonexistent')"),
 }
 
 
@@ -105,7 +106,7 @@ def test_the_window_opens(case, tmp_path):
     assert status_words in shown[0]
     if case != "no-presets-folder":  # a damaged settings file or store: the first launch's toy, as ever
         from attnviz.core import load_preset
-        from attnviz.ui.window_settings import START_PRESET
+        from attnviz.ui.window.settings import START_PRESET
 
         assert shown[0].split()[1] == load_preset(START_PRESET).variant, shown[0]
     if status_words:  # said on the terminal as well
@@ -117,7 +118,7 @@ def test_a_slow_look_for_models_does_not_hold_the_chooser(qtbot, monkeypatch, tm
     models listed (and the skipped things in the tooltip) once the look ends."""
     import threading
 
-    from attnviz.ui import model_chooser
+    from attnviz.ui.window import model_chooser
 
     release, started = threading.Event(), threading.Event()
     found = [("slow-model", tmp_path / "slow-model")]
@@ -139,7 +140,7 @@ def test_a_slow_look_for_models_does_not_hold_the_chooser(qtbot, monkeypatch, tm
 
 
 def test_a_quick_look_for_models_is_listed_at_once(qtbot, monkeypatch, tmp_path):
-    from attnviz.ui import model_chooser
+    from attnviz.ui.window import model_chooser
 
     monkeypatch.setattr(model_chooser, "discover_models", lambda *a, **k: ([("m", tmp_path / "m")], []))
     chooser = model_chooser.ModelChooser()

@@ -12,7 +12,7 @@ from uihelpers import wait_shown
 from attnviz.core import RunConfig
 from attnviz.explain import token_labels
 from attnviz.ui import MainWindow
-from attnviz.ui.explain_views import DOCKS
+from attnviz.ui.panels.explain_views import DOCKS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the tiny checkpoints' writers
 from tiny import SENTENCE, make_family  # noqa: E402
@@ -195,7 +195,7 @@ def test_the_model_view_behind_a_tab_waits_and_catches_up_in_front(qtbot, bert12
 
 def test_a_deep_model_scrolls_in_the_model_view_at_a_readable_tile_and_a_shallow_one_fits(qtbot, tmp_path):
     # 30 layers in the bottom dock: fitted whole, their tiles were ~5 px on screen and the badges a pixel
-    from attnviz.ui.model_view import READABLE_TILE
+    from attnviz.ui.maps.model_view import READABLE_TILE
 
     deep = tmp_path / "deep"
     deep.mkdir()

@@ -15,7 +15,8 @@ from uihelpers import wait_shown
 from attnviz.core import RunConfig, run
 from attnviz.frames import model_mosaic
 from attnviz.models.tokens import display
-from attnviz.ui import MainWindow, layer_feed, model_view
+from attnviz.ui import MainWindow
+from attnviz.ui.maps import layer_feed, model_view
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the tiny checkpoints' writers
 from tiny import SENTENCE, make_family  # noqa: E402
@@ -48,7 +49,7 @@ class SlowLayers:
 
 
 def test_the_model_view_fills_in_layer_by_layer_and_ends_as_the_normal_view(llama4, qtbot, monkeypatch):
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 8)  # the sentence's tokens pool by 2 (or more)
     monkeypatch.setattr(layer_feed, "FEED_INTERVAL_S", 0.0)  # every layer (the slow forward paces them)
@@ -89,7 +90,7 @@ def test_the_model_view_fills_in_layer_by_layer_and_ends_as_the_normal_view(llam
 
 
 def test_the_status_line_says_how_a_pooled_models_maps_were_pooled(llama4, qtbot, monkeypatch):
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 8)
     w = MainWindow()
@@ -118,7 +119,7 @@ def pooled_window(qtbot, folder, compute):
 
 
 def test_a_cancelled_forward_puts_the_last_whole_picture_back(llama4, qtbot, monkeypatch):
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 8)
     monkeypatch.setattr(layer_feed, "FEED_INTERVAL_S", 0.0)
@@ -137,7 +138,7 @@ def test_a_cancelled_forward_puts_the_last_whole_picture_back(llama4, qtbot, mon
 
 def test_a_zoom_on_a_pooled_models_map_is_exact_and_follows_the_layer_without_another_forward(llama4, qtbot,
                                                                                               monkeypatch):
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 8)
     regions = []
@@ -176,7 +177,7 @@ def test_another_layer_of_a_pooled_forward_shows_its_maps_without_running_again(
     # a layer change shows the kept maps at once, and the output view says its tensor is not kept there
     from uihelpers import CountingRun
 
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 8)
     compute = CountingRun()

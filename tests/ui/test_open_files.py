@@ -10,7 +10,7 @@ from uihelpers import CountingRun, drop, wait_shown
 from attnviz.cli import main as cli_main
 from attnviz.core import RunConfig
 from attnviz.ui import MainWindow
-from attnviz.ui.window_open import RECENT_COUNT
+from attnviz.ui.window.opening import RECENT_COUNT
 
 
 def open_window(qtbot, path=None, settings=None, compute=None):
@@ -58,7 +58,7 @@ def test_another_layer_of_an_all_layers_npz_and_a_stage_the_file_lacks(qtbot, tm
 
 
 def test_the_window_exports_an_opened_npz_as_the_cli_drew_the_run(qtbot, tmp_path):
-    from attnviz.ui.export_dialog import ExportDialog
+    from attnviz.ui.window.export_dialog import ExportDialog
 
     npz = rendered(tmp_path, "seed.npz", "--preset", "seed000-demo")
     w = open_window(qtbot, npz)

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPoint, Qt
 from uihelpers import drop, wait_shown
 
 from attnviz.core import RunConfig
-from attnviz.core.stats import rollout
+from attnviz.core.analysis.stats import rollout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the tiny checkpoints' writers
 from tiny_vision import draw_picture, make_dinov2_registers  # noqa: E402

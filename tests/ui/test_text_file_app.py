@@ -21,7 +21,7 @@ def test_opening_a_50000_character_text_file_puts_it_in_the_box(toy, qtbot, tmp_
     text = ("abcdefgh" * 6250)[:49_999] + "\n"  # 50,000 characters of the toy's letters
     path = tmp_path / "long.txt"
     path.write_text(text, encoding="utf-8")
-    monkeypatch.setattr("attnviz.ui.window_files.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
+    monkeypatch.setattr("attnviz.ui.window.files.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
     file_menu = toy.menuBar().actions()[0].menu()
     assert toy.openTextAction.text() == "Open text file…" and toy.openTextAction in file_menu.actions()
     toy.openTextAction.trigger()

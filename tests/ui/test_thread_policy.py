@@ -11,7 +11,7 @@ import pytest
 
 from attnviz.core import RunConfig, run
 from attnviz.system import MAX_NICE, using_thread_policy
-from attnviz.ui.worker import Worker, thread_count
+from attnviz.ui.window.worker import Worker, thread_count
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")

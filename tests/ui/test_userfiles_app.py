@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QWidget
 from seeds import Seed000CrossAttention
 from uihelpers import wait_shown
 
-from attnviz.core import userfiles
+from attnviz.core.run import userfiles
 
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")  # a folder to keep the screenshots in, for looking at them
 
@@ -153,7 +153,7 @@ def test_a_long_file_name_is_elided_in_the_middle_not_cut(qtbot):
     """The chosen file's name keeps its start and its end (the extension's side) when the row is narrow."""
     from PySide6.QtWidgets import QLabel
 
-    from attnviz.ui.file_chooser import FileChooser
+    from attnviz.ui.widgets.file_chooser import FileChooser
 
     chooser = FileChooser("weights", "weights", (".safetensors",))
     qtbot.addWidget(chooser)

@@ -15,7 +15,7 @@ from uihelpers import CountingRun, drain, wait_shown
 from attnviz import colormaps
 from attnviz.core import RunConfig, run
 from attnviz.ui import MainWindow
-from attnviz.ui.mosaic import grid_shape
+from attnviz.ui.maps.mosaic import grid_shape
 
 OBJECT_NAMES = [
     "variantCombo", "dModelSpin", "dOutSpin", "dCrossSpin", "headsSpin", "batchSpin", "batchIndexSpin",
@@ -330,7 +330,7 @@ def test_presets_and_reset(window, qtbot):
 def test_close_during_long_run_is_prompt_and_the_worker_ends(qtbot):
     import time
 
-    from attnviz.core.runner import Cancelled
+    from attnviz.core.run.runner import Cancelled
 
     started = []
 
@@ -372,7 +372,7 @@ def test_device_combo_lists_each_cuda_device(qtbot, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"Fake GPU {i}")
-    from attnviz.ui.panel import ParameterPanel
+    from attnviz.ui.window.panel import ParameterPanel
 
     panel = ParameterPanel()
     qtbot.addWidget(panel)
@@ -574,7 +574,7 @@ def test_the_focus_token_list_is_filled_only_while_its_panel_is_open(window, qtb
 def test_token_labels_go_when_the_next_run_has_no_tokens(qtbot):
     from attnviz.core import load_preset
     from attnviz.frames import ViewOptions, render
-    from attnviz.ui.views import HeadGrid
+    from attnviz.ui.maps.views import HeadGrid
 
     grid = HeadGrid()
     qtbot.addWidget(grid)
@@ -599,7 +599,7 @@ def test_token_labels_go_when_the_next_run_has_no_tokens(qtbot):
 def test_a_focused_map_has_token_axes_then_position_axes_again(qtbot):
     from attnviz.core import load_preset
     from attnviz.frames import ViewOptions, render
-    from attnviz.ui.views import HeadGrid
+    from attnviz.ui.maps.views import HeadGrid
 
     grid = HeadGrid()
     qtbot.addWidget(grid)
@@ -653,7 +653,7 @@ def test_opening_the_focus_panel_while_stale_lists_the_shown_tokens(window, qtbo
 
 
 def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot):
-    from attnviz.ui.worker import Failure, Outcome, Request
+    from attnviz.ui.window.worker import Failure, Outcome, Request
 
     result, frames = window.result, window.frames
     window.result = None  # as at start-up: the first result not yet on screen
@@ -667,7 +667,7 @@ def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot
 def test_the_grid_paints_a_result_before_the_other_views_take_it(window, qtbot, monkeypatch):
     """A result is shown in two event-loop passes: the head grid (and its paint), then the rest, so a
     timer or an edit gets the loop between the grid's repaint and the tensor view's."""
-    from attnviz.ui.worker import Outcome, Request
+    from attnviz.ui.window.worker import Outcome, Request
 
     result, frames, grid = window.result, window.frames, window.headGrid
     grid_painted_first = []
@@ -689,7 +689,7 @@ def test_between_the_two_passes_of_a_swap(window, qtbot):
     result is dropped, and closing finishes the swap instead of leaving the views on two results."""
     import copy
 
-    from attnviz.ui.worker import Outcome, Request
+    from attnviz.ui.window.worker import Outcome, Request
 
     result, frames = window.result, copy.copy(window.frames)
     delivery = window.delivery
@@ -706,7 +706,7 @@ def test_between_the_two_passes_of_a_swap(window, qtbot):
 
 
 def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
-    from attnviz.ui.worker import Outcome, Request
+    from attnviz.ui.window.worker import Outcome, Request
 
     result, frames, shown = window.result, window.frames, window.shown_id
     delivery = window.delivery
@@ -730,7 +730,7 @@ def test_map_axes_tick_on_two_levels_without_an_si_prefix(window):
 
 
 def test_the_tensor_view_stays_legible_in_a_cramped_window(window, qtbot):
-    from attnviz.ui.main_window import TENSOR_MIN_PX
+    from attnviz.ui.window.main_window import TENSOR_MIN_PX
 
     window.resize(1280, 700)  # the model dock open below takes its share
     qtbot.waitUntil(lambda: window.height() == 700)
@@ -738,7 +738,7 @@ def test_the_tensor_view_stays_legible_in_a_cramped_window(window, qtbot):
 
 
 def test_the_hover_line_says_what_hovering_does_until_a_cell_is_hovered(window, qtbot):
-    from attnviz.ui.main_window import HOVER_HINT
+    from attnviz.ui.window.main_window import HOVER_HINT
 
     label, grid = window.hoverLabel, window.headGrid
     assert label.text() == HOVER_HINT
@@ -797,7 +797,7 @@ def test_a_text_set_by_a_preset_or_file_shows_from_its_start(window):
 
 def test_a_long_forward_shows_its_layers_and_stop_cancels_it_keeping_the_last_view(qtbot):
     """The busy bar counts a model's layers as they finish; Stop (Esc) cancels the forward within one."""
-    from attnviz.core.runner import Cancelled
+    from attnviz.core.run.runner import Cancelled
 
     polls = []
 
@@ -827,7 +827,7 @@ def test_a_long_forward_shows_its_layers_and_stop_cancels_it_keeping_the_last_vi
 
 
 def test_hover_on_a_pooled_map_names_the_block_of_cells_and_its_maximum(qtbot, monkeypatch):
-    from attnviz.core import pooling as pooling_module
+    from attnviz.core.kernel import pooling as pooling_module
 
     monkeypatch.setattr(pooling_module, "TARGET", 16)  # 64 tokens pool by 4
     config = RunConfig.for_variant("causal", d_model=32, heads=4, seq_q=64, pool="always", seed=2)
@@ -870,7 +870,7 @@ class _Shows:
 def test_the_busy_bar_shows_only_for_a_run_that_takes_a_while(qtbot):
     """A quick run never animates the busy bar (its repaints woke the GUI thread in the middle of the forward);
     once a run has taken BUSY_SHOW_MS it appears, and it goes when the run ends."""
-    from attnviz.ui.main_window import BUSY_SHOW_MS
+    from attnviz.ui.window.main_window import BUSY_SHOW_MS
 
     delay = {"s": 0.0}
 
@@ -900,7 +900,7 @@ def test_the_busy_bar_shows_only_for_a_run_that_takes_a_while(qtbot):
 def test_the_busy_bar_counts_from_the_first_of_a_stream_of_requests_and_stays_away_once_idle(window, qtbot):
     """sigBusy(True) comes with every request: a stream of them must not keep postponing the bar; a partial
     result painted after the worker went idle must not bring it back."""
-    from attnviz.ui.main_window import BUSY_SHOW_MS
+    from attnviz.ui.window.main_window import BUSY_SHOW_MS
 
     window._on_busy(True)
     qtbot.wait(150)

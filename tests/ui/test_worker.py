@@ -15,11 +15,11 @@ import torch
 from uihelpers import wait_shown
 
 from attnviz.core import RunConfig, run
-from attnviz.core.runner import MemoryBudgetError, estimate_flops
+from attnviz.core.run.runner import MemoryBudgetError, estimate_flops
 from attnviz.frames import ViewOptions
 from attnviz.system import MAX_NICE, lower_priority, thread_policy
-from attnviz.ui import worker as worker_module
-from attnviz.ui.worker import Reaper, Request, Worker
+from attnviz.ui.window import worker as worker_module
+from attnviz.ui.window.worker import Reaper, Request, Worker
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 
@@ -342,7 +342,7 @@ def rss():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 if sys.argv[1] == "worker":  # what the app does: a Worker tunes malloc as it starts
-    from attnviz.ui.worker import Worker
+    from attnviz.ui.window.worker import Worker
     assert Worker().stop()
 libc.free(libc.malloc(30 << 20))  # untuned: glibc's thresholds now rise to ~30 MiB (mmap), ~60 MiB (trim)
 
@@ -382,7 +382,7 @@ def test_memory_a_thread_freed_goes_back_to_the_system():
 def test_the_window_leaves_scores_out_and_an_npz_export_gets_them_back():
     import numpy as np
 
-    from attnviz.ui.worker import complete_stages, window_record
+    from attnviz.ui.window.worker import complete_stages, window_record
 
     config = RunConfig.for_variant("causal", d_model=32, heads=4, seq_q=12, seed=5)
     record = window_record(config, frozenset({"weights"}))
@@ -398,7 +398,7 @@ def test_the_window_leaves_scores_out_and_an_npz_export_gets_them_back():
 def test_a_short_pause_keeps_the_memory_the_next_edit_writes_into(qapp, monkeypatch):
     """The replaced result is freed after HOLD_S, but its map buffers and the heap's pages stay until IDLE_S
     more has passed without a result (or a flush asks): the next edit after a pause maps nothing anew."""
-    from attnviz.core import buffers
+    from attnviz.core.kernel import buffers
 
     trims: list[int] = []
     monkeypatch.setattr(worker_module, "_malloc_trim", lambda: trims.append)
@@ -417,8 +417,8 @@ def test_a_short_pause_keeps_the_memory_the_next_edit_writes_into(qapp, monkeypa
 
 
 def test_the_reaper_gives_free_map_buffers_back_on_a_flush(monkeypatch):
-    from attnviz.core import buffers
-    from attnviz.ui.worker import Reaper
+    from attnviz.core.kernel import buffers
+    from attnviz.ui.window.worker import Reaper
 
     monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 10)
     buffers.release()

@@ -14,7 +14,7 @@ from uihelpers import wait_shown
 
 from attnviz.core import RunConfig, run
 from attnviz.ui import MainWindow
-from attnviz.ui.zoom import ZOOM_MAX, drag_region
+from attnviz.ui.maps.zoom import ZOOM_MAX, drag_region
 
 POOLED = RunConfig.for_variant("causal", d_model=32, heads=4, seq_q=64, pool="always", seed=2)
 
@@ -48,7 +48,7 @@ def window_for(qtbot, config: RunConfig | None, compute) -> MainWindow:
 
 @pytest.fixture
 def pooled(qtbot, monkeypatch):
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 16)  # 64 tokens pool by 4
     compute = Recording()
@@ -152,7 +152,7 @@ def test_a_mouse_drag_zooms_and_is_not_taken_for_a_click(qtbot):
 
 
 def test_a_zoom_that_fails_keeps_the_view_with_one_message(qtbot, monkeypatch):
-    from attnviz.core import pooling
+    from attnviz.core.kernel import pooling
 
     monkeypatch.setattr(pooling, "TARGET", 16)
     w = window_for(qtbot, POOLED, Recording(fail_region=True))

@@ -1,0 +1,120 @@
+"""What the circuit panels share: one background computation at a time per panel (never the GUI thread, never
+the map worker's), cached results, and the colouring of signed layer x head tables."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Callable
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QProgressBar, QPushButton
+
+from attnviz import colormaps
+from attnviz.core.run.lru import LRU
+from attnviz.explain import forward_config, prompt_config
+from attnviz.system import lower_priority, model_threads, set_torch_threads
+from attnviz.ui.panels.heat_table import HeatTable
+from attnviz.ui.widgets.basic import named
+
+Compute = Callable[[Callable[[], bool], Callable[[int, int], None]], object]  # (cancel, progress) -> value
+
+
+class Job(QObject):
+    """Runs compute(cancel, progress) on a thread of its own; a newer start cancels the one running. The
+    result comes back on the GUI thread as sigDone(key, value); a failure as sigFailed(key, one line)."""
+
+    sigProgress = Signal(object, int, int)
+    sigDone = Signal(object, object)
+    sigFailed = Signal(object, str)
+
+    def __init__(self, name: str, parent: QObject | None = None):
+        super().__init__(parent)
+        self.name = name
+        self.key = None  # what is running (None: nothing)
+        self.cache: LRU = LRU(8)
+        self._cancel: threading.Event | None = None
+
+    def start(self, key, compute: Compute) -> bool:
+        """Start computing `key` (False: it is cached, and sigDone has been emitted already)."""
+        if (cached := self.cache.get(key)) is not None:
+            self.cancel()
+            self.sigDone.emit(key, cached)
+            return False
+        if key == self.key:
+            return True
+        self.cancel()
+        gc.freeze()  # as head effects do: what is alive now stays out of the collector's passes
+        self.key, flag = key, threading.Event()
+        self._cancel = flag
+        threading.Thread(target=self._body, args=(key, compute, flag), name=f"attnviz-{self.name}",
+                         daemon=True).start()
+        return True
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+        self.key, self._cancel = None, None
+
+    def _body(self, key, compute: Compute, flag: threading.Event) -> None:
+        from attnviz.core.run.result import Cancelled
+
+        lower_priority()  # the GUI thread wins the CPU
+        set_torch_threads(model_threads(os.cpu_count() or 1))
+        try:
+            value = compute(flag.is_set, lambda done, total: self.sigProgress.emit(key, done, total))
+        except Cancelled:
+            return
+        except Exception as exc:  # never the app: the panel says it
+            if not flag.is_set():
+                self.sigFailed.emit(key, str(exc) or type(exc).__name__)
+            return
+        if not flag.is_set():
+            self.cache.put(key, value)
+            self.sigDone.emit(key, value)
+
+    def finished(self, key) -> bool:
+        """Called on sigDone/sigFailed: whether `key` is the one this job was computing (then it is idle)."""
+        if key != self.key:
+            return False
+        self.key = None
+        return True
+
+
+def circuit_config(result):
+    """The config circuits are computed for: the forward's, over the prompt, with nothing ablated."""
+    return prompt_config(forward_config(result)).replace(ablate=())
+
+
+def signed_cells(values: np.ndarray) -> np.ndarray:
+    """uint8 colour indices of a signed array: 0 in the middle of the diverging colormap, NaN grey."""
+    finite = np.isfinite(values)
+    bound = float(np.abs(values[finite]).max()) if finite.any() else 0.0
+    frac = 0.5 + 0.5 * np.nan_to_num(values) / (bound or 1.0)
+    index = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
+    index[~finite] = colormaps.NAN_INDEX
+    return index
+
+
+def fill(table: HeatTable, values: np.ndarray, rows: list[str], cols: list[str], tip, texts=None) -> None:
+    """Colour a HeatTable by a signed array (texts: the cells' numbers, default none)."""
+    if texts is None:
+        texts = [[""] * values.shape[1] for _ in range(values.shape[0])]
+    table.heat.set_cells(texts, signed_cells(values), colormaps.lut(colormaps.DEFAULT_DIVERGING), rows, cols, tip)
+
+
+def progress_row(prefix: str) -> tuple[QProgressBar, QPushButton]:
+    """A progress bar that keeps its place while hidden, and a Cancel / Compute button."""
+    bar = named(QProgressBar(), f"{prefix}Progress")
+    bar.setToolTip("Batched forwards done")
+    bar.setMaximumWidth(160)
+    policy = bar.sizePolicy()
+    policy.setRetainSizeWhenHidden(True)
+    bar.setSizePolicy(policy)
+    bar.hide()
+    button = named(QPushButton("Compute"), f"{prefix}ComputeButton")
+    button.setToolTip("Compute (Cancel stops a computation that runs)")
+    button.setMinimumWidth(button.sizeHint().width() + 12)
+    return bar, button

@@ -1,0 +1,253 @@
+"""headEffects: which heads matter for the prediction. A layer x head table coloured by the drop in the
+target's log-probability when that head alone is ablated (core.head_effects: one forward per head,
+batched), for one chosen position or the mean over every position with a target.
+
+It runs on its own background thread (not the map worker's: a minute of forwards must not hold up
+the maps), with a progress bar and Cancel, and is cached per (forward config, position, ablation):
+showing the same result again computes nothing. Click a cell to open that head.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from attnviz import colormaps
+from attnviz.core.run.lru import LRU
+from attnviz.explain import forward_config, prompt_config
+from attnviz.system import lower_priority, model_threads, set_torch_threads
+from attnviz.ui.panels.heat_table import HeatTable
+from attnviz.ui.widgets.basic import named
+
+CACHED = 16  # results kept (a config, a position and an ablation each)
+
+
+def default_effects(config, position=None, ablation="zero", *, cancel=None, progress=None) -> np.ndarray:
+    from attnviz.core import head_effects  # lands with the core's half of the feature; imported when first used
+
+    return head_effects(config, position, ablation, cancel=cancel, progress=progress)
+
+
+class EffectsJob(QObject):
+    """One background computation at a time; a newer start cancels the one running."""
+
+    sigProgress = Signal(object, int, int)  # key, done, total
+    sigDone = Signal(object, object)  # key, (layers, heads) array
+    sigFailed = Signal(object, str)  # key, message
+
+    def __init__(self, compute=default_effects, parent: QObject | None = None):
+        super().__init__(parent)
+        self.compute = compute
+        self.key = None  # what is running (None: nothing)
+        self._cancel: threading.Event | None = None
+
+    def start(self, key, config, position, ablation) -> None:
+        self.cancel()
+        # The run's forwards make Python objects fast enough for a full garbage collection every ~45 s, and it ran on
+        # the GUI thread over everything alive, the loaded model and transformers' modules included (the window freezes
+        # only what start-up made): the run's longest stalls (benchmarks/README.md, Behind the code).
+        # What is alive now lives on past the run; leave it out of the collector's passes, as at start-up.
+        gc.freeze()
+        self.key, flag = key, threading.Event()
+        self._cancel = flag
+        threading.Thread(target=self._body, args=(key, config, position, ablation, flag),
+                         name="attnviz-head-effects", daemon=True).start()
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+        self.key, self._cancel = None, None
+
+    def _body(self, key, config, position, ablation, flag: threading.Event) -> None:
+        from attnviz.core.run.runner import Cancelled
+
+        lower_priority()  # the GUI thread wins the CPU, as over the map worker
+        set_torch_threads(model_threads(os.cpu_count() or 1))
+        try:
+            effects = self.compute(config, position, ablation, cancel=flag.is_set,
+                                   progress=lambda done, total: self.sigProgress.emit(key, done, total))
+        except Cancelled:
+            return
+        except Exception as exc:  # never the app: the panel says it
+            if not flag.is_set():
+                self.sigFailed.emit(key, str(exc) or type(exc).__name__)
+            return
+        if not flag.is_set():
+            self.sigDone.emit(key, np.asarray(effects, np.float64))
+
+
+class HeadEffectsView(QWidget):
+    """The panel. `show_result(result)` (GUI thread) starts or reuses a computation for that result."""
+
+    sigOpen = Signal(int, int)  # (layer, head) of a clicked cell
+
+    def __init__(self, compute=default_effects, parent: QWidget | None = None):
+        super().__init__(parent)
+        named(self, "headEffects")
+        self.job = EffectsJob(compute, self)
+        self.job.sigProgress.connect(self._progress)
+        self.job.sigDone.connect(self._done)
+        self.job.sigFailed.connect(self._failed)
+        self.cache: LRU[np.ndarray] = LRU(CACHED)
+        self.effects: np.ndarray | None = None  # what the table shows
+        self.shown_key = None
+        self._config = None  # the forward config of the last result shown
+        self._ablation = "zero"
+        self._tokens: list[str] = []
+        self._make_controls()
+        self.table = named(HeatTable(cell_width=52), "headEffectsTable")
+        self.table.setToolTip("Rows = layers, columns = heads: how much the target's log-probability drops when "
+                              "that head alone is ablated (red: the head helps the prediction; blue: ablating it "
+                              "helps). Click a cell to open that head.")
+        self.table.clicked.connect(lambda index: self.sigOpen.emit(index.row(), index.column()))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(self._top)
+        layout.addWidget(self.infoLabel)
+        layout.addWidget(self.table, 1)
+
+    def _make_controls(self) -> None:
+        self.positionCombo = named(QComboBox(), "headEffectsPositionCombo")
+        self.positionCombo.setToolTip("The position whose target is scored, or the mean over every position "
+                                      "with a target")
+        self.positionCombo.addItem("all positions", None)
+        self.positionCombo.currentIndexChanged.connect(self._position_changed)
+        self.progress = named(QProgressBar(), "headEffectsProgress")
+        self.progress.setToolTip("Forwards done: one per head, batched")
+        self.progress.setMaximumWidth(160)
+        # showing or hiding the bar, or the button's text changing, keeps the row's geometry: a relayout
+        # would move the table and paint it again (the GUI thread's costliest moment of a run)
+        policy = self.progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(policy)
+        self.progress.hide()
+        self.cancelButton = named(QPushButton("Cancel"), "headEffectsCancelButton")
+        self.cancelButton.setToolTip("Stop computing (Compute starts again)")
+        metrics = self.cancelButton.fontMetrics()
+        widest = max(metrics.horizontalAdvance(t) for t in ("Cancel", "Compute"))
+        self.cancelButton.setMinimumWidth(max(self.cancelButton.sizeHint().width(),
+                                              widest + self.cancelButton.sizeHint().width()
+                                              - metrics.horizontalAdvance("Cancel")))
+        self.cancelButton.clicked.connect(self._cancel_or_compute)
+        self.infoLabel = named(QLabel("Open a trained toy or a language model"), "headEffectsInfo")
+        self.infoLabel.setWordWrap(True)
+        self._top = QHBoxLayout()
+        self._top.addWidget(QLabel("Target at"))
+        self._top.addWidget(self.positionCombo)
+        self._top.addWidget(self.cancelButton)
+        self._top.addWidget(self.progress)  # last: its kept place is blank space while hidden
+        self._top.addStretch(1)
+
+    def _key(self):
+        position = self.positionCombo.currentData()
+        return (self._config, position, self._ablation)
+
+    def show_result(self, result) -> None:
+        """A new result is on screen (this panel being shown): its effects, from the cache or computed."""
+        # each head alone, against the intact model, on the text (a generation's written tokens are not scored)
+        config = prompt_config(forward_config(result)).replace(ablate=())
+        self._ablation = result.config.ablation
+        self._set_positions(list(result.tokens[:result.prompt_length]))
+        if config != self._config:
+            self._config = config
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self._config is None:
+            return
+        key = self._key()
+        if key == self.shown_key:
+            return
+        if (cached := self.cache.get(key)) is not None:
+            self._show(key, cached)
+        elif key != self.job.key:
+            self._start(key)
+
+    def _start(self, key) -> None:
+        self.job.start(key, key[0], key[1], key[2])
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.cancelButton.setText("Cancel")
+        self.cancelButton.setEnabled(True)
+        self.infoLabel.setText("Ablating each head in turn…")
+
+    def stop(self) -> None:
+        """Hidden: whatever runs is cancelled (a hidden panel costs nothing)."""
+        if self.job.key is not None:
+            self.job.cancel()
+            self._stopped("Stopped while hidden")
+
+    def _stopped(self, text: str) -> None:
+        self.progress.hide()
+        self.cancelButton.setText("Compute")
+        self.infoLabel.setText(text)
+        self.shown_key = None
+
+    def _cancel_or_compute(self) -> None:
+        if self.job.key is not None:
+            self.job.cancel()
+            self._stopped("Cancelled: Compute starts again")
+        else:
+            self.refresh()
+
+    def _position_changed(self, *_) -> None:
+        self.refresh()
+
+    def _set_positions(self, tokens: list[str]) -> None:
+        if tokens == self._tokens:
+            return
+        self._tokens = tokens
+        chosen = self.positionCombo.currentData()
+        self.positionCombo.blockSignals(True)
+        self.positionCombo.clear()
+        self.positionCombo.addItem("all positions", None)
+        for i, t in enumerate(tokens):
+            self.positionCombo.addItem(f"{i} {t}", i)
+        self.positionCombo.setCurrentIndex(max(0, self.positionCombo.findData(chosen)))
+        self.positionCombo.blockSignals(False)
+
+    def _progress(self, key, done: int, total: int) -> None:
+        if key == self.job.key:
+            self.progress.setRange(0, max(total, 1))
+            self.progress.setValue(done)
+
+    def _failed(self, key, message: str) -> None:
+        if key == self.job.key:
+            self.job.key = None
+            self._stopped(f"Not computed: {message}")
+            self.table.heat.clear()
+            self.effects = None
+
+    def _done(self, key, effects: np.ndarray) -> None:
+        self.cache.put(key, effects)
+        if key == self.job.key:
+            self.job.key = None
+            self._show(key, effects)
+
+    def _show(self, key, effects: np.ndarray) -> None:
+        self.shown_key, self.effects = key, effects
+        self.progress.hide()
+        self.cancelButton.setText("Compute")
+        self.cancelButton.setEnabled(False)  # shown: nothing to compute
+        bound = float(np.nanmax(np.abs(effects))) if np.isfinite(effects).any() else 0.0
+        frac = 0.5 + 0.5 * np.nan_to_num(effects) / (bound or 1.0)  # symmetric: 0 is the middle colour
+        index = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
+        index[~np.isfinite(effects)] = colormaps.NAN_INDEX
+        texts = [[f"{v:.2f}" for v in row] for row in effects]
+        layers, heads = effects.shape
+        self.table.heat.set_cells(texts, index, colormaps.lut(colormaps.DEFAULT_DIVERGING),
+                                  [f"L{n}" for n in range(layers)], [f"H{h}" for h in range(heads)], self._tip)
+        where = ("over every position with a target" if key[1] is None
+                 else f"at position {self.positionCombo.currentText()}")
+        top = np.unravel_index(np.nanargmax(np.nan_to_num(effects, nan=-np.inf)), effects.shape)
+        self.infoLabel.setText(f"Drop in the target's log-probability (nats) with each head {key[2]}-ablated, "
+                               f"{where}; largest: L{top[0]} H{top[1]} ({effects[top]:.3g})")
+
+    def _tip(self, row: int, col: int) -> str:
+        return (f"layer {row} head {col}: ablating it alone lowers the target's log-probability by "
+                f"{self.effects[row, col]:.4g} nats · click to open")

@@ -1,0 +1,216 @@
+"""statsTable: per-head statistics of the shown layer (computed on the worker by core.stats), sortable;
+for multi-layer results a layer x head overview of one column as a small heatmap. Copy and CSV export.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz import style
+from attnviz.core.analysis.stats import STATS, stats_csv
+from attnviz.explain import StatsFrames
+from attnviz.ui.maps.views import image_item, lean_axes, set_heat_image
+from attnviz.ui.widgets.basic import add_choice, named
+
+SORT_ROLE = Qt.UserRole + 1
+# the head types measured on a probe (explain.PROBE_TYPES); previous token, first key and diagonal are
+# the statistics' own columns
+PROBE_HEADERS = {"duplicate_token": ("duplicate token", "mean weight on earlier copies of the query's own token, "
+                                     "measured on a probe (random tokens repeated twice)"),
+                 "induction": ("induction", "mean weight on the token after the earlier copy of the query's token, "
+                               "measured on a probe (random tokens repeated twice)")}
+
+
+def header(name: str) -> tuple[str, str]:
+    """(header, tooltip) of a column: a statistic or a probe's head type."""
+    if name in STATS:
+        return STATS[name]
+    try:
+        from attnviz.core.analysis.heads import HEAD_TYPES
+
+        label, tip = HEAD_TYPES[name]
+        return label, tip + " (on a probe: random tokens repeated twice)"
+    except (ImportError, KeyError):
+        return PROBE_HEADERS.get(name, (name, name))
+
+
+class StatsView(QWidget):
+    """The statistics panel: the table, the column shown in the overview, copy and export."""
+
+    sigExport = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        named(self, "statsView")
+        self.frames: StatsFrames | None = None
+        self._cells = (0, 0)  # the overview's (layers, heads)
+        self.model = QStandardItemModel(self)
+        self.model.setSortRole(SORT_ROLE)
+        self.table = named(QTableView(), "statsTable")
+        self.table.setToolTip("One row per head of the shown layer and batch item; click a header to sort. "
+                              "Means are over the query rows that have a key.")
+        self.table.setModel(self.model)
+        self.table.setSortingEnabled(True)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.verticalHeader().hide()
+        # compact rows: a short dock shows half as many again (the style's default row is ~30 px)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.table.sortByColumn(0, Qt.AscendingOrder)
+
+        self.columnCombo = named(QComboBox(), "statsColumnCombo")
+        for name, (text, tip) in list(STATS.items()) + list(PROBE_HEADERS.items()):
+            add_choice(self.columnCombo, text, name, tip)
+        self.columnCombo.setToolTip("The statistic the layer x head overview shows")
+        self.columnCombo.currentIndexChanged.connect(self._show_overview)
+        self.copyButton = named(QPushButton("Copy"), "statsCopyButton")
+        self.copyButton.setToolTip("Copy the table as CSV text")
+        self.copyButton.clicked.connect(self.copy)
+        self.exportButton = named(QPushButton("Export…"), "statsExportButton")
+        self.exportButton.setToolTip("Save the table as CSV, or the panel as a PNG image")
+        self.exportButton.clicked.connect(self.sigExport)
+
+        self._make_overview()
+
+        # One row of controls above the table and the overview: a row above and another below took a short
+        # dock's height from both (at 1280 x 800 the overview was 5 px high)
+        self.overviewChoice = QWidget()
+        choice = QHBoxLayout(self.overviewChoice)
+        choice.setContentsMargins(0, 0, 0, 0)
+        choice.addWidget(QLabel("Overview of"))
+        choice.addWidget(self.columnCombo, 1)
+        self.overviewPanel = self.overview
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(self.overview)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        split.setSizes([750, 350])
+        row = QHBoxLayout()
+        self.infoLabel = QLabel()
+        self.infoLabel.setStyleSheet("color: palette(mid);")
+        row.addWidget(self.infoLabel)
+        row.addWidget(self.overviewNote)
+        row.addStretch(1)
+        row.addWidget(self.overviewChoice)
+        row.addWidget(self.copyButton)
+        row.addWidget(self.exportButton)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.setSpacing(2)
+        layout.addLayout(row)
+        layout.addWidget(split, 1)
+
+    def _make_overview(self) -> None:
+        """The layer x head image of the chosen statistic, and the note shown when there is one layer."""
+        self.overview = pg.PlotWidget()
+        named(self.overview, "statsOverview")
+        self.overview.setBackground(style.BACKGROUND)
+        plot = self.overview.getPlotItem()
+        plot.setMenuEnabled(False)
+        plot.hideButtons()
+        plot.invertY(True)
+        lean_axes(plot)
+        plot.setLabel("left", "layer")
+        plot.setLabel("bottom", "head")
+        plot.getViewBox().setDefaultPadding(0)
+        plot.getViewBox().sigResized.connect(lambda *_: self._overview_ticks())
+        self.overviewImage = image_item()
+        plot.addItem(self.overviewImage)
+        self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")
+        self.overviewNote.setWordWrap(True)
+        self.overviewNote.setStyleSheet("color: palette(mid);")
+
+    def show_frames(self, frames: StatsFrames | None, batch_index: int = 0) -> None:
+        if frames is None or frames is self.frames:
+            return
+        self.frames = frames
+        sort_column = self.table.horizontalHeader().sortIndicatorSection()
+        order = self.table.horizontalHeader().sortIndicatorOrder()
+        self.model.clear()
+        self.model.setHorizontalHeaderLabels(["head"] + [header(name)[0] for name in frames.columns])
+        for col, name in enumerate(frames.columns, start=1):
+            self.model.horizontalHeaderItem(col).setToolTip(header(name)[1])
+        for h, label in enumerate(frames.labels):
+            first = QStandardItem(label)
+            first.setData(h, SORT_ROLE)
+            items = [first]
+            for values in frames.columns.values():
+                v = float(values[h])
+                item = QStandardItem("—" if np.isnan(v) else f"{v:.4g}")
+                item.setData(-np.inf if np.isnan(v) else v, SORT_ROLE)
+                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                items.append(item)
+            self.model.appendRow(items)
+        if 0 <= sort_column < self.model.columnCount():
+            self.table.sortByColumn(sort_column, order)
+        self.infoLabel.setText(f"{len(frames.labels)} heads · batch item {batch_index} · weights before dropout")
+        self._show_overview()
+
+    def _show_overview(self) -> None:
+        f = self.frames
+        has = f is not None and f.layers is not None
+        self.overviewPanel.setVisible(has)
+        self.overviewChoice.setVisible(has)
+        self.overviewNote.setVisible(not has)
+        if not has:
+            return
+        heat = f.overview.get(self.columnCombo.currentData())
+        if heat is None:  # a head type this model has no score for
+            self.overviewImage.clear()
+            self.overview.getPlotItem().setTitle("no head-type scores for this model", size="9pt")
+            return
+        set_heat_image(self.overviewImage, heat)
+        rows, cols = heat.shape
+        lo, hi = heat.levels
+        self._cells = (rows, cols)
+        self._overview_ticks()
+        self.overview.getPlotItem().setTitle(f"{self.columnCombo.currentText()} · {lo:.3g} … {hi:.3g}", size="9pt")
+        self.overview.getPlotItem().setRange(xRange=(-0.5, cols - 0.5), yRange=(-0.5, rows - 0.5), padding=0)
+
+    def _overview_ticks(self) -> None:
+        """Layer and head labels, every n-th where the cells are too small for all (30 layers in ~100 px ran
+        together); again as the overview resizes."""
+        rows, cols = self._cells
+        plot = self.overview.getPlotItem()
+        room = plot.getViewBox().size()
+        plot.getAxis("left").setTicks([_every(rows, room.height(), LABEL_ROW_PX)])
+        plot.getAxis("bottom").setTicks([_every(cols, room.width(), LABEL_COL_PX)])
+
+    def csv(self) -> str:
+        return stats_csv(self.frames.columns, self.frames.labels) if self.frames else ""
+
+    def column(self, name: str) -> np.ndarray:
+        """The values of one statistic in table order as shown (after sorting)."""
+        col = list(self.frames.columns).index(name) + 1
+        return np.array([self.model.item(r, col).data(SORT_ROLE) for r in range(self.model.rowCount())])
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.csv())
+
+
+LABEL_ROW_PX, LABEL_COL_PX = 14, 22  # screen room a layer label and a head label need
+
+
+def _every(n: int, pixels: float, label_px: int) -> list[tuple[int, str]]:
+    """Ticks 0, k, 2k, ... for n cells across `pixels` of screen: every cell where each has label_px."""
+    step = max(1, math.ceil(n * label_px / max(pixels, 1.0)))
+    return [(i, str(i)) for i in range(0, n, step)]

@@ -1,0 +1,146 @@
+"""The window's files and clipboard: configurations saved and opened (JSON, the preset format), weights and
+inputs files chosen, the export dialog, and copying the grid as an image. Mixed into MainWindow, whose
+panel, settings and status bar it uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from attnviz.core import ConfigError, load_config, saved_json
+from attnviz.core.run.userfiles import FileChanged
+
+
+class WindowFiles:
+    """File dialogs and the clipboard of MainWindow (needs self.panel, self.settings, self.result)."""
+
+    def _start_dir(self) -> str:
+        return str(self.settings.value("lastDir", str(Path.home()))) if self.settings else str(Path.home())
+
+    def _remember_dir(self, path: str) -> None:
+        if self.settings is not None:
+            self.settings.setValue("lastDir", str(Path(path).parent))
+
+    def save_config(self, path: str, replace_readonly: bool = False) -> None:
+        """Write the panel's configuration as JSON (atomically; the preset format)."""
+        from attnviz.atomic import write_bytes
+
+        write_bytes(path, saved_json(self.panel.config()).encode("utf-8"), replace_readonly)
+
+    def open_config(self, path: str) -> None:
+        """Open a saved configuration; a weights or inputs file that changed since is opened anyway, with a note."""
+        try:
+            self.panel.set_config(load_config(path))
+        except FileChanged as exc:
+            self.panel.set_config(exc.config)
+            self.statusBar().showMessage(f"Note: {exc}", 15000)
+
+    def load_file(self, field: str, path: str) -> None:
+        """Use `path` as the weights or inputs file (read by the run on the worker, never here).
+        Choosing the same file again reruns: the worker notices a file changed on disk."""
+        if not self.panel.config_applies(field):
+            self.statusBar().showMessage(f"{field.capitalize()} files load into the seed variants (causal, self, "
+                                         "cross, cross-context, differential): choose one first", 8000)
+            return
+        self.panel.widgets[field].set_path(path)
+        self.schedule()
+
+    def load_file_dialog(self, field: str) -> None:
+        chooser = self.panel.widgets[field]
+        chooser.start_dir = self._start_dir()
+        path, _ = QFileDialog.getOpenFileName(self, f"Load {field}", chooser.start_dir, chooser.file_filter())
+        if path:
+            self._remember_dir(path)
+            self.load_file(field, path)
+
+    def save_dialog(self) -> None:
+        try:
+            self.panel.config()
+        except ConfigError as exc:
+            QMessageBox.warning(self, "Cannot save", f"The configuration is invalid: {exc}")
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Save configuration", self._start_dir(), "JSON (*.json)")
+        if path:
+            self._save_to(path if path.endswith(".json") else path + ".json")
+
+    def _save_to(self, path: str) -> None:
+        from attnviz.ui.window.export_dialog import confirm_write
+
+        replace_readonly = confirm_write(self, path)
+        if replace_readonly is None:
+            self.statusBar().showMessage(f"Not saved: {path} is read-only", 6000)
+            return
+        try:
+            self.save_config(path, replace_readonly)
+            self._remember_dir(path)
+            self.statusBar().showMessage(f"Saved {path}", 4000)
+        except Exception as exc:
+            QMessageBox.warning(self, "Cannot save", str(exc))
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open configuration", self._start_dir(), "JSON (*.json)")
+        if path:
+            try:
+                self.open_config(path)
+                self._remember_dir(path)
+            except ConfigError as exc:  # a value in the file: say which file (file errors name it already)
+                text = str(exc) if exc.field == "file" else f"{path}: {exc}"
+                QMessageBox.warning(self, "Cannot open", text)
+            except Exception as exc:
+                QMessageBox.warning(self, "Cannot open", str(exc))
+
+    def open_text(self, path: str) -> bool:
+        """Put a text file's contents (UTF-8) into the text box; the run follows as for typing. False, with the
+        reason on the status line, when it cannot (another encoding, too long, a variant without text)."""
+        from attnviz.core.run.configfile import TextFileError, read_text_file
+        from attnviz.ui.window.panel import TEXT_MAX_CHARS
+
+        if not self.panel.config_applies("text"):
+            self.statusBar().showMessage("Text files load into the variants that read text (a trained toy, a "
+                                         "pretrained model): choose one first", 8000)
+            return False
+        try:
+            text = read_text_file(path)
+        except TextFileError as exc:
+            self.statusBar().showMessage(f"Not opened: {path}: {exc}", 10000)
+            return False
+        if len(text) > TEXT_MAX_CHARS:
+            self.statusBar().showMessage(f"Not opened: {path}: {len(text):,} characters, over the "
+                                         f"{TEXT_MAX_CHARS:,} the text box takes; cut it first", 10000)
+            return False
+        field = self.panel.widgets["text"]
+        field.setText(text)  # as the CLI reads it: newlines are tokens too
+        field.setCursorPosition(0)  # from its start, as a preset's text shows
+        self.statusBar().showMessage(f"Opened {Path(path).name}: {len(text):,} characters", 6000)
+        return True
+
+    def open_text_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open text file", self._start_dir(),
+                                              "Text (*.txt);;All files (*)")
+        if path:
+            self._remember_dir(path)
+            self.open_text(path)
+
+    def export_dialog(self) -> None:
+        from attnviz.ui.window.export_dialog import ExportDialog
+
+        if self.result is None:
+            return
+        self.exportDialog = ExportDialog(self)
+        self.exportDialog.open()  # window-modal without blocking the event loop (workers keep reporting)
+
+    def copy_image(self) -> None:
+        """Put the grid (or the focused head) on the clipboard, rendered from the data off this thread."""
+        from attnviz.ui.window.export_dialog import copy_to_clipboard
+
+        if self.result is not None:
+            copy_to_clipboard(self)
+
+    def put_on_clipboard(self, image) -> None:  # GUI thread: the clipboard belongs to it
+        QGuiApplication.clipboard().setImage(image)
+        self.statusBar().showMessage(f"Copied a {image.width()} x {image.height()} image to the clipboard", 4000)
+
+    def copy_failed(self, message: str) -> None:
+        self.statusBar().showMessage(f"Not copied: {message}", 8000)

@@ -1,0 +1,44 @@
+"""A lane: one long-lived worker thread at a fixed niceness (the worker runs its forwards on two of them,
+see worker.py's thread policy)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from attnviz.system import lower_priority
+
+
+class Lane:
+    """One long-lived thread at a fixed niceness that runs the functions handed to it; torch's
+    OpenMP pool, started by this thread, inherits its niceness."""
+
+    def __init__(self, name: str, nice_step: int):
+        self.nice_step = nice_step
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def call(self, function):
+        """Run `function` on the lane and return its result (or raise its exception) here."""
+        done, box = threading.Event(), {}
+        self._jobs.put((function, done, box))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        lower_priority(self.nice_step)
+        while (job := self._jobs.get()) is not None:
+            function, done, box = job
+            try:
+                box["value"] = function()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            finally:
+                del function
+                done.set()
