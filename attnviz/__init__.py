@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 # The model-backed variants: modules that add their specs to core's registry, loaded the first time the
 # registry is read (core imports neither package; `import attnviz` imports nothing heavy). In this order,
 # after the seed variants: the Variant box's order (maps opened from a file last).
-VARIANT_MODULES = ("attnviz.models.variant", "attnviz.toys.variant", "attnviz.core.run.saved")
+VARIANT_MODULES = ("attnviz.models.variant", "attnviz.toys.variant", "attnviz.core.runs.saved")
 
 # From a notebook or a script (attnviz/notebook.py, loaded on first use: `import attnviz` stays light):
 # show(attention, tokens) opens the window on attention you already have; bertviz's head_view and model_view.

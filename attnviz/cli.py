@@ -51,8 +51,8 @@ def _build_config(args: argparse.Namespace):
     if "model" in flags and "variant" not in flags:  # --model DIR: a pretrained model's attention
         flags["variant"] = "pretrained"
     if "maps" in flags and "variant" not in flags:  # --maps FILE.npz: the maps as saved, at the file's layer
-        from attnviz.core.run.config import MAPS_SUFFIX
-        from attnviz.core.run.saved import MAPS_VARIANT, saved_layer
+        from attnviz.core.runs.config import MAPS_SUFFIX
+        from attnviz.core.runs.saved import MAPS_VARIANT, saved_layer
 
         flags["variant"] = MAPS_VARIANT
         if str(flags["maps"]).lower().endswith(MAPS_SUFFIX):  # else the configuration says what is wrong
@@ -86,7 +86,7 @@ def _refuse_ignored(config, flags: dict, source: str = "") -> None:
 
 def _check_files_apply(config) -> None:
     """--weights / --inputs load into the seed variants only; elsewhere say so rather than ignore them."""
-    from attnviz.core.run.config import FILE_FIELDS
+    from attnviz.core.runs.config import FILE_FIELDS
 
     for name in FILE_FIELDS:
         if getattr(config, name) and not config.applies(name):
@@ -233,8 +233,8 @@ def _check_targets(targets: dict[str, str | None]) -> None:
 def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     """Run the checked plan and write its files; one clear line and an exit status on failure."""
     from attnviz.core import ConfigError
-    from attnviz.core.run.result import NonFiniteResult
-    from attnviz.core.run.runner import require_kept
+    from attnviz.core.runs.result import NonFiniteResult
+    from attnviz.core.runs.runner import require_kept
     from attnviz.export import ExportError, ImageTooLarge, format_of
     from attnviz.frames import view_stage
 
@@ -243,7 +243,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
 
         result = _run(run, config, record, args.truncate, args.region)
         if args.step is not None:
-            from attnviz.core.run.generation import at_step
+            from attnviz.core.runs.generation import at_step
 
             if result.prompt_length is None:
                 raise UsageError("--step needs --generate N (a model writing after the text)")
@@ -315,7 +315,7 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
     from attnviz.atomic import write_bytes
     from attnviz.core import ConfigError
     from attnviz.core.analysis.heads import head_scores, head_scores_csv
-    from attnviz.core.run.predictions import predictions_csv
+    from attnviz.core.runs.predictions import predictions_csv
 
     if args.predictions:
         if result.predictions is None:
@@ -351,7 +351,7 @@ def _run(run, config, record, truncate: bool, region=None):
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:
     """The stages the run keeps: the defaults, the drawn view's stage, and --stages (checked)."""
     from attnviz.core.kernel.stages import DEFAULT_RECORD
-    from attnviz.core.run.runner import require_stage, run_stages
+    from attnviz.core.runs.runner import require_stage, run_stages
     from attnviz.frames import view_stage
 
     view = view_stage(options.map_view)

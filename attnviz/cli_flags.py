@@ -59,7 +59,7 @@ def _region(text: str) -> tuple[int, int, int, int]:
 
 def text_file(path: str) -> str:
     """A text file's contents: UTF-8, a regular file of at most 16 MiB, else one line."""
-    from attnviz.core.run.configfile import TextFileError, read_text_file
+    from attnviz.core.runs.configfile import TextFileError, read_text_file
 
     try:
         return read_text_file(path)
@@ -87,7 +87,7 @@ def _stage_list(text: str) -> tuple[str, ...]:
 def _config_choices() -> dict[str, list[str]]:
     """Choice lists of the str fields: variants and dtypes, plus each field's declared choices."""
     from attnviz.core import DTYPES, VARIANTS
-    from attnviz.core.run.config import RunConfig
+    from attnviz.core.runs.config import RunConfig
 
     declared = {f.name: list(f.metadata["choices"]) for f in fields(RunConfig) if f.metadata.get("choices")}
     return {"variant": list(VARIANTS), "dtype": list(DTYPES), **declared}
@@ -95,7 +95,7 @@ def _config_choices() -> dict[str, list[str]]:
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per RunConfig field, from its type and metadata; absent flags leave the value alone."""
-    from attnviz.core.run.config import FILE_FIELDS, RunConfig
+    from attnviz.core.runs.config import FILE_FIELDS, RunConfig
 
     choices = _config_choices()
     group = parser.add_argument_group(

@@ -14,9 +14,9 @@ import torch
 from attnviz import colormaps
 from attnviz.core.analysis.stats import STAT_NAMES, head_stats, layer_stats, rollout, row_keys
 from attnviz.core.kernel.stages import BY_NAME, STAGES
-from attnviz.core.run.backed import backed_stages
-from attnviz.core.run.runner import RunResult, run_stages
-from attnviz.core.run.saved import opened_note
+from attnviz.core.runs.backed import backed_stages
+from attnviz.core.runs.runner import RunResult, run_stages
+from attnviz.core.runs.saved import opened_note
 from attnviz.frames import (
     HeatImage,
     PoolCache,

@@ -18,10 +18,10 @@ import torch
 from attnviz import colormaps
 from attnviz.core.kernel.maxpool import ceil_div, max_pool
 from attnviz.core.kernel.stages import STAGE_NAMES, STAGES
-from attnviz.core.run.config import RunConfig
-from attnviz.core.run.lru import LRU
-from attnviz.core.run.runner import RunResult
-from attnviz.core.run.saved import opened_note
+from attnviz.core.runs.config import RunConfig
+from attnviz.core.runs.lru import LRU
+from attnviz.core.runs.runner import RunResult
+from attnviz.core.runs.saved import opened_note
 from attnviz.style import COMPACT_DIGITS, number
 
 # The map views: "weights" draws the map that multiplied V (after dropout in train mode; the signed

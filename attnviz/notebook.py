@@ -8,7 +8,7 @@
     from attnviz import head_view, model_view             # bertviz's calls, as they are
 
 The maps are checked (shape, finite, rows summing to about 1 unless scores=True), written to a temporary .npz
-(the format `attnviz render -o FILE.npz` writes, see core/run/saved.py) and opened by a new attnviz process, so the
+(the format `attnviz render -o FILE.npz` writes, see core/runs/saved.py) and opened by a new attnviz process, so the
 caller keeps running and the window lives on its own. Nothing here imports Qt's widgets.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core import ConfigError, RunResult
-from attnviz.core.run.saved import maps_config
+from attnviz.core.runs.saved import maps_config
 from attnviz.system import no_display
 
 ROW_SUM_TOLERANCE = 1e-3  # softmax rows in float16/bfloat16 sum to 1 within ~1e-3

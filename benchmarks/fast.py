@@ -18,7 +18,7 @@ order in one offscreen MainWindow (1280 x 820):
 - `window_log`, `window_linear`: the seed spin toggled -> every head of the grid painted (gui.Harness.change:
   sigShown, then a forced repaint unless the loop painted already), with the weights' default scale (log)
   and with linear. The toggle flips between two seeds, whose weights and inputs the run keeps drawn
-  (core/run/drawn.py) after the first round; `window_new_seed` (log) moves to a seed never drawn before.
+  (core/runs/drawn.py) after the first round; `window_new_seed` (log) moves to a seed never drawn before.
   Each of these three gets rounds of its own, alternating with the anchor alone, and run and render get
   rounds of their own (with the anchor): a second engine allocating maps between the window's changes slowed
   the window by half at M, and new seeds between the toggles pushed the toggle's seeds out of the kept draws.
@@ -156,7 +156,7 @@ def bench_size(size, rounds: int) -> dict:
         # Each of the window's figures gets rounds of its own, alternating with the anchor alone. The engine's
         # parts (run, render) interleaved with the window allocate and free maps of their own between its
         # changes, which no user's window sees (the log rounds read 214 ms at M beside them, 129 ms without);
-        # new seeds between the toggles push the toggle's two seeds out of the kept draws (core/run/drawn.py keeps
+        # new seeds between the toggles push the toggle's two seeds out of the kept draws (core/runs/drawn.py keeps
         # four), so a third of the toggles drew their weights again.
         times: dict[str, list[float]] = {}
         anchors = []

@@ -213,7 +213,7 @@ def profile_export(out_dir: Path, heads=16, seq=512, width=1024) -> dict:
     common = ["--heads", str(heads), "--seq-q", str(seq), "--d-model", str(width)]
     routes = {
         "attnviz_render": (["-m", "attnviz", "render"], {
-            "run()": "core/run/runner.py:run", "export()": "attnviz/export/write.py:export",
+            "run()": "core/runs/runner.py:run", "export()": "attnviz/export/write.py:export",
             "layout()": "attnviz/export/figure.py:layout", "paint": "attnviz/export/png.py:paint",
             "png encode": "attnviz/export/qt.py:encode_png", "frames.render": "attnviz/frames.py:render",
             "QGuiApplication": "attnviz/export/qt.py:ensure_gui_app"}),

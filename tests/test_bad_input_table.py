@@ -426,7 +426,7 @@ def forbid_compute(monkeypatch):
     """A forward pass that starts fails the row (run() is looked up from attnviz.core at call time; the API's
     rows call run() itself, which may check its arguments but must not reach a forward)."""
     import attnviz.core
-    from attnviz.core.run import runner
+    from attnviz.core.runs import runner
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a forward pass started: the bad input was not refused before compute")
@@ -475,7 +475,7 @@ def test_a_tiny_temperature_samples_the_greedy_token(tmp_path, capsys, qapp):
     torch.multinomial refused with a bare RuntimeError. Its limit, the greedy token, is what it picks."""
     import torch
 
-    from attnviz.core.run.generation import choose
+    from attnviz.core.runs.generation import choose
 
     logits = torch.tensor([1.0, 3.0, -2.0, 2.5])
     for temperature in (1e-40, 1e-30, 5e-324):

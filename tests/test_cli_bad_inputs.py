@@ -15,7 +15,7 @@ import pytest
 
 from attnviz import cli
 from attnviz.cli import main
-from attnviz.core.run import device, runner
+from attnviz.core.runs import device, runner
 
 SMALL = ["--d-model", "8", "--heads", "2", "--seq-q", "4"]
 
@@ -47,7 +47,7 @@ def no_compute(monkeypatch):
 # Run in a child: root writes anywhere, so as root the child drops the capabilities that allow it.
 NO_COMPUTE_RENDER = """
 import sys
-import attnviz.core, attnviz.core.run.runner as runner
+import attnviz.core, attnviz.core.runs.runner as runner
 def forbidden(*a, **k):
     raise AssertionError("run() was called")
 runner.run = attnviz.core.run = forbidden

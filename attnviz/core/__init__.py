@@ -16,10 +16,10 @@ from attnviz.core.kernel.masks import (
 )
 from attnviz.core.kernel.mods import POSITIONS, AttentionOptions, alibi_slopes, rope
 from attnviz.core.kernel.stages import MAP_STAGES, STAGE_NAMES, STAGES, Stage
-from attnviz.core.run.config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig
-from attnviz.core.run.presets import list_presets, load_preset
-from attnviz.core.run.runner import RunResult, build_mask, estimate_memory, resolve_device, run, run_stages
-from attnviz.core.run.userfiles import load_config, saved_json
+from attnviz.core.runs.config import DTYPES, MASK_KINDS, POSITION_KINDS, ConfigError, RunConfig
+from attnviz.core.runs.presets import list_presets, load_preset
+from attnviz.core.runs.runner import RunResult, build_mask, estimate_memory, resolve_device, run, run_stages
+from attnviz.core.runs.userfiles import load_config, saved_json
 from attnviz.core.variants.differential import DifferentialAttention
 from attnviz.core.variants.modules import CausalSelfAttention, ContextCrossAttention, CrossAttention, SelfAttention
 from attnviz.core.variants.registry import VARIANTS, VariantSpec

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 from attnviz.explain import render_extras
 from attnviz.export.colourbar import colour_bar, legend_swatches
 from attnviz.export.items import Layout, Line, Raster, Text, check_size

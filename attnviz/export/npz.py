@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.atomic import atomic_writer
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 from attnviz.export.titles import model_title
 
 
@@ -27,7 +27,7 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
     """Every stage the run kept (names from core.stages), the mask and row flags, plus `config`
     (the saved-configuration JSON string), `device` (a model's run also `model_name`: what titles say) and any
     `extra` arrays, atomically. Token-labelled runs add `tokens` (str) and `token_ids`; all_layers adds
-    `layer_weights`, every layer's weights (layers, H, L, L). core/run/saved.py reads the file back.
+    `layer_weights`, every layer's weights (layers, H, L, L). core/runs/saved.py reads the file back.
     Runs on your own files add their names and sha256s (file_arrays; also under "files" in `config`); a
     generation adds `prompt_length` and always `layer_weights`."""
     arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | file_arrays(result) | extra

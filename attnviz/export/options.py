@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import colormaps
-from attnviz.core.run.config import RunConfig
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.config import RunConfig
+from attnviz.core.runs.runner import RunResult
 from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",

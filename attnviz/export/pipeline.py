@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.atomic import atomic_writer, write_bytes
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 from attnviz.explain import pipeline_frames
 from attnviz.export.figure import GAP, MARGIN
 from attnviz.export.items import Box, Layout, Raster, Text, check_size

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz import colormaps
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 from attnviz.export.figure import layout
 from attnviz.export.items import Bar, Box, Layout, Line, Raster, Text
 from attnviz.export.options import ExportOptions

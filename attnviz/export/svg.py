@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from attnviz import colormaps
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 from attnviz.export.figure import layout
 from attnviz.export.items import Bar, Box, Layout, Line, Raster, Text, hex_colour
 from attnviz.export.options import ExportOptions

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from attnviz.core.kernel.stages import BY_NAME
-from attnviz.core.run.config import RunConfig
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.config import RunConfig
+from attnviz.core.runs.runner import RunResult
 from attnviz.export.items import Text
 from attnviz.export.options import ExportOptions
 from attnviz.export.qt import Metrics

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from attnviz.atomic import ExportError, check_target, write_bytes
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 from attnviz.export.items import ImageTooLarge
 from attnviz.export.npz import write_npz
 from attnviz.export.options import ExportOptions, format_of

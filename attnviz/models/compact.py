@@ -240,7 +240,7 @@ def storage_plan(header, allowed: int) -> tuple[str | None, dict[str, int]]:
 
 def storage_note(storage: str, sizes: dict[str, int], quantization: str) -> str:
     """The line a run's notes show for a compact model."""
-    from attnviz.core.run.device import format_bytes
+    from attnviz.core.runs.device import format_bytes
 
     how = (f"its {quantization} blocks dequantised per layer as each runs" if storage == "blocks"
            else "in float16, computed in float32 layer by layer")
@@ -251,7 +251,7 @@ def storage_note(storage: str, sizes: dict[str, int], quantization: str) -> str:
 def gguf_within_budget(folder, memory_budget: int | None) -> tuple[int, str, str | None]:
     """(bytes, storage, the note saying so) for a GGUF file attnviz reads itself: float32 where it fits the
     budget, else the smallest compact form that does; ModelError before any weight is read where none does."""
-    from attnviz.core.run.device import format_bytes
+    from attnviz.core.runs.device import format_bytes
     from attnviz.models.errors import ModelError
     from attnviz.models.folder import memory_allowance
     from attnviz.models.gguf_files import gguf_header, read_gguf

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from attnviz.core.run.configfile import file_kind, read_regular
+from attnviz.core.runs.configfile import file_kind, read_regular
 from attnviz.models.folder import model_name
 from attnviz.models.hf import WEIGHTS_ONLY_SEEN
 from attnviz.style import format_bytes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 
 
 class ModelError(ConfigError):

@@ -18,9 +18,9 @@ from typing import Any
 
 from torch import Tensor
 
-from attnviz.core.run.configfile import NotRegularFile, read_regular
-from attnviz.core.run.device import memory_allowance
-from attnviz.core.run.userfiles import UnreadableCheckpoint, read_checkpoint
+from attnviz.core.runs.configfile import NotRegularFile, read_regular
+from attnviz.core.runs.device import memory_allowance
+from attnviz.core.runs.userfiles import UnreadableCheckpoint, read_checkpoint
 from attnviz.models.errors import ModelError
 from attnviz.models.gguf_files import gguf_header, read_gguf
 from attnviz.style import format_bytes

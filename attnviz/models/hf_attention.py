@@ -35,7 +35,7 @@ from attnviz.core.kernel.ablation import knock_out
 from attnviz.core.kernel.kernel import Trace, attention, merge_heads
 from attnviz.core.kernel.mods import ScoreMod, ScoreRecipe
 from attnviz.core.kernel.pooling import keeps_tokens
-from attnviz.core.run.predictions import Residuals
+from attnviz.core.runs.predictions import Residuals
 
 ATTN_NAME = "attnviz"
 # Keywords that carry no arithmetic for one call over a whole sequence (cache bookkeeping, the

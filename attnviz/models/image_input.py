@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 
 FIX_FILE = "choose a PNG, JPEG or WebP file (Open… beside Image, or drop one onto the window)"
 MAX_PIXELS = 50_000_000  # 50 MP: a large photo; a vision model reads a few hundred pixels a side

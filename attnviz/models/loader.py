@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from attnviz.core.kernel import progress
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.value_weighted import value_weighted as weigh_by_values
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.lru import LRU
 from attnviz.models.compact import gguf_within_budget
 from attnviz.models.folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
 from attnviz.models.gguf_files import gguf_header, read_gguf
@@ -119,7 +119,7 @@ class PretrainedModel:
 
     @torch.inference_mode()
     def step(self, ids: Tensor, cache, record=()):
-        """One generation step (core/run/generation.py): the new ids over the KV cache (None at first) ->
+        """One generation step (core/runs/generation.py): the new ids over the KV cache (None at first) ->
         (hidden (1, n, d), one Trace per layer, the grown cache, the residual stream after each layer)."""
         record = frozenset(record)
         value_weighted = "value_weighted" in record
@@ -137,7 +137,7 @@ class PretrainedModel:
         ids = eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
         return {int(i) for i in ids if 0 <= int(i) < self.info.vocab_size}
 
-    # --- the output head (core/run/predictions.py): logits, targets, labels, the lens, a forward recording nothing
+    # --- the output head (core/runs/predictions.py): logits, targets, labels, the lens, a forward recording nothing
 
     @property
     def has_head(self) -> bool:

@@ -15,7 +15,7 @@ import json
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from attnviz.core.run.backed import Encoded
+from attnviz.core.runs.backed import Encoded
 from attnviz.models.folder import ModelError
 
 SENTENCEPIECE_SPACE = "▁"

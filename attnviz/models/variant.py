@@ -3,7 +3,7 @@ core's variant registry (core never imports attnviz.models)."""
 
 from __future__ import annotations
 
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 from attnviz.core.variants.registry import BACKED_FIELDS, VariantSpec, no_inputs, not_a_module, register
 
 

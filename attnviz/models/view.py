@@ -1,7 +1,7 @@
 """A loaded model as one run sees it: which stack its maps show, the decoder's input, the chat template.
 
 The model cache holds one PretrainedModel per folder; `model_view(model, stack, decoder_text, chat)`
-gives a run the protocol of core/run/backed.py (info, encode, forward) for its own choices, without
+gives a run the protocol of core/runs/backed.py (info, encode, forward) for its own choices, without
 changing the shared model.
 
 - Stacks. An encoder-decoder (T5, BART) has three kinds of attention: the encoder's self-attention
@@ -20,7 +20,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 from attnviz.models.tokens import Encoded
 
 

@@ -11,7 +11,7 @@ The family's own modelling code runs; every attention layer calls the kernel thr
 (hf_attention.py), as text models do. A text-image model (clip, siglip) has two towers, each its own stack:
 `vision` reads the image, `text` the text (the folder's tokenizer).
 
-The view follows core/run/backed.py's protocol: `encode` reads the image (ids are the token positions; the pixels
+The view follows core/runs/backed.py's protocol: `encode` reads the image (ids are the token positions; the pixels
 and the picture as the model saw it stay on the view for its forward), `forward` runs every tower that has an
 input; the shown one's traces are returned, the others go to `other_stacks` (the model view).
 """
@@ -28,9 +28,9 @@ from torch import Tensor, nn
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.masks import is_causal
 from attnviz.core.kernel.stages import ALL_STAGES, STAGE_NAMES
-from attnviz.core.run.backed import Encoded
-from attnviz.core.run.config import ConfigError
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.backed import Encoded
+from attnviz.core.runs.config import ConfigError
+from attnviz.core.runs.lru import LRU
 from attnviz.models.folder import ModelError, ModelFolder, model_name, read_json, weight_files, weights_within_budget
 from attnviz.models.hf import ModelInfo
 from attnviz.models.hf_attention import ATTN_NAME, recording, transformers
@@ -231,7 +231,7 @@ class VisionModel:
 
 
 class VisionView:
-    """A VisionModel with one run's stack and image (the protocol of core/run/backed.py)."""
+    """A VisionModel with one run's stack and image (the protocol of core/runs/backed.py)."""
 
     has_head = False
 

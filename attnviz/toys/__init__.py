@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from attnviz.toys.specs import TOYS, ToySpec
 
 if TYPE_CHECKING:
-    from attnviz.core.run.backed import Encoded
+    from attnviz.core.runs.backed import Encoded
 
 # attnviz.core's variant registry reads TOYS from here, so nothing at this module's top level may
 # import attnviz.core (the networks, built from the seed modules, are imported where they are built).
@@ -124,7 +124,7 @@ def load_toy(name: str, directory: Path | None = None) -> ToyModel:
     return ToyModel(TOYS[name], card, module)
 
 
-# --- the toys as model-backed variants (the protocol of attnviz.core.run.backed) -----------------------
+# --- the toys as model-backed variants (the protocol of attnviz.core.runs.backed) -----------------------
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class ToyInfo:
 
 
 class ToyBacked:
-    """A toy as attnviz.core.run.backed wants a model: info, encode(text), forward(ids, record).
+    """A toy as attnviz.core.runs.backed wants a model: info, encode(text), forward(ids, record).
     Toys run on the CPU whatever the device (they take milliseconds), so no `.module` is exposed."""
 
     def __init__(self, toy: ToyModel):
@@ -149,7 +149,7 @@ class ToyBacked:
                             toy._lengths()[1], causal=toy.spec.task == "induction")
 
     def encode(self, text: str) -> Encoded:
-        from attnviz.core.run.config import ConfigError
+        from attnviz.core.runs.config import ConfigError
 
         spec = self.toy.spec
         try:
@@ -162,7 +162,7 @@ class ToyBacked:
         layers = [(chars, chars)] * spec.layers
         if spec.task != "induction":  # the decoder's cross-attention: output digits over input digits
             layers[-1] = (list(self.toy.predict(text)), chars)
-        from attnviz.core.run.backed import Encoded
+        from attnviz.core.runs.backed import Encoded
 
         return Encoded(ids, chars, layers)
 
@@ -186,12 +186,12 @@ class ToyBacked:
 
         return toy_parts(self.toy)
 
-    # --- the output head (core/run/predictions.py)
+    # --- the output head (core/runs/predictions.py)
 
     has_head = True
 
     def step(self, ids: Tensor, state, record=frozenset()):
-        """A generation step (core/run/generation.py) without a cache: the whole sequence again (the toys take
+        """A generation step (core/runs/generation.py) without a cache: the whole sequence again (the toys take
         milliseconds), each layer's trace cut to the new rows."""
         ids = ids.cpu() if state is None else torch.cat([state, ids.cpu()], dim=1)
         logits, traces = self.forward(ids, record)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from attnviz.core.analysis.circuit_parts import APPLIES, CircuitParts, LayerParts, Norm
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 
 
 def _norm(ln: nn.LayerNorm) -> Norm:

@@ -53,7 +53,7 @@ def test_value_weighted_equals_the_formula_from_the_trace(variant):
 
 
 def test_differential_attention_has_no_value_weighted_stage():
-    from attnviz.core.run.runner import run_stages
+    from attnviz.core.runs.runner import run_stages
 
     assert "value_weighted" not in run_stages(RunConfig.for_variant("differential"))
     assert "value_weighted" in run_stages(RunConfig())

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from attnviz.core import ConfigError, RunConfig, load_config, run
-from attnviz.core.run.configfile import MAX_CONFIG_BYTES
-from attnviz.core.run.runner import MemoryBudgetError, shortened
+from attnviz.core.runs.configfile import MAX_CONFIG_BYTES
+from attnviz.core.runs.runner import MemoryBudgetError, shortened
 
 
 def saved(tmp_path, config: dict, name: str = "c.json"):

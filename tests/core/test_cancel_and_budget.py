@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attnviz.core import ConfigError, RunConfig, estimate_memory, run
-from attnviz.core.run import device, runner
-from attnviz.core.run.runner import Cancelled, result_memory
+from attnviz.core.runs import device, runner
+from attnviz.core.runs.runner import Cancelled, result_memory
 
 
 def test_cancel_stops_the_run_and_is_polled():

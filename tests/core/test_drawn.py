@@ -1,4 +1,4 @@
-"""A seed variant's kept draws (core/run/drawn.py): a run from the cache equals a run that draws afresh, bit for
+"""A seed variant's kept draws (core/runs/drawn.py): a run from the cache equals a run that draws afresh, bit for
 bit, dropout included, and nothing a run does to its module reaches the kept one."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnviz.core import RunConfig, run
-from attnviz.core.run import drawn as drawn_module
+from attnviz.core.runs import drawn as drawn_module
 
 SMALL = dict(seq_q=48, seq_kv=48, heads=4, d_model=64, seed=3)
 

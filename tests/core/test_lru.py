@@ -2,7 +2,7 @@
 
 import threading
 
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.lru import LRU
 
 
 def test_reading_an_entry_keeps_it_and_the_oldest_unread_one_goes():

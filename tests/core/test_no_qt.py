@@ -16,9 +16,9 @@ def qt_modules():
     return sorted(m for m in sys.modules if m.startswith({QT_PREFIXES!r}))
 
 import attnviz.core
-import attnviz.core.run.runner, attnviz.core.run.presets
+import attnviz.core.runs.runner, attnviz.core.runs.presets
 import attnviz.frames
-import attnviz.models, attnviz.models.discover, attnviz.core.run.backed
+import attnviz.models, attnviz.models.discover, attnviz.core.runs.backed
 attnviz.core.run(attnviz.core.RunConfig(seq_q=4, d_model=8, heads=2))
 import attnviz.toys
 attnviz.toys.load_toy("toy-induction").traces("abcab")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from attnviz.core import ConfigError, RunConfig, run
 from attnviz.core.analysis.stats import head_stats, row_keys
 from attnviz.core.kernel import pooling as pooling_module
-from attnviz.core.run.runner import MemoryBudgetError
+from attnviz.core.runs.runner import MemoryBudgetError
 
 
 def _max_pool(maps: np.ndarray, f: int) -> np.ndarray:

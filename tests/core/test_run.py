@@ -28,7 +28,7 @@ from attnviz.core import (
     padding_mask,
     run,
 )
-from attnviz.core.run.runner import estimate_flops
+from attnviz.core.runs.runner import estimate_flops
 
 FLOAT_ARRAYS = ("output", "q", "k", "v", "scores", "weights", "dropped", "context")
 SHIPPED_PRESETS = {"default", "seed000-demo", "seed002-demo", "no-key-rows", "cross-padding",

@@ -2,8 +2,8 @@
 
 from attnviz.core import RunConfig, run
 from attnviz.core.kernel.stages import ALWAYS_KEPT, DIFFERENTIAL, ROTATION, SCORE_MOD, STAGES, stages_made_by
-from attnviz.core.run.backed import backed_stages
-from attnviz.core.run.runner import run_stages
+from attnviz.core.runs.backed import backed_stages
+from attnviz.core.runs.runner import run_stages
 
 
 def test_every_stage_has_its_own_title():

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from seeds import Seed000CrossAttention, Seed001CrossAttention, Seed001SelfAttention, Seed002CausalSelfAttention
 
 from attnviz.core import ConfigError, RunConfig, load_config, run, saved_json
-from attnviz.core.run.userfiles import FileChanged, load_inputs, load_weights
+from attnviz.core.runs.userfiles import FileChanged, load_inputs, load_weights
 
 B, LQ, LKV = 2, 5, 7
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from attnviz.core import ConfigError, RunConfig, run
-from attnviz.core.run.backed import run_forward
-from attnviz.core.run.runner import Cancelled
+from attnviz.core.runs.backed import run_forward
+from attnviz.core.runs.runner import Cancelled
 
 FAMILIES = ["gpt2", "llama", "gemma2"]
 PROMPT = "The cat sat"
@@ -143,7 +143,7 @@ def test_a_real_models_greedy_continuation_equals_transformers():
 
 def test_one_token_steps_run_on_the_cores_other_programs_leave_free_and_the_count_comes_back(tiny_models,
                                                                                              monkeypatch):
-    from attnviz.core.run import generation
+    from attnviz.core.runs import generation
     from attnviz.system import free_cores, others_cores
 
     assert [free_cores(n, 2) for n in (0.0, 0.3, 0.4, 1.0, 5.0)] == [2, 2, 1, 1, 1]

@@ -1,4 +1,4 @@
-"""Maps saved as .npz and opened again (core/run/saved.py): `attnviz render --maps FILE.npz` draws exactly what the
+"""Maps saved as .npz and opened again (core/runs/saved.py): `attnviz render --maps FILE.npz` draws exactly what the
 run drew (byte-identical PNG and SVG) with no model and nothing computed again; damaged files are one line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from attnviz.cli import main
 from attnviz.core import ConfigError
-from attnviz.core.run.saved import read_maps
+from attnviz.core.runs.saved import read_maps
 
 RUNS = {
     "seed": ["--preset", "seed000-demo"],

@@ -142,13 +142,13 @@ def test_too_large_is_refused_before_loading(tiny_models, tmp_path, monkeypatch)
 
 
 def test_maps_over_the_budget_name_the_text_length(tiny_models):
-    from attnviz.core.run.backed import FORWARD_OVERHEAD
+    from attnviz.core.runs.backed import FORWARD_OVERHEAD
 
     folder = tiny_models("gpt2")  # its weights fit 1 MiB; every layer's maps and the forward do not
     err = _fails(folder, text="the cat sat on the mat", match="every layer's maps at", field="text",
                  memory_budget=FORWARD_OVERHEAD // 2)
     assert "free memory" in str(err)  # not even one token would fit
-    from attnviz.core.run.backed import forward_bytes
+    from attnviz.core.runs.backed import forward_bytes
 
     info = load_model(folder).info
     budget = forward_bytes(info, 3, frozenset({"weights", "scores", "output"}))
@@ -205,7 +205,7 @@ def test_maps_that_come_out_non_finite_are_never_drawn(tiny_models, tmp_path, mo
     CLI exits 1 and writes nothing."""
     from safetensors.torch import load_file, save_file
 
-    from attnviz.core.run.result import NonFiniteResult
+    from attnviz.core.runs.result import NonFiniteResult
 
     f = _copy(tiny_models, tmp_path, "llama")
     state = load_file(str(f / "model.safetensors"))
@@ -278,8 +278,8 @@ def test_a_finite_context_vouches_for_its_layers_map_and_a_non_finite_one_has_th
     import torch
 
     from attnviz.core.kernel.kernel import attention
-    from attnviz.core.run.backed import _check_finite
-    from attnviz.core.run.result import NonFiniteResult
+    from attnviz.core.runs.backed import _check_finite
+    from attnviz.core.runs.result import NonFiniteResult
 
     info = type("Info", (), {"name": "m"})()
     unread = [object(), object()]  # torch.from_numpy of one of these raises: a vouched map is never read

@@ -235,7 +235,7 @@ def test_the_probe_runs_once_per_model_not_on_every_text(tiny_models, monkeypatc
 def test_predictions_made_a_few_positions_at_a_time_equal_transformers_with_their_kl(tiny_models, monkeypatch):
     # the logits are made LOGIT_ROWS positions at a time (never whole): 3 here, so every run of positions ends
     # mid-sentence; the unablated predictions and the KL come from the same pass
-    from attnviz.core.run import predictions as predictions_module
+    from attnviz.core.runs import predictions as predictions_module
 
     monkeypatch.setattr(predictions_module, "LOGIT_ROWS", 3)
     folder, family, layer, head = tiny_models("llama"), "llama", 1, 2

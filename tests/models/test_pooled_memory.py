@@ -12,8 +12,8 @@ import pytest
 
 from attnviz.core import RunConfig, run
 from attnviz.core.kernel import pooling as pooling_module
-from attnviz.core.run.backed import check_forward_memory, forward_bytes
-from attnviz.core.run.predictions import SPILL_BYTES
+from attnviz.core.runs.backed import check_forward_memory, forward_bytes
+from attnviz.core.runs.predictions import SPILL_BYTES
 
 TOKEN_STAGES = {"x", "q", "k", "v", "context", "output"}
 SMOLLM2 = SimpleNamespace(layers=30, heads=9, kv_heads=3, d_model=576, name="SmolLM2-135M shape")
@@ -89,7 +89,7 @@ def test_the_statistics_temporary_is_one_for_every_layer_and_goes_with_the_forwa
 
 
 def test_a_long_residual_stream_goes_to_a_file_and_the_lens_reads_the_same_numbers(long_llama, monkeypatch):
-    from attnviz.core.run import predictions
+    from attnviz.core.runs import predictions
 
     text = " ".join(["the cat sat on the mat and the dog chased it"] * 30)
     config = RunConfig.for_variant("pretrained", model=str(long_llama), text=text, pool="always")

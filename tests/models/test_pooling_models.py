@@ -68,7 +68,7 @@ def test_whole_maps_computed_in_blocks_go_straight_into_the_every_layer_array(ti
     from transformers import AutoModel
 
     from attnviz.core.kernel import blocks as blocks_module
-    from attnviz.core.run import backed
+    from attnviz.core.runs import backed
 
     monkeypatch.setattr(blocks_module, "CACHE_BLOCK_BYTES", 1 << 12)
 

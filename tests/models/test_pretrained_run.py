@@ -9,7 +9,7 @@ from tiny import SENTENCE
 
 from attnviz.cli import main
 from attnviz.core import RunConfig, run
-from attnviz.core.run.config import field_applies
+from attnviz.core.runs.config import field_applies
 from attnviz.models import load_model
 
 
@@ -341,7 +341,7 @@ def test_the_memory_check_counts_every_stack_of_an_encoder_decoder(tiny_models):
     """One forward records the encoder's, the decoder's and the cross layers: a budget that fits one stack's
     maps but not all three is refused before the forward."""
     from attnviz.core import ConfigError
-    from attnviz.core.run.backed import forward_bytes
+    from attnviz.core.runs.backed import forward_bytes
 
     folder = tiny_models("t5")
     model = load_model(folder)

@@ -9,7 +9,7 @@ import pytest
 from attnviz.core import RunConfig, run
 from attnviz.core.kernel import blocks as blocks_module
 from attnviz.core.kernel import pooling as pooling_module
-from attnviz.core.run.result import Cancelled
+from attnviz.core.runs.result import Cancelled
 
 TEXT = "the cat sat on the mat and the dog chased it"
 

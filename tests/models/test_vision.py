@@ -11,7 +11,7 @@ from tiny_vision import VISION_BUILDERS, draw_picture
 from attnviz.cli import main
 from attnviz.core import RunConfig, run
 from attnviz.core.analysis.stats import rollout
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 from attnviz.models.patches import patch_frames, write_png, write_svg
 
 TEXT = "the cat sat on the mat"

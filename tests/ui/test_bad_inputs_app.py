@@ -19,7 +19,7 @@ def answer_with(monkeypatch, answer) -> list:
 
 
 def test_memory_quick_fix_of_a_padding_run_gives_a_valid_config(window, qtbot, monkeypatch):
-    from attnviz.core.run import device
+    from attnviz.core.runs import device
 
     monkeypatch.setattr(device, "available_memory", lambda device: 64 << 20)
     config = RunConfig.for_variant("cross", mask="padding", kv_lengths=(3000, 2000), seq_q=3072, seq_kv=3072,

@@ -6,7 +6,7 @@ from dataclasses import fields
 from PySide6.QtWidgets import QWidget
 
 from attnviz.core import RunConfig
-from attnviz.core.run.config import field_meta
+from attnviz.core.runs.config import field_meta
 from attnviz.ui.window.field_widgets import OBJECT_NAMES
 from attnviz.ui.window.panel import ParameterPanel
 

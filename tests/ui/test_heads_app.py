@@ -13,7 +13,7 @@ from uihelpers import open_dock, wait_shown
 from attnviz import colormaps
 from attnviz.core import RunConfig, head_effects, head_scores, load_preset, run
 from attnviz.core.analysis.heads import THRESHOLDS
-from attnviz.core.run import predictions as predictions_module
+from attnviz.core.runs import predictions as predictions_module
 from attnviz.explain import HeadScoreFrames, LensFrames, PredictionFrames, probability_index
 from attnviz.ui.maps.model_view import ablated_heads, toggle_head
 from attnviz.ui.panels.lens_view import LensView
@@ -187,7 +187,7 @@ def test_head_effects_are_cached_per_config_and_run_off_the_gui_thread(toy, qtbo
 
 
 def test_head_effects_show_progress_and_cancel(toy, qtbot):
-    from attnviz.core.run.runner import Cancelled
+    from attnviz.core.runs.runner import Cancelled
 
     effects = toy.explain.effects
     started = threading.Event()

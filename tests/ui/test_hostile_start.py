@@ -83,7 +83,7 @@ CASES = {
     "no-presets-folder": (lambda root: None, ""),
 }
 PRELUDE = {
-    "no-presets-folder": ("import pathlib, attnviz.core.run.presets as p; "
+    "no-presets-folder": ("import pathlib, attnviz.core.runs.presets as p; "
                           "p._folder = lambda: pathlib.Path('/nonexistent')"),
 }
 

@@ -131,7 +131,7 @@ def test_bertviz_calls_work_as_they_are():
 
 def test_head_view_and_model_view_write_the_maps_bertviz_would_draw(monkeypatch, gpt2_attentions):
     from attnviz import notebook
-    from attnviz.core.run.saved import read_maps
+    from attnviz.core.runs.saved import read_maps
 
     opened = []
     monkeypatch.setattr(notebook, "open_window", lambda path: opened.append(Path(path)) or path)

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QWidget
 from seeds import Seed000CrossAttention
 from uihelpers import wait_shown
 
-from attnviz.core.run import userfiles
+from attnviz.core.runs import userfiles
 
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")  # a folder to keep the screenshots in, for looking at them
 

@@ -330,7 +330,7 @@ def test_presets_and_reset(window, qtbot):
 def test_close_during_long_run_is_prompt_and_the_worker_ends(qtbot):
     import time
 
-    from attnviz.core.run.runner import Cancelled
+    from attnviz.core.runs.runner import Cancelled
 
     started = []
 
@@ -797,7 +797,7 @@ def test_a_text_set_by_a_preset_or_file_shows_from_its_start(window):
 
 def test_a_long_forward_shows_its_layers_and_stop_cancels_it_keeping_the_last_view(qtbot):
     """The busy bar counts a model's layers as they finish; Stop (Esc) cancels the forward within one."""
-    from attnviz.core.run.runner import Cancelled
+    from attnviz.core.runs.runner import Cancelled
 
     polls = []
 

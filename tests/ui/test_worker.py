@@ -15,7 +15,7 @@ import torch
 from uihelpers import wait_shown
 
 from attnviz.core import RunConfig, run
-from attnviz.core.run.runner import MemoryBudgetError, estimate_flops
+from attnviz.core.runs.runner import MemoryBudgetError, estimate_flops
 from attnviz.frames import ViewOptions
 from attnviz.system import MAX_NICE, lower_priority, thread_policy
 from attnviz.ui.window import worker as worker_module

@@ -2,5 +2,5 @@
 statistics and rollout, QK/OV circuits and composition, direct logit attribution, activation patching,
 and one cell's path through the stages.
 
-Imports: attnviz.core.run and below.
+Imports: attnviz.core.runs and below.
 """

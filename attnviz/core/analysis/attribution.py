@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core.analysis.circuit_parts import CircuitParts, LayerParts, model_parts, one_token, seeing
-from attnviz.core.run.config import ConfigError, RunConfig
+from attnviz.core.runs.config import ConfigError, RunConfig
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from attnviz.core.run.runner import RunResult
+from attnviz.core.runs.runner import RunResult
 
 
 def cell_path(result: RunResult, b: int, m: int, i: int, j: int) -> dict[str, float]:

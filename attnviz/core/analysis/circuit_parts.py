@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from attnviz.core.run.backed import placed_model
-from attnviz.core.run.config import ConfigError, RunConfig
+from attnviz.core.runs.backed import placed_model
+from attnviz.core.runs.config import ConfigError, RunConfig
 
 APPLIES = "circuits, logit attribution and activation patching"
 

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core.analysis.circuit_parts import CircuitParts, LayerParts, hidden_states, model_parts, with_hidden_states
-from attnviz.core.run.config import ConfigError, RunConfig
+from attnviz.core.runs.config import ConfigError, RunConfig
 
 VOCABULARY_LIMIT = 512  # a vocabulary this small is shown whole (both axes)
 GRAM_BYTES = 512 << 20  # composition: every head's d x d Gram matrix kept where they fit in this

@@ -27,11 +27,11 @@ import torch
 
 from attnviz.core.analysis.stats import layer_stats, row_keys
 from attnviz.core.kernel.ablation import Plan, ablating
-from attnviz.core.run.backed import check_ablation_mode, check_kernel_ran, placed_model
-from attnviz.core.run.config import ConfigError, RunConfig
-from attnviz.core.run.predictions import target_log_probs
-from attnviz.core.run.result import Cancelled
-from attnviz.core.run.runner import run
+from attnviz.core.runs.backed import check_ablation_mode, check_kernel_ran, placed_model
+from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.predictions import target_log_probs
+from attnviz.core.runs.result import Cancelled
+from attnviz.core.runs.runner import run
 
 # What every type's tooltip says about the rows it counts (see the module docstring)
 CHOICE = ", over rows with more than one allowed key (a BOS stays a key: detect_head's exclude_bos=False)"

@@ -31,8 +31,8 @@ from attnviz.core.analysis.circuit_parts import (
     with_hidden_states,
 )
 from attnviz.core.analysis.heads import LOGIT_BYTES, TOKENS_PER_BATCH
-from attnviz.core.run.config import ConfigError, RunConfig
-from attnviz.core.run.result import Cancelled
+from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.result import Cancelled
 
 Progress = Callable[[int, int], None]
 

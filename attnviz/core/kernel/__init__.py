@@ -1,4 +1,4 @@
-"""attnviz.core.kernel: the one attention call and what runs inside it.
+"""attnviz.core.kernel.kernel: the one attention call and what runs inside it.
 
 The kernel (Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> dropout -> @ V), its stages, position
 encodings and score modifiers, masks, and the ways a call is computed when the whole map does not fit: row

@@ -132,7 +132,7 @@ def no_inputs(c) -> tuple[Tensor, ...]:
 
 
 def not_a_module(c) -> nn.Module:
-    raise TypeError(f"variant {c.variant!r} is model-backed: run it through attnviz.core.run.backed")
+    raise TypeError(f"variant {c.variant!r} is model-backed: run it through attnviz.core.runs.backed")
 
 
 # What a model-backed variant's configuration holds; heads, widths and lengths come from the model and the text.

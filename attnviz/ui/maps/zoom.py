@@ -128,7 +128,7 @@ class Zoomer:
     def frames(self, shown: RunResult, ask: ZoomAsk, options: ViewOptions, compute) -> ZoomFrames:
         """ZoomFrames of `ask` on `shown` (the result on screen); compute(region) -> RunResult runs the forward
         that keeps the region exact when the shown maps are pooled (or lack the stage shown)."""
-        from attnviz.core.run.backed import check_region
+        from attnviz.core.runs.backed import check_region
 
         c = shown.config
         region = check_region(ask.region, c.seq_q, c.lkv)

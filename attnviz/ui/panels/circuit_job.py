@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QProgressBar, QPushButton
 
 from attnviz import colormaps
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
 from attnviz.system import lower_priority, model_threads, set_torch_threads
 from attnviz.ui.panels.heat_table import HeatTable
@@ -59,7 +59,7 @@ class Job(QObject):
         self.key, self._cancel = None, None
 
     def _body(self, key, compute: Compute, flag: threading.Event) -> None:
-        from attnviz.core.run.result import Cancelled
+        from attnviz.core.runs.result import Cancelled
 
         lower_priority()  # the GUI thread wins the CPU
         set_torch_threads(model_threads(os.cpu_count() or 1))

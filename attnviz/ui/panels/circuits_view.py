@@ -15,7 +15,7 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.lru import LRU
 from attnviz.ui.panels.circuit_job import Job, circuit_config, fill
 from attnviz.ui.panels.heat_table import HeatTable
 from attnviz.ui.widgets.basic import named

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from attnviz import colormaps
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
 from attnviz.system import lower_priority, model_threads, set_torch_threads
 from attnviz.ui.panels.heat_table import HeatTable
@@ -64,7 +64,7 @@ class EffectsJob(QObject):
         self.key, self._cancel = None, None
 
     def _body(self, key, config, position, ablation, flag: threading.Event) -> None:
-        from attnviz.core.run.runner import Cancelled
+        from attnviz.core.runs.runner import Cancelled
 
         lower_priority()  # the GUI thread wins the CPU, as over the map worker
         set_torch_threads(model_threads(os.cpu_count() or 1))

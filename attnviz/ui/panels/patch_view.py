@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz import style
-from attnviz.core.run.config import IMAGE_SUFFIXES
+from attnviz.core.runs.config import IMAGE_SUFFIXES
 from attnviz.models.patches import ALPHA, MODES, PatchFrames, overlay_rgba
 from attnviz.ui.widgets.basic import named
 from attnviz.ui.widgets.file_chooser import FileDrop, PathChooser

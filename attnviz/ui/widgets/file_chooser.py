@@ -1,7 +1,7 @@
 """A "Random / From file" switch with the chosen file: stands in the parameter panel for
 RunConfig.weights and RunConfig.inputs (a file path; empty = random from the seed).
 
-It never reads the file: the run does, on the worker (attnviz.core.run.userfiles)."""
+It never reads the file: the run does, on the worker (attnviz.core.runs.userfiles)."""
 
 from __future__ import annotations
 

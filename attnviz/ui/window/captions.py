@@ -7,8 +7,8 @@ from pathlib import Path
 
 from attnviz.core import RunConfig
 from attnviz.core.kernel.pooling import pooled_text
-from attnviz.core.run.backed import WEIGHTS_ONLY_NOTE
-from attnviz.core.run.saved import MAPS_VARIANT
+from attnviz.core.runs.backed import WEIGHTS_ONLY_NOTE
+from attnviz.core.runs.saved import MAPS_VARIANT
 from attnviz.ui.window.worker import Outcome
 
 STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",

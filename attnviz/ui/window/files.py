@@ -10,7 +10,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from attnviz.core import ConfigError, load_config, saved_json
-from attnviz.core.run.userfiles import FileChanged
+from attnviz.core.runs.userfiles import FileChanged
 
 
 class WindowFiles:
@@ -94,7 +94,7 @@ class WindowFiles:
     def open_text(self, path: str) -> bool:
         """Put a text file's contents (UTF-8) into the text box; the run follows as for typing. False, with the
         reason on the status line, when it cannot (another encoding, too long, a variant without text)."""
-        from attnviz.core.run.configfile import TextFileError, read_text_file
+        from attnviz.core.runs.configfile import TextFileError, read_text_file
         from attnviz.ui.window.panel import TEXT_MAX_CHARS
 
         if not self.panel.config_applies("text"):

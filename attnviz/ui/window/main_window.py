@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from attnviz import colormaps, style
 from attnviz.core import ConfigError, RunConfig, run
-from attnviz.core.run.runner import run_stages
+from attnviz.core.runs.runner import run_stages
 from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
 from attnviz.ui.maps.views import CaptionBar, HeadGrid, OverlayBanner, TensorView, prepare_labels
 from attnviz.ui.panels.explain_views import ExplainViews

@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget
 
-from attnviz.core.run.config import field_meta
-from attnviz.core.run.saved import saved_layers
+from attnviz.core.runs.config import field_meta
+from attnviz.core.runs.saved import saved_layers
 from attnviz.ui.maps.model_view import ModelPanel, ModelView, ablated_heads, toggle_head
 
 MODEL_PROMPT = ("Choose a model under Model folder: one found on this machine, a folder (Open…) or a .gguf file "

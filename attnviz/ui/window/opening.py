@@ -1,7 +1,7 @@
 """Opening what people have: `attnviz PATH`, File > Open…, File > Open Recent and drops onto the window.
 
 One entry, MainWindow.open_path(path), takes a model folder, a .gguf file, a saved configuration (.json), maps
-exported as .npz (shown as saved, no model: core/run/saved.py), a picture for a vision model or a text file, and
+exported as .npz (shown as saved, no model: core/runs/saved.py), a picture for a vision model or a text file, and
 remembers it among the last RECENT_COUNT opened. Mixed into MainWindow (needs self.panel, self.settings, the
 status bar and the WindowFiles methods). Nothing here reads more of a file than its kind: the worker does.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
 from attnviz.core import ConfigError, RunConfig
-from attnviz.core.run.config import IMAGE_SUFFIXES, MAPS_SUFFIX
-from attnviz.core.run.saved import MAPS_VARIANT, saved_layer
+from attnviz.core.runs.config import IMAGE_SUFFIXES, MAPS_SUFFIX
+from attnviz.core.runs.saved import MAPS_VARIANT, saved_layer
 from attnviz.ui.widgets.file_chooser import FileDrop
 
 RECENT_COUNT = 10

@@ -33,8 +33,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core import DTYPES, VARIANTS, ConfigError, RunConfig, list_presets, load_preset
-from attnviz.core.run.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
-from attnviz.core.run.userfiles import file_fields
+from attnviz.core.runs.config import FILE_FIELDS, INPUT_SUFFIXES, WEIGHT_SUFFIXES, field_applies, field_meta
+from attnviz.core.runs.userfiles import file_fields
 from attnviz.style import RED
 from attnviz.ui.panels.patch_view import ImageChooser
 from attnviz.ui.widgets.basic import add_choice, named

@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTemporaryDir
 
 from attnviz.core import ConfigError, RunConfig, load_preset
-from attnviz.core.run.configfile import file_kind
+from attnviz.core.runs.configfile import file_kind
 from attnviz.frames import MAP_VIEWS, SCALE_MODES
 from attnviz.style import format_bytes
 from attnviz.ui.window.layout import SHARE_RANGE

@@ -28,8 +28,8 @@ from attnviz.core import ConfigError, RunConfig, RunResult, run
 from attnviz.core.kernel import buffers
 from attnviz.core.kernel.screen import POOLED_STAGES
 from attnviz.core.kernel.stages import ALL_STAGES, DEFAULT_RECORD
-from attnviz.core.run.backed import backed_stages
-from attnviz.core.run.runner import (
+from attnviz.core.runs.backed import backed_stages
+from attnviz.core.runs.runner import (
     SLOW_CPU_DTYPES,
     Cancelled,
     MemoryBudgetError,

@@ -18,7 +18,7 @@ from attnviz.core.kernel.kernel import nearest_heads
 from attnviz.core.kernel.masks import MASKS
 from attnviz.core.kernel.mods import POSITIONS, AttentionOptions
 from attnviz.core.kernel.pooling import POOL_MODES
-from attnviz.core.run.scalars import convert, int_tuple
+from attnviz.core.runs.scalars import convert, int_tuple
 from attnviz.core.variants.registry import VARIANTS
 
 MASK_KINDS = {kind.name: kind.description for kind in MASKS.values()}
@@ -32,7 +32,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth")  # your own weights (userfiles
 INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".safetensors")  # your own inputs
 FILE_FIELDS = ("weights", "inputs")  # fields that name a file the run reads
 PATH_FIELDS = ("model", "weights", "inputs", "image", "maps")  # fields holding a path (os.PathLike is taken)
-MAPS_SUFFIX = ".npz"  # attention maps saved by attnviz (core/run/saved.py)
+MAPS_SUFFIX = ".npz"  # attention maps saved by attnviz (core/runs/saved.py)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # a vision model's picture (Pillow reads it)
 TEXT_FIELDS = ("text", "decoder_text")  # what a tokenizer reads
 BOM = "\ufeff"

@@ -15,8 +15,8 @@ from dataclasses import fields
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.run.config import RunConfig
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.config import RunConfig
+from attnviz.core.runs.lru import LRU
 
 # Fields that neither build() nor inputs() read: the forward's options, pooling, where and how it runs.
 # (A field missing here only costs cache hits, never correctness.)

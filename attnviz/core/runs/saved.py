@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.kernel.stages import STAGE_NAMES
-from attnviz.core.run.config import ConfigError, RunConfig
-from attnviz.core.run.result import RunResult
+from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.result import RunResult
 from attnviz.core.variants.registry import VARIANTS, VariantSpec, register
 
 MAPS_VARIANT = "maps"

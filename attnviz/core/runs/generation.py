@@ -1,6 +1,6 @@
 """A causal model writing after the text: one token at a time, each step's attention kept as it ran.
 
-The model (core/run/backed.py's protocol) offers `step(ids (1, n), state, record) -> (hidden (1, n, d), traces,
+The model (core/runs/backed.py's protocol) offers `step(ids (1, n), state, record) -> (hidden (1, n, d), traces,
 state, residuals or None)`: the forward of the n new tokens over its cache (`state`, None at first), one
 Trace per layer whose maps are (1, H, n, Lk) with the keys right-aligned (the last Lk positions: a sliding
 window's cache keeps only the most recent). The first step reads the prompt, each later one the token the
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from attnviz.core.kernel.ablation import Plan, ablating
 from attnviz.core.kernel.kernel import Trace
-from attnviz.core.run.result import Cancelled
+from attnviz.core.runs.result import Cancelled
 from attnviz.system import cpu_sample, free_cores, others_cores, set_torch_threads
 
 # Stages a step computes whole: the maps after the mask (a cache holds no future key to fill qk with) and the
@@ -169,7 +169,7 @@ def generate_count(config, model, prompt_length: int) -> int:
     """config.generate, checked against the model: ConfigError for a model that cannot write (an encoder, the
     decoder side of an encoder-decoder, a model without its head) or a count past its positions (the
     largest that fits is offered)."""
-    from attnviz.core.run.config import ConfigError
+    from attnviz.core.runs.config import ConfigError
 
     count = config.generate if config.applies("generate") else 0
     if not count:
@@ -209,7 +209,7 @@ def at_step(result, step: int):
     token stage and label cut to the first prompt_length + step positions."""
     import dataclasses
 
-    from attnviz.core.run.config import ConfigError
+    from attnviz.core.runs.config import ConfigError
 
     total = len(result.tokens) - result.prompt_length
     if not 0 <= step <= total:

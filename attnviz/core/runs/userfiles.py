@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnviz.core.run.config import FILE_FIELDS, ConfigError, RunConfig
-from attnviz.core.run.configfile import ConfigFileError, read_config_text
-from attnviz.core.run.lru import LRU
+from attnviz.core.runs.config import FILE_FIELDS, ConfigError, RunConfig
+from attnviz.core.runs.configfile import ConfigFileError, read_config_text
+from attnviz.core.runs.lru import LRU
 from attnviz.core.variants.registry import VARIANTS
 
 CACHE_ENTRIES = 6  # loaded files (and hashes) kept in memory

@@ -36,13 +36,13 @@ from attnviz.core.kernel.stages import (
     STAGE_NAMES,
     stages_made_by,
 )
-from attnviz.core.run.backed import ablation_plan, backed_stages, check_region, run_forward
-from attnviz.core.run.config import ConfigError, RunConfig
-from attnviz.core.run.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
-from attnviz.core.run.drawn import drawn
-from attnviz.core.run.result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
-from attnviz.core.run.scalars import to_int
-from attnviz.core.run.userfiles import prepare
+from attnviz.core.runs.backed import ablation_plan, backed_stages, check_region, run_forward
+from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
+from attnviz.core.runs.drawn import drawn
+from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
+from attnviz.core.runs.scalars import to_int
+from attnviz.core.runs.userfiles import prepare
 
 SLOW_CPU_DTYPES = ("float16", "bfloat16")
 

@@ -2,7 +2,7 @@
 the target, the logit lens (each layer's residual stream read by the final norm and the unembedding), and
 with an ablation the unablated predictions and the KL divergence between the two.
 
-A model-backed variant's model (core/run/backed.py) may offer, besides the forward:
+A model-backed variant's model (core/runs/backed.py) may offer, besides the forward:
 
     logits(hidden (B, L, d)) -> (B, L, V) logits of its output head, or None (no head)
     targets(ids) -> one target id per position, -1 where none (a causal LM: the next token; a toy: its task's)

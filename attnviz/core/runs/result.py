@@ -10,7 +10,7 @@ import numpy as np
 
 from attnviz.core.kernel.progress import Cancelled
 from attnviz.core.kernel.screen import ScreenMaps
-from attnviz.core.run.config import RunConfig
+from attnviz.core.runs.config import RunConfig
 
 __all__ = ["Cancelled", "NonFiniteResult", "RunResult"]  # Cancelled is defined with the kernel's checkpoints
 

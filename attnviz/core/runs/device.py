@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core.kernel import buffers
-from attnviz.core.run.config import ConfigError
+from attnviz.core.runs.config import ConfigError
 from attnviz.style import format_bytes  # noqa: F401 - core's modules take it from here
 from attnviz.system import memory_bytes
 

@@ -56,11 +56,11 @@ from attnviz.core.kernel.stages import (
     STAGE_NAMES,
     stages_made_by,
 )
-from attnviz.core.run.config import ConfigError, RunConfig
-from attnviz.core.run.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
-from attnviz.core.run.generation import GENERATED_STAGES, Ran, generate_count, generated_run
-from attnviz.core.run.predictions import SPILL_BYTES, Outputs
-from attnviz.core.run.result import Cancelled, NonFiniteResult, RunResult
+from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
+from attnviz.core.runs.generation import GENERATED_STAGES, Ran, generate_count, generated_run
+from attnviz.core.runs.predictions import SPILL_BYTES, Outputs
+from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult
 
 # Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
 # and k, and no family computes a differential pair. A model's info.stages says what it does record.

@@ -6,7 +6,7 @@ import json
 import re
 from importlib import resources
 
-from attnviz.core.run.config import ConfigError, RunConfig
+from attnviz.core.runs.config import ConfigError, RunConfig
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # what the presets' file names are made of
 
