@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,18 @@ def test_bytes_are_written_in_words_by_style_format_bytes_alone():
     found = [f"{path.relative_to(PACKAGE)}:{i}" for path in PACKAGE.rglob("*.py") if path.name != "style.py"
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if by_hand.search(line)]
     assert found == []
+
+
+def test_run_config_imports_without_the_engine():
+    """RunConfig's module is data: importing it, its fields and their metadata (what the CLI's parser and the
+    parameter panel are generated from) loads neither torch nor the kernel. Validating a configuration reads
+    the variant registry, which does."""
+    code = ("import sys, dataclasses\n"
+            "from attnviz.core import RunConfig, ConfigError, MASK_KINDS, POSITION_KINDS\n"
+            "meta = {f.name: f.metadata for f in dataclasses.fields(RunConfig)}\n"
+            "assert meta['pool']['choices'] and 'window' in MASK_KINDS and 'rope' in POSITION_KINDS\n"
+            "print(','.join(sorted(m for m in sys.modules if m == 'torch' or m.startswith('attnviz.core.kernel.k'))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "attnviz.core.kernel.kinds"  # the names of the kernel's choices, nothing more

@@ -10,7 +10,6 @@ the kernel path) ablates the same way.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,18 +18,7 @@ from torch import Tensor
 
 from attnviz.core.kernel.current import ThreadCurrent
 
-ABLATIONS = {"zero": "the head's output set to 0", "mean": "the head's output set to its mean over the positions"}
-SPEC = re.compile(r"(\d+)\.(\d+|\*)")
-SPEC_FIX = 'write heads as "layer.head", e.g. 3.5, or 4.* for every head of layer 4, separated by commas'
-
 _current = ThreadCurrent()
-
-
-def spec_problem(spec: str) -> str | None:
-    """What is wrong with one "layer.head" string, or None."""
-    if not isinstance(spec, str) or not SPEC.fullmatch(spec.strip()):
-        return f"{spec!r} is not layer.head"
-    return None
 
 
 def parse(specs: Sequence[str], layers: int, heads: int) -> dict[int, tuple[int, ...]]:

@@ -20,6 +20,7 @@ from attnviz.core.kernel import progress
 from attnviz.core.kernel.ablation import knock_out
 from attnviz.core.kernel.blocks import blocked_attention
 from attnviz.core.kernel.buffers import Scratch
+from attnviz.core.kernel.kinds import nearest_heads
 from attnviz.core.kernel.mods import ScoreRecipe
 from attnviz.core.kernel.pooling import SoftmaxStats, current_pooling, grouped_matmul, softmax_stats
 from attnviz.core.kernel.stages import DEFAULT_RECORD
@@ -335,11 +336,3 @@ def check_heads(width: int, heads: int, width_name: str = "width") -> None:
             f"{heads} heads do not divide {width_name} {width} "
             f"({width} / {heads} = {width / heads:.3g}); nearest valid head counts: {options}"
         )
-
-
-def nearest_heads(width: int, heads: int) -> list[int]:
-    """The divisors of `width` closest to `heads` (one below and one above when both exist)."""
-    divisors = [h for h in range(1, max(width, 1) + 1) if width % h == 0]
-    below = [h for h in divisors if h < heads]
-    above = [h for h in divisors if h > heads]
-    return ([below[-1]] if below else []) + ([above[0]] if above else [])

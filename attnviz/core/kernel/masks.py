@@ -8,11 +8,13 @@ newest token and sees every key). The two agree when Lq == Lkv.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from attnviz.core.kernel.kinds import MASK_INFO, MaskInfo
 
 ALIGNMENTS = ("top-left", "bottom-right")
 
@@ -21,7 +23,6 @@ ALIGNMENTS = ("top-left", "bottom-right")
 # |i - j| <= w (both sides): the query itself and w keys on each side it looks. transformers' causal
 # sliding_window counts the query too (i - j < sliding_window: w = sliding_window - 1), its bidirectional
 # one does not (|i - j| <= sliding_window: w = sliding_window); a model's mask is read back by identify().
-WINDOW_RULE = "the query and the `window` keys before it"
 
 
 def _shift(lq: int, lkv: int, align: str) -> int:
@@ -100,13 +101,9 @@ def generate_mask(x: Tensor, causal: bool = False) -> Tensor:
 
 
 @dataclass(frozen=True)
-class MaskKind:
-    name: str
-    description: str
-    params: tuple[str, ...]  # the RunConfig fields it reads
-    mod: Callable[..., Callable | None]  # (config values) -> mask_mod, or None for "attend everywhere"
-    causal: bool = False  # whether it is a causal kind (sink keys stay behind the query)
-    align: str = "top-left"
+class MaskKind(MaskInfo):
+    # (config values) -> mask_mod, or None for "attend everywhere"
+    mod: Callable[..., Callable | None] = field(default=lambda **_: None)
 
 
 def _causal_mod(shift: int):
@@ -126,19 +123,15 @@ def _padding_mod(lengths: Sequence[int]):
     return mod
 
 
-MASKS: dict[str, MaskKind] = {k.name: k for k in [
-    MaskKind("none", "No mask: every query sees every key", (), lambda **_: None),
-    MaskKind("causal", "Causal, top-left aligned (the seeds' triu(1), SDPA is_causal)", (),
-             lambda shift, **_: _causal_mod(0), causal=True),
-    MaskKind("causal-bottom-right", "Causal, bottom-right aligned (decoding / KV-cache view)", (),
-             lambda shift, **_: _causal_mod(shift), causal=True, align="bottom-right"),
-    MaskKind("padding", "Key padding: batch item b sees its first kv_lengths[b] keys", ("kv_lengths",),
-             lambda kv_lengths, **_: _padding_mod(kv_lengths)),
-    MaskKind("window", f"Causal sliding window: {WINDOW_RULE} (Mistral)",
-             ("window", "sinks"), lambda window, **_: _window_mod(0, window, True), causal=True),
-    MaskKind("window-bidirectional", "Sliding window, both sides: keys within `window` of the query (Longformer)",
-             ("window", "sinks"), lambda window, **_: _window_mod(0, window, False)),
-]}
+MASK_MODS: dict[str, Callable[..., Callable | None]] = {
+    "none": lambda **_: None,
+    "causal": lambda shift, **_: _causal_mod(0),
+    "causal-bottom-right": lambda shift, **_: _causal_mod(shift),
+    "padding": lambda kv_lengths, **_: _padding_mod(kv_lengths),
+    "window": lambda window, **_: _window_mod(0, window, True),
+    "window-bidirectional": lambda window, **_: _window_mod(0, window, False),
+}
+MASKS: dict[str, MaskKind] = {name: MaskKind(**vars(info), mod=MASK_MODS[name]) for name, info in MASK_INFO.items()}
 
 
 def with_sinks(mod: Callable, sinks: int, causal: bool) -> Callable:

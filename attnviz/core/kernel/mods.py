@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.core.kernel.kinds import POSITIONS
+
 
 @dataclass(frozen=True)
 class ScoreMod:
@@ -80,25 +82,6 @@ def alibi(heads: int) -> ScoreMod:
 def softcap(cap: float) -> ScoreMod:
     """Gemma 2's logit soft cap: cap * tanh(score / cap), before the mask."""
     return ScoreMod("capped", lambda score, b, h, q_idx, kv_idx: cap * torch.tanh(score / cap))
-
-
-@dataclass(frozen=True)
-class PositionKind:
-    name: str
-    description: str
-    families: str  # which model families use it (for tooltips)
-    params: tuple[str, ...] = ()
-    interleaved: bool | None = None  # RoPE kinds: the pairing; None = not a rotation
-
-
-POSITIONS: dict[str, PositionKind] = {p.name: p for p in [
-    PositionKind("none", "No position information in the attention (the seeds)", "the tutorials, BERT, GPT-2"),
-    PositionKind("rope", "Rotary embedding, rotating halves (rotate_half)", "GPT-NeoX, Llama, Mistral, Qwen2",
-                 ("rope_base",), interleaved=False),
-    PositionKind("rope-interleaved", "Rotary embedding, rotating adjacent pairs", "GPT-J", ("rope_base",),
-                 interleaved=True),
-    PositionKind("alibi", "Linear distance penalty per head (ALiBi slopes)", "BLOOM, MPT"),
-]}
 
 
 @dataclass(frozen=True)

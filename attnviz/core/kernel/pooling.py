@@ -35,9 +35,6 @@ MIN_TARGET = 256  # ... but a map keeps at least this many cells a side (a grid 
 # temporaries, a few more blocks; the budgets count 4 of them). Not blocks.CACHE_BLOCK_BYTES, which sizes the
 # whole-map path's blocks to the CPU's caches: a pooled block is reduced and dropped, never kept.
 POOLED_BLOCK_BYTES = 16 << 20
-POOL_MODES = {"auto": "pool when every layer's maps would need more than 1 GiB or the memory budget",
-              "always": "always pool the maps (statistics stay exact)",
-              "never": "never pool: a run whose maps do not fit is refused, with the size"}
 AUTO_BYTES = 1 << 30  # auto pools past this much of every layer's maps
 
 _current = ThreadCurrent()

@@ -32,9 +32,10 @@ import torch
 from torch import Tensor
 
 from attnviz.core.kernel import buffers
-from attnviz.core.kernel.ablation import ABLATIONS, Plan, ablating
+from attnviz.core.kernel.ablation import Plan, ablating
 from attnviz.core.kernel.ablation import parse as parse_ablation
 from attnviz.core.kernel.blocks import sharing_masks
+from attnviz.core.kernel.kinds import ABLATIONS
 from attnviz.core.kernel.masks import identify
 from attnviz.core.kernel.pooling import (
     AUTO_BYTES,

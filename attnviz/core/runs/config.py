@@ -11,15 +11,24 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from attnviz.core.kernel.ablation import ABLATIONS, SPEC_FIX, spec_problem
-from attnviz.core.kernel.kernel import nearest_heads
-from attnviz.core.kernel.masks import MASKS
-from attnviz.core.kernel.mods import POSITIONS, AttentionOptions
-from attnviz.core.kernel.pooling import POOL_MODES
+from attnviz.core.kernel.kinds import (
+    ABLATIONS,
+    POOL_MODES,
+    POSITIONS,
+    SPEC_FIX,
+    nearest_heads,
+    spec_problem,
+)
+from attnviz.core.kernel.kinds import (
+    MASK_INFO as MASKS,
+)
 from attnviz.core.runs.scalars import convert, int_tuple
-from attnviz.core.variants.registry import VARIANTS
+
+if TYPE_CHECKING:
+    from attnviz.core.kernel.mods import AttentionOptions
+    from attnviz.core.variants.registry import Registry
 
 MASK_KINDS = {kind.name: kind.description for kind in MASKS.values()}
 MASK_PARAMS = frozenset(p for kind in MASKS.values() for p in kind.params)  # the fields only some kinds read
@@ -234,7 +243,7 @@ class RunConfig:
 
     @property
     def spec(self):
-        return VARIANTS[self.variant]
+        return variants()[self.variant]
 
     @property
     def lkv(self) -> int:
@@ -257,6 +266,8 @@ class RunConfig:
 
     def attention_options(self) -> AttentionOptions:
         """Position, scale and cap as the kernel takes them (fields that do not apply are off)."""
+        from attnviz.core.kernel.mods import AttentionOptions
+
         return AttentionOptions(
             position=self.position if self.applies("position") else "none", rope_base=self.rope_base,
             qk_scale=self.qk_scale if self.applies("qk_scale") else 0.0,
@@ -281,8 +292,8 @@ class RunConfig:
     # --- validation --------------------------------------------------------------------------
 
     def _validate(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ConfigError("variant", self.variant, "unknown variant", f"use one of {', '.join(VARIANTS)}")
+        if self.variant not in variants():
+            raise ConfigError("variant", self.variant, "unknown variant", f"use one of {', '.join(variants())}")
         for f in fields(self):
             value, meta = getattr(self, f.name), f.metadata
             kind = f.type  # the types themselves are right: _convert saw to that
@@ -421,9 +432,9 @@ class RunConfig:
     @classmethod
     def for_variant(cls, variant: str, **changes: Any) -> RunConfig:
         """A config with the variant's own defaults (its seed's mask and bias flags) plus changes."""
-        spec = VARIANTS.get(variant)
+        spec = variants().get(variant)
         if spec is None:
-            raise ConfigError("variant", variant, "unknown variant", f"use one of {', '.join(VARIANTS)}")
+            raise ConfigError("variant", variant, "unknown variant", f"use one of {', '.join(variants())}")
         base: dict[str, Any] = {"variant": variant, "mask": spec.default_mask, **spec.defaults}
         if variant == "cross":
             base["in_bias"] = False  # seed 000: qkv_bias=False
@@ -479,9 +490,17 @@ def _check_utf8(name: str, text: str) -> None:
                           "give the text as UTF-8 (re-save its file as UTF-8 and pass it with --text-file)") from None
 
 
+def variants() -> Registry:
+    """The variant registry, imported on first use: its specs build torch modules, and RunConfig imports
+    without the engine."""
+    from attnviz.core.variants.registry import VARIANTS
+
+    return VARIANTS
+
+
 def field_applies(name: str, variant: str, mask: str, position: str = "none") -> bool:
     """Whether config field `name` means anything for this variant, mask kind and position."""
-    if name not in VARIANTS[variant].fields:
+    if name not in variants()[variant].fields:
         return False
     if name in MASK_PARAMS:  # a mask kind's own parameters
         return name in getattr(MASKS.get(mask), "params", ())
