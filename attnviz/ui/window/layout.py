@@ -88,6 +88,19 @@ class WindowLayout:
                 signal.connect(lambda *_: self._titles_timer.start())
         self.fit_titles()
 
+    def _toolbar_beside_menus(self) -> None:
+        """The toolbar's buttons at the right end of the menu bar, not on a row of their own (a row the panels
+        need at 1280 x 800); where the menu bar is the system's (macOS), which shows no corner widget, a row."""
+        bar = self.menuBar()
+        if bar.isNativeMenuBar():
+            return
+        self.removeToolBar(self.toolBar)
+        self.toolBar.setMovable(False)
+        self.toolBar.setContentsMargins(0, 0, 0, 0)
+        self.toolBar.setStyleSheet("QToolBar { border: 0px; padding: 0px; } QToolButton { padding: 0px 4px; }")
+        bar.setCornerWidget(self.toolBar, Qt.TopRightCorner)
+        self.toolBar.show()
+
     def fit_titles(self) -> None:
         """Title bars off for the docks in a row of tabs (their tab names them), on for the others."""
         for dock in self.findChildren(QDockWidget):

@@ -124,6 +124,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.explain = ExplainViews(self)  # the explaining panels (docks): pipeline, statistics, focus ...
         self._bare_tabs()
         self._make_actions()
+        self._toolbar_beside_menus()
 
     def _connect(self) -> None:
         d = self.delivery
