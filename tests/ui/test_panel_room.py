@@ -98,8 +98,8 @@ def tab_of(w: MainWindow, dock):
 
 def test_a_tabbed_dock_has_no_title_bar_and_its_tab_floats_or_closes_it(qtbot):
     from PySide6.QtCore import QEvent, QPointF, Qt
-    from PySide6.QtGui import QMouseEvent
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtGui import QHelpEvent, QMouseEvent
+    from PySide6.QtWidgets import QApplication, QToolTip
 
     from attnviz.ui.window.layout import BareTitle
 
@@ -111,8 +111,9 @@ def test_a_tabbed_dock_has_no_title_bar_and_its_tab_floats_or_closes_it(qtbot):
     assert isinstance(model.titleBarWidget(), BareTitle) and not isinstance(w.tensorDock.titleBarWidget(), BareTitle)
     assert stats.widget().geometry().top() <= 2  # the panel starts at the dock's top: no title bar's line
     bar, i = tab_of(w, stats)
-    assert bar.toolTip()
     centre = QPointF(bar.tabRect(i).center())
+    QApplication.sendEvent(bar, QHelpEvent(QEvent.ToolTip, centre.toPoint(), bar.mapToGlobal(centre.toPoint())))
+    assert QToolTip.isVisible() and QToolTip.text().startswith("Statistics. ") and "double-click" in QToolTip.text()
     QApplication.sendEvent(bar, QMouseEvent(QEvent.MouseButtonDblClick, centre, bar.mapToGlobal(centre),
                                             Qt.LeftButton, Qt.LeftButton, Qt.NoModifier))
     qtbot.waitUntil(lambda: stats.isFloating())

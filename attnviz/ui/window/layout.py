@@ -13,13 +13,13 @@ MainWindow.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtWidgets import QApplication, QDockWidget, QMenu, QTabBar, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMenu, QTabBar, QToolTip, QWidget
 
 GRID_SHARE = 0.47  # the head grid's share of the window's height by default (the maps area is over half)
 SHARE_RANGE = (0.25, 0.85)  # the shares a drag of the split may leave (a map stays readable, a dock usable)
 TENSOR_SHARE = 0.3  # the tensor view's share of the bottom row's width
-TAB_TIP = ("Click a tab to show its panel; double-click it to float the panel in its own window; right-click it to "
-           "float or close the panel (the View menu opens and closes every panel)")
+TAB_TIP = ("Click to show this panel; double-click to float it in its own window; right-click to float or close it "
+           "(the View menu opens and closes every panel)")
 
 
 class WindowLayout:
@@ -110,8 +110,7 @@ class WindowLayout:
                 dock.setTitleBarWidget(BareTitle() if tabbed else None)
         for bar in self.findChildren(QTabBar):
             if bar.parentWidget() is self:  # the dock area's tabs (a panel's own tab bars are deeper)
-                bar.installEventFilter(self._tab_menu)
-                bar.setToolTip(TAB_TIP)
+                bar.installEventFilter(self._tab_menu)  # its tooltip, double-click and right-click
 
     def fit_docks(self) -> None:
         """Size the bottom area so the head grid gets its share of the window's height (the docks' least
@@ -172,12 +171,14 @@ class TabMenu(QObject):
 
     def eventFilter(self, bar, event) -> bool:  # noqa: N802 (Qt's name)
         kind = event.type()
-        if kind not in (QEvent.MouseButtonDblClick, QEvent.ContextMenu):
+        if kind not in (QEvent.MouseButtonDblClick, QEvent.ContextMenu, QEvent.ToolTip):
             return False
         dock = self.dock_at(bar, event.position().toPoint() if kind == QEvent.MouseButtonDblClick else event.pos())
         if dock is None:
             return False
-        if kind == QEvent.MouseButtonDblClick:
+        if kind == QEvent.ToolTip:  # Qt's dock tabs show a tooltip only where a tab's text is cut: always here
+            QToolTip.showText(event.globalPos(), f"{dock.windowTitle()}. {TAB_TIP}", bar)
+        elif kind == QEvent.MouseButtonDblClick:
             dock.setFloating(True)
         else:
             self.menu(dock).exec(event.globalPos())
