@@ -74,6 +74,8 @@ class WindowLayout:
         """`dock` joins the model view's tabs (ExplainViews' panels)."""
         self.addDockWidget(Qt.BottomDockWidgetArea, dock)
         self.tabifyDockWidget(self.modelDock, dock)
+        if hasattr(self, "_titles_timer"):  # a panel added after the window was built
+            self._watch_title(dock)
 
     def _bare_tabs(self) -> None:
         """A dock shown in a row of tabs loses its title bar, and gets it back alone or floating (checked on the
@@ -84,9 +86,12 @@ class WindowLayout:
         self._titles_timer.timeout.connect(self.fit_titles)
         self._tab_menu = TabMenu(self)
         for dock in self.findChildren(QDockWidget):
-            for signal in (dock.visibilityChanged, dock.topLevelChanged, dock.dockLocationChanged):
-                signal.connect(lambda *_: self._titles_timer.start())
+            self._watch_title(dock)
         self.fit_titles()
+
+    def _watch_title(self, dock: QDockWidget) -> None:
+        for signal in (dock.visibilityChanged, dock.topLevelChanged, dock.dockLocationChanged):
+            signal.connect(lambda *_: self._titles_timer.start())
 
     def _toolbar_beside_menus(self) -> None:
         """The toolbar's buttons at the right end of the menu bar, not on a row of their own (a row the panels
