@@ -13,9 +13,8 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QPainter, QPalette
-from PySide6.QtWidgets import QApplication, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtWidgets import QApplication, QGraphicsRectItem, QLabel, QWidget
 
 from attnviz import colormaps
 from attnviz.core import RunResult
@@ -72,53 +71,6 @@ class OverlayBanner(QLabel):
         width = self.parentWidget().width()
         self.setGeometry(0, 0, width, self.heightForWidth(width))
         self.raise_()
-
-
-class CaptionBar(QWidget):
-    """Two lines above the maps saying what to look for, painted here at a fixed height: a new
-    caption never lays the window out again. (A word-wrapped QLabel that came, went or rewrapped
-    resized the head grid inside the result swap: benchmarks/README.md, Behind the code.)"""
-
-    LINES = 2
-    PAD = 3
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._text, self._strong = "", False
-        font = self.font()
-        font.setBold(True)
-        self.setFont(font)
-        self.setFixedHeight(self.LINES * self.fontMetrics().lineSpacing() + 2 * self.PAD)
-        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # never widens the window
-
-    def text(self) -> str:
-        return self._text
-
-    def set_caption(self, text: str, strong: bool) -> None:
-        """`strong`: a trained model's own caption (bold); otherwise a muted hint."""
-        if (text, strong) == (self._text, self._strong):
-            return
-        self._text, self._strong = text, strong
-        self.setToolTip(text)  # the whole text where two lines cut it
-        self.update()
-
-    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return QSize(0, self.height())
-
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        painter = QPainter(self)
-        font = self.font()
-        font.setBold(self._strong)
-        painter.setFont(font)
-        role = QPalette.WindowText if self._strong else QPalette.PlaceholderText
-        painter.setPen(self.palette().color(role))
-        area = self.rect().adjusted(4, self.PAD, -4, -self.PAD)
-        flags = Qt.AlignLeft | Qt.AlignTop | Qt.TextWordWrap
-        text, metrics = self._text, painter.fontMetrics()
-        if metrics.boundingRect(area, flags, text).height() > area.height():  # more than two lines: "…"
-            text = metrics.elidedText(text, Qt.ElideRight, int(area.width() * self.LINES * 0.9))
-        painter.drawText(area, flags, text)  # clipped to the area
-
 
 
 @functools.lru_cache(maxsize=8)

@@ -30,6 +30,7 @@ from attnviz.ui.maps.views import image_item, lean_axes, set_heat_image
 from attnviz.ui.widgets.basic import add_choice, named
 
 SORT_ROLE = Qt.UserRole + 1
+ROW_PAD_PX = 3  # a table row's height over its text's
 # the head types measured on a probe (explain.PROBE_TYPES); previous token, first key and diagonal are
 # the statistics' own columns
 PROBE_HEADERS = {"duplicate_token": ("duplicate token", "mean weight on earlier copies of the query's own token, "
@@ -63,50 +64,18 @@ class StatsView(QWidget):
         self._cells = (0, 0)  # the overview's (layers, heads)
         self.model = QStandardItemModel(self)
         self.model.setSortRole(SORT_ROLE)
-        self.table = named(QTableView(), "statsTable")
-        self.table.setToolTip("One row per head of the shown layer and batch item; click a header to sort. "
-                              "Means are over the query rows that have a key.")
-        self.table.setModel(self.model)
-        self.table.setSortingEnabled(True)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.table.verticalHeader().hide()
-        # compact rows: a short dock shows half as many again (the style's default row is ~30 px)
-        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
-        self.table.sortByColumn(0, Qt.AscendingOrder)
-
-        self.columnCombo = named(QComboBox(), "statsColumnCombo")
-        for name, (text, tip) in list(STATS.items()) + list(PROBE_HEADERS.items()):
-            add_choice(self.columnCombo, text, name, tip)
-        self.columnCombo.setToolTip("The statistic the layer x head overview shows")
-        self.columnCombo.currentIndexChanged.connect(self._show_overview)
-        self.copyButton = named(QPushButton("Copy"), "statsCopyButton")
-        self.copyButton.setToolTip("Copy the table as CSV text")
-        self.copyButton.clicked.connect(self.copy)
-        self.exportButton = named(QPushButton("Export…"), "statsExportButton")
-        self.exportButton.setToolTip("Save the table as CSV, or the panel as a PNG image")
-        self.exportButton.clicked.connect(self.sigExport)
-
+        self._make_table()
+        self._make_controls()
         self._make_overview()
-
-        # One row of controls above the table and the overview: a row above and another below took a short
-        # dock's height from both (at 1280 x 800 the overview was 5 px high)
-        self.overviewChoice = QWidget()
-        choice = QHBoxLayout(self.overviewChoice)
-        choice.setContentsMargins(0, 0, 0, 0)
-        choice.addWidget(QLabel("Overview of"))
-        choice.addWidget(self.columnCombo, 1)
-        self.overviewPanel = self.overview
         split = QSplitter(Qt.Horizontal)
         split.addWidget(self.table)
         split.addWidget(self.overview)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 1)
         split.setSizes([750, 350])
+        # One row of controls above the table and the overview: a row above and another below took a short
+        # dock's height from both (at 1280 x 800 the overview was 5 px high)
         row = QHBoxLayout()
-        self.infoLabel = QLabel()
-        self.infoLabel.setStyleSheet("color: palette(mid);")
         row.addWidget(self.infoLabel)
         row.addWidget(self.overviewNote)
         row.addStretch(1)
@@ -118,6 +87,44 @@ class StatsView(QWidget):
         layout.setSpacing(2)
         layout.addLayout(row)
         layout.addWidget(split, 1)
+
+    def _make_table(self) -> None:
+        """statsTable: one compact, sortable row per head."""
+        self.table = named(QTableView(), "statsTable")
+        self.table.setToolTip("One row per head of the shown layer and batch item; click a header to sort. "
+                              "Means are over the query rows that have a key.")
+        self.table.setModel(self.model)
+        self.table.setSortingEnabled(True)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.verticalHeader().hide()
+        # Rows as high as the text and a hair: a dock beside the model view at 1280 x 800 shows six or seven
+        # heads (the style's default row is ~30 px; the text's height and 6 px showed five)
+        self.table.verticalHeader().setMinimumSectionSize(1)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + ROW_PAD_PX)
+        self.table.sortByColumn(0, Qt.AscendingOrder)
+
+    def _make_controls(self) -> None:
+        """The overview's column, Copy and Export, and the line saying what the table holds."""
+        self.columnCombo = named(QComboBox(), "statsColumnCombo")
+        for name, (text, tip) in list(STATS.items()) + list(PROBE_HEADERS.items()):
+            add_choice(self.columnCombo, text, name, tip)
+        self.columnCombo.setToolTip("The statistic the layer x head overview shows")
+        self.columnCombo.currentIndexChanged.connect(self._show_overview)
+        self.copyButton = named(QPushButton("Copy"), "statsCopyButton")
+        self.copyButton.setToolTip("Copy the table as CSV text")
+        self.copyButton.clicked.connect(self.copy)
+        self.exportButton = named(QPushButton("Export…"), "statsExportButton")
+        self.exportButton.setToolTip("Save the table as CSV, or the panel as a PNG image")
+        self.exportButton.clicked.connect(self.sigExport)
+        self.overviewChoice = QWidget()
+        choice = QHBoxLayout(self.overviewChoice)
+        choice.setContentsMargins(0, 0, 0, 0)
+        choice.addWidget(QLabel("Overview of"))
+        choice.addWidget(self.columnCombo, 1)
+        self.infoLabel = QLabel()
+        self.infoLabel.setStyleSheet("color: palette(mid);")
 
     def _make_overview(self) -> None:
         """The layer x head image of the chosen statistic, and the note shown when there is one layer."""
@@ -133,6 +140,7 @@ class StatsView(QWidget):
         plot.setLabel("bottom", "head")
         plot.getViewBox().setDefaultPadding(0)
         plot.getViewBox().sigResized.connect(lambda *_: self._overview_ticks())
+        self.overviewPanel = self.overview
         self.overviewImage = image_item()
         plot.addItem(self.overviewImage)
         self.overviewNote = QLabel("The layer × head overview needs a multi-layer model")

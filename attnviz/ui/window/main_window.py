@@ -15,7 +15,6 @@ import math
 import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QProgressBar,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -34,9 +34,10 @@ from attnviz import colormaps, style
 from attnviz.core import ConfigError, RunConfig, run
 from attnviz.core.runs.runner import run_stages
 from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
-from attnviz.ui.maps.views import CaptionBar, HeadGrid, OverlayBanner, TensorView, prepare_labels
+from attnviz.ui.maps.info_bar import HOVER_HINT, InfoBar  # noqa: F401 (the hint, where the window's tests read it)
+from attnviz.ui.maps.views import HeadGrid, OverlayBanner, TensorView, prepare_labels
 from attnviz.ui.panels.explain_views import ExplainViews
-from attnviz.ui.panels.generate import GenerateOnce, StepControls, continuation_html, generated_count
+from attnviz.ui.panels.generate import STEP_ALL, GenerateOnce, StepControls, continuation_html, generated_count
 from attnviz.ui.panels.predictions_view import PredictionStrip
 from attnviz.ui.widgets.basic import add_choice, named
 from attnviz.ui.window import lifecycle
@@ -60,8 +61,6 @@ DEFAULT_GENERATE = 20  # tokens the Generate button writes while the count is of
 # one of the forward's two threads while the other waited for it (benchmarks/README.md, Behind the code).
 BUSY_SHOW_MS = 250
 MODEL_VIEW_PARTIAL_S = 0.5  # while a generation streams, the model view follows at most this often
-HOVER_HINT = ("Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back); "
-              "drag a rectangle on a map to see that block exactly.")
 
 
 def _delivered(name: str, doc: str) -> property:
@@ -117,13 +116,15 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         gc.freeze()
 
     def _build(self) -> None:
-        maps_layout = self._make_central()
+        self._make_central()
         self._make_status_bar()
-        maps_layout.insertWidget(1, self.hoverLabel)
         self._make_model_dock()
+        self.infoBar.watch(self.headGrid, self.outputView, self.modelView)  # their hovered cells show there
         self._make_tensor_dock(self.tensorPanel)
         self.explain = ExplainViews(self)  # the explaining panels (docks): pipeline, statistics, focus ...
+        self._bare_tabs()
         self._make_actions()
+        self._toolbar_beside_menus()
 
     def _connect(self) -> None:
         d = self.delivery
@@ -151,9 +152,8 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         # paint then ran inside a Python frame holding the GIL, and the worker's Python waited).
         self.headGrid.after_paint = self.outputView.after_paint = d.on_painted
 
-    def _make_central(self) -> QVBoxLayout:
-        """The parameter panel (scrolling) left, the maps right; the tensor view for its dock. Returns the
-        maps' layout (the hover line goes under its controls)."""
+    def _make_central(self) -> None:
+        """The parameter panel (scrolling) left, the maps right; the tensor view for its dock."""
         self.panel = ParameterPanel()
         scroll = QScrollArea()
         scroll.setWidget(self.panel)
@@ -163,7 +163,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.headGrid = HeadGrid()
         self.outputView = TensorView()
         self.outputView.setMinimumHeight(TENSOR_MIN_PX)
-        maps, maps_layout = self._maps_column()
+        maps = self._maps_column()
         self.tensorPanel = QWidget()
         tensor_layout = QVBoxLayout(self.tensorPanel)
         tensor_layout.setContentsMargins(0, 0, 0, 0)
@@ -175,23 +175,10 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.mainSplit.addWidget(maps)
         self.mainSplit.setStretchFactor(1, 1)
         self.setCentralWidget(self.mainSplit)
-        return maps_layout
 
     def _make_status_bar(self) -> None:
-        """The status line and busy indicator, and the hover line (placed above the maps)."""
+        """The status line and busy indicator."""
         self.statusLabel = named(QLabel(), "statusLabel")
-        self.hoverLabel = named(QLabel(), "hoverLabel")
-        self.hoverLabel.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.hoverLabel.setWordWrap(True)
-        # At least two lines, and it never shrinks: a hover text that wrapped to another line and
-        # back resized the head grid, which lays out and re-renders every tile, as the mouse moved.
-        self.hoverLabel.setFixedHeight(self._hover_lines(2))
-        self.hoverLabel.setAlignment(Qt.AlignLeft | Qt.AlignTop)
-        self.hoverLabel.setTextFormat(Qt.PlainText)  # token texts such as '<s>' are not markup
-        self._hover_ink = self.hoverLabel.palette()
-        self._hint_ink = QPalette(self._hover_ink)
-        self._hint_ink.setColor(QPalette.WindowText, self._hover_ink.color(QPalette.PlaceholderText))
-        self._show_hover_hint()
         self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
         self.busyIndicator.setMaximumWidth(150)  # room for "layer 12 / 30" and "40 / 40 tokens"
@@ -205,8 +192,8 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.statusBar().addWidget(self.statusLabel, 1)
         self.statusBar().addPermanentWidget(self.busyIndicator)
 
-    def _maps_column(self) -> tuple[QWidget, QVBoxLayout]:
-        """View controls, the stale banner, a trained model's caption, then the head grid."""
+    def _maps_column(self) -> QWidget:
+        """View controls, the stale banner, the caption (or the hovered cell), then the head grid."""
         maps = QWidget()
         maps_layout = QVBoxLayout(maps)
         maps_layout.setContentsMargins(0, 0, 0, 0)
@@ -214,14 +201,15 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.staleLabel = named(OverlayBanner(self.headGrid), "staleLabel")  # over the grid: never resizes it
         self.staleLabel.setStyleSheet("background: {}; color: {}; padding: 3px;".format(*style.STALE_NOTE))
         self.staleLabel.hide()
-        self.captionLabel = named(CaptionBar(), "captionLabel")  # what to look for in these maps
-        maps_layout.addWidget(self.captionLabel)
+        self.infoBar = InfoBar()  # what to look for in these maps, or the hovered cell's values
+        self.captionLabel, self.hoverLabel = self.infoBar.caption, self.infoBar.hover
+        maps_layout.addWidget(self.infoBar)
         maps_layout.addWidget(self.headGrid, 1)
         # the model's prediction per position, under the maps; squeezed first in a cramped window
         self.predictionStrip = PredictionStrip()
         maps_layout.addWidget(self.predictionStrip)
         self.predictionStrip.fold_below(maps)
-        return maps, maps_layout
+        return maps
 
     # --- controls ----------------------------------------------------------------------------
 
@@ -257,6 +245,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.steps = StepControls()  # a generation's tokens, one at a time (view only: no request)
         self.stepSlider = self.steps.slider
         self.steps.add_to(row)
+        self._narrow_step_label(row)
         self.stepSlider.valueChanged.connect(self._show_step)
         row.addStretch(1)
         self.viewCombo.currentIndexChanged.connect(self._view_changed)
@@ -267,6 +256,15 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.perHeadCheck.toggled.connect(self.schedule)
         self.meanCheck.toggled.connect(self._mean_toggled)
         return row
+
+    def _narrow_step_label(self, row: QHBoxLayout) -> None:
+        """The step's words take what the row leaves them (up to their width), never less than "step: all tokens":
+        at a fixed width the row was 1,052 px and the window could not be narrower than 1,356."""
+        label = self.steps.label
+        label.setMinimumWidth(label.fontMetrics().horizontalAdvance(STEP_ALL) + 8)
+        label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)  # a new text never resizes the row
+        label.setToolTip("The chosen step of a generation: its number, its token and its row in the maps")
+        row.setStretchFactor(label, 100)  # the row's spare width up to its maximum; the stretch after it the rest
 
     def _tensor_controls(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -318,22 +316,8 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
     def _show_caption(self, result) -> None:
         self.captionLabel.set_caption(*caption_for(result))
 
-    HOVER_MAX_LINES = 4
-
-    def _hover_lines(self, lines: int) -> int:
-        return lines * self.hoverLabel.fontMetrics().lineSpacing() + 4
-
-    def _show_hover_hint(self) -> None:
-        """What hovering does, in grey; two lines at most, so it never grows the line (no relayout)."""
-        self.hoverLabel.setPalette(self._hint_ink)
-        self.hoverLabel.setText(HOVER_HINT)
-
     def _show_hover(self, text: str) -> None:
-        self.hoverLabel.setPalette(self._hover_ink)
-        self.hoverLabel.setText(text)
-        needed = min(self.hoverLabel.heightForWidth(self.hoverLabel.width()), self._hover_lines(self.HOVER_MAX_LINES))
-        if needed > self.hoverLabel.height():  # grows once for longer texts; never shrinks back
-            self.hoverLabel.setFixedHeight(needed)
+        self.infoBar.show_hover(text)
 
     def _shapes(self, config: RunConfig) -> RunConfig:
         """The config whose shapes the views size for: a model's come from its last result."""
@@ -508,7 +492,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         timer or input between them (benchmarks/README.md, "A result in two passes")."""
         t0 = time.perf_counter()
         if self.result is None or run_key(outcome.result) != run_key(self.result):
-            self._show_hover_hint()  # the text described cells of the previous run
+            self.infoBar.show_hint()  # the text described cells of the previous run
         self.delivery.retire(self.result, self.frames)  # freed once this result is fully shown
         self.result, self.frames = outcome.result, outcome.frames
         d = self.delivery
