@@ -215,6 +215,24 @@ def tiny_with(kind: str, changes: dict, *argv: str) -> Make:
     return make
 
 
+def tiny_tokenizer(kind: str, pre_tokenizer: dict, text: str) -> Make:
+    """A copy of the tiny `kind` checkpoint whose tokenizer.json has `pre_tokenizer`, then `attnviz render --model m
+    --text TEXT -o o.png`."""
+    def make(work: Path, models):
+        import shutil
+
+        folder = work / "m"
+        shutil.copytree(models(kind), folder)
+        tokenizer = json.loads((folder / "tokenizer.json").read_text())
+        (folder / "tokenizer.json").write_text(json.dumps({**tokenizer, "pre_tokenizer": pre_tokenizer}))
+        return ["--model", str(folder), "--text", text, "-o", str(work / "o.png")]
+    return make
+
+
+# Oniguruma gives up backtracking `(a+)+b` over 30 a's and tokenizers panics (pyo3's PanicException)
+CATASTROPHIC_SPLIT = {"type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated", "invert": False}
+
+
 def rope(**parameters) -> dict:
     return {"rope_parameters": {"rope_theta": 10000.0, **parameters}}
 
@@ -249,6 +267,9 @@ MODEL_ROWS = [
           ("dynamic-zero", rope(rope_type="dynamic", factor=0.0), ("factor",)),
           ("llama3-equal-factors", rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0,
                                         original_max_position_embeddings=8), ("high_freq_factor",)))],
+    Row("tokenizer-regex-panic", tiny_tokenizer("gpt2", CATASTROPHIC_SPLIT, "a" * 40), 2,
+        ("the tokenizer (tokenizer.json) crashed on this text", "retry-limit-in-match", "Fix: restore the tokenizer"),
+        computes=True),
     *[Row(f"safetensors-header-{name}", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
                                                "model.safetensors": safetensors(header, b"xxxx")}), 2,
           ("corrupt or truncated safetensors file", *words), computes=True)
