@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import ModelError
+from attnviz.models.errors import ModelError
 
 TIME_LIMIT_S = 5.0  # a real template renders one turn in well under a millisecond
 START_LIMIT_S = 60.0  # starting the child: Python and jinja2 (0.1 s quiet; far more on a loaded machine)

@@ -199,7 +199,7 @@ class PretrainedModel:
     def chat_text(self, text: str) -> str:
         """`text` as one user turn in the model's chat template, with the generation prompt (rendered in its own
         process with time, output and memory limits: chat_render.py)."""
-        from .chat_render import render_user_turn
+        from attnviz.models.chat_render import render_user_turn
 
         return render_user_turn(self._chat_tokenizer(), text)
 
