@@ -39,25 +39,32 @@ class TemplateSandbox:
     def render(self, template: str, variables: dict, limit: float | None = None) -> dict:
         """The child's reply ({"text": ...} or {"error": kind, "message": ...}); kind "time" when it ran past
         `limit` seconds (default TIME_LIMIT_S; the child is killed), "ended" when the child died during it."""
-        limit = TIME_LIMIT_S if limit is None else limit
         request = json.dumps({"template": template, "variables": variables}, default=str).encode("ascii") + b"\n"
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
+            fresh = self._process is None or self._process.poll() is not None
+            if fresh:
                 self._start()
-            try:
-                self._process.stdin.write(request)
-                self._process.stdin.flush()
-                line = self._replies.get(timeout=limit)
-            except OSError:  # its pipe broke: it died
-                line = None
-            except queue.Empty:
-                self.close()
-                return {"error": "time", "message": f"did not finish within {limit:g} s (a loop far too long, or "
-                        "one that never ends)"}
-            if line is None:
-                self.close()
-                return {"error": "ended", "message": "stopped its process (out of memory, or a crash)"}
-            return json.loads(line)
+            reply = self._exchange(request, TIME_LIMIT_S if limit is None else limit)
+            if reply.get("error") == "ended" and not fresh:  # it died between renders (the OOM killer, say)
+                self._start()
+                reply = self._exchange(request, TIME_LIMIT_S if limit is None else limit)
+            return reply
+
+    def _exchange(self, request: bytes, limit: float) -> dict:
+        try:
+            self._process.stdin.write(request)
+            self._process.stdin.flush()
+            line = self._replies.get(timeout=limit)
+        except OSError:  # its pipe broke: it died
+            line = None
+        except queue.Empty:
+            self.close()
+            return {"error": "time", "message": f"did not finish within {limit:g} s (a loop far too long, or one "
+                    "that never ends)"}
+        if line is None:
+            self.close()
+            return {"error": "ended", "message": "stopped its process (out of memory, or a crash)"}
+        return json.loads(line)
 
     def _start(self) -> None:
         self.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from datetime import datetime
 from functools import lru_cache
@@ -147,6 +148,7 @@ def cap_memory() -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in attnviz's terminal is attnviz's; EOF ends this
     environment()  # jinja2 imported before the memory cap
     cap_memory()
     out = sys.stdout.buffer

@@ -131,3 +131,11 @@ def test_a_hostile_template_gives_one_error(template, words):
         render_user_turn(tokenizer(template), "hi")
     assert words in str(info.value) and "Fix: turn the chat template off" in str(info.value)
     assert len(str(info.value).splitlines()) == 1
+
+
+def test_a_template_process_killed_between_renders_is_replaced():
+    """The OOM killer or a signal may end the child while it waits: the next render starts another."""
+    tok = tokenizer(CHATML)
+    first = render_user_turn(tok, "hi")
+    chat_render.SANDBOX._process.kill()  # no wait: the render may find it dying or dead
+    assert render_user_turn(tok, "hi") == first
