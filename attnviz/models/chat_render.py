@@ -25,7 +25,7 @@ from attnviz.models.errors import ModelError
 TIME_LIMIT_S = 5.0  # a real template renders one turn in well under a millisecond
 START_LIMIT_S = 60.0  # starting the child: Python and jinja2 (0.1 s quiet; far more on a loaded machine)
 CHILD = Path(__file__).with_name("chat_sandbox.py")
-FIX = "turn the chat template off (the Chat template switch, or leave out --chat), or use another model"
+FIX = "turn the chat template off (untick Chat template, or --no-chat), or use another model"
 
 
 class TemplateSandbox:
