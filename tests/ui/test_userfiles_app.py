@@ -208,3 +208,4 @@ def test_opening_a_configuration_hashes_its_weights_off_the_gui_thread(window, q
     release.set()
     qtbot.waitUntil(lambda: "changed since the configuration was saved" in window.statusBar().currentMessage(),
                     timeout=60000)
+    shot(window, "config-opened-then-file-changed-note")
