@@ -40,14 +40,15 @@ class TemplateSandbox:
         """The child's reply ({"text": ...} or {"error": kind, "message": ...}); kind "time" when it ran past
         `limit` seconds (default TIME_LIMIT_S; the child is killed), "ended" when the child died during it."""
         request = json.dumps({"template": template, "variables": variables}, default=str).encode("ascii") + b"\n"
+        limit = TIME_LIMIT_S if limit is None else limit
         with self._lock:
             fresh = self._process is None or self._process.poll() is not None
             if fresh:
                 self._start()
-            reply = self._exchange(request, TIME_LIMIT_S if limit is None else limit)
+            reply = self._exchange(request, limit)
             if reply.get("error") == "ended" and not fresh:  # it died between renders (the OOM killer, say)
                 self._start()
-                reply = self._exchange(request, TIME_LIMIT_S if limit is None else limit)
+                reply = self._exchange(request, limit)
             return reply
 
     def _exchange(self, request: bytes, limit: float) -> dict:
