@@ -1,8 +1,8 @@
 """The chat template's own process: a model's Jinja template rendered where it cannot take attnviz down.
 
 A chat template is code from the model's files. Jinja's sandbox stops it reaching Python's internals, but not
-from running for hours (nested `range(100000)` loops) or asking for gigabytes (`'x' * 10**9` once aborted the
-whole app inside tokenizers). So chat_render.py runs this file as a child process (stdlib and jinja2 only,
+from running for hours (nested `range(100000)` loops) or asking for gigabytes (`'x' * 10**9`, a text that
+tokenizers aborts the whole process on). So chat_render.py runs this file as a child process (stdlib and jinja2 only,
 started once and reused) and kills it when a render outlives its time; here the process caps its own memory
 (RLIMIT_AS), refuses repetitions and powers whose result would be huge before computing them, and stops a
 render whose text grows past OUTPUT_LIMIT characters.
