@@ -215,6 +215,54 @@ def tiny_with(kind: str, changes: dict, *argv: str) -> Make:
     return make
 
 
+def tiny_tokenizer(kind: str, pre_tokenizer: dict, text: str) -> Make:
+    """A copy of the tiny `kind` checkpoint whose tokenizer.json has `pre_tokenizer`, then `attnviz render --model m
+    --text TEXT -o o.png`."""
+    def make(work: Path, models):
+        import shutil
+
+        folder = work / "m"
+        shutil.copytree(models(kind), folder)
+        tokenizer = json.loads((folder / "tokenizer.json").read_text())
+        (folder / "tokenizer.json").write_text(json.dumps({**tokenizer, "pre_tokenizer": pre_tokenizer}))
+        return ["--model", str(folder), "--text", text, "-o", str(work / "o.png")]
+    return make
+
+
+def tiny_chat(template: str) -> Make:
+    """A copy of the tiny llama checkpoint whose tokenizer_config.json holds `template` as its chat template, then
+    `attnviz render --model m --text "the cat sat" --chat -o o.png`."""
+    def make(work: Path, models):
+        import shutil
+
+        folder = work / "m"
+        shutil.copytree(models("llama"), folder)
+        (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+        return ["--model", str(folder), "--text", "the cat sat", "--chat", "-o", str(work / "o.png")]
+    return make
+
+
+CHAT_FIX = "Fix: turn the chat template off"
+CHAT_ROWS = [  # hostile chat templates: each ends in its own process (models/chat_render.py), attnviz's never
+    Row("chat-template-nested-ranges", tiny_chat("{% for i in range(100000) %}{% for j in range(100000) %}"
+                                                 "{% endfor %}{% endfor %}"), 2,
+        ("--chat", "the model's chat template did not finish within 5 s", CHAT_FIX), computes=True),
+    Row("chat-template-repeat-1e9", tiny_chat("{{ 'x' * 10**9 }}"), 2,
+        ("chat template repeats a text 1,000,000,000 times", "over the 4,194,304", CHAT_FIX), computes=True),
+    Row("chat-template-huge-power", tiny_chat("{{ 2 ** 100000000 }}"), 2,
+        ("chat template raises 2 to the power 100,000,000", CHAT_FIX), computes=True),
+    Row("chat-template-long-output", tiny_chat("{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"), 2,
+        ("chat template wrote over 4,194,304 characters", CHAT_FIX), computes=True),
+    Row("chat-template-doubling", tiny_chat("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                                            "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"), 2,
+        ("chat template needed over 1,024 MiB of memory", CHAT_FIX), computes=True),
+]
+
+
+# Oniguruma gives up backtracking `(a+)+b` over 30 a's and tokenizers panics (pyo3's PanicException)
+CATASTROPHIC_SPLIT = {"type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated", "invert": False}
+
+
 def rope(**parameters) -> dict:
     return {"rope_parameters": {"rope_theta": 10000.0, **parameters}}
 
@@ -249,6 +297,9 @@ MODEL_ROWS = [
           ("dynamic-zero", rope(rope_type="dynamic", factor=0.0), ("factor",)),
           ("llama3-equal-factors", rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0,
                                         original_max_position_embeddings=8), ("high_freq_factor",)))],
+    Row("tokenizer-regex-panic", tiny_tokenizer("gpt2", CATASTROPHIC_SPLIT, "a" * 40), 2,
+        ("the tokenizer (tokenizer.json) crashed on this text", "retry-limit-in-match", "Fix: restore the tokenizer"),
+        computes=True),
     *[Row(f"safetensors-header-{name}", model({"config.json": GPT2_CONFIG, "tokenizer.json": b"{}",
                                                "model.safetensors": safetensors(header, b"xxxx")}), 2,
           ("corrupt or truncated safetensors file", *words), computes=True)
@@ -374,7 +425,7 @@ GGUF_ROWS: list[Row] = [
         ("ends at byte",), computes=True),
 ]
 
-ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + IMAGE_ROWS + OUTPUT_ROWS + GGUF_ROWS
+ROWS = CONFIG_ROWS + FILE_ROWS + MODEL_ROWS + CHAT_ROWS + IMAGE_ROWS + OUTPUT_ROWS + GGUF_ROWS
 
 
 @pytest.fixture(scope="module")

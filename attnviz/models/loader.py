@@ -197,14 +197,11 @@ class PretrainedModel:
         return self._chat_tokenizer() is not None
 
     def chat_text(self, text: str) -> str:
-        """`text` as one user turn in the model's chat template, with the generation prompt."""
-        try:
-            return self._chat_tokenizer().apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                               add_generation_prompt=True)
-        except Exception as exc:  # noqa: BLE001 - a template's own raise_exception, or jinja's errors
-            raise ModelError(True, f"the model's chat template fails on one user turn ({type(exc).__name__}: "
-                             f"{str(exc).strip()[:120]})", "turn the chat template off", field_name="chat",
-                             suggestions=(False,)) from exc
+        """`text` as one user turn in the model's chat template, with the generation prompt (rendered in its own
+        process with time, output and memory limits: chat_render.py)."""
+        from attnviz.models.chat_render import render_user_turn
+
+        return render_user_turn(self._chat_tokenizer(), text)
 
     def _chat_tokenizer(self):
         """transformers' tokenizer of the folder (or GGUF file) where it has a chat template, else None."""

@@ -7,6 +7,10 @@ into the characters they stand for, SentencePiece's '▁' into a space. WordPiec
 marker is kept as the tokenizer writes it: it is the only sign that a piece joins the one before
 ("cat ##s" is one word, "cat s" two), and WordPiece writes no space marker that could say so instead.
 Special tokens ([CLS], <s>, <|endoftext|>) are shown as they are.
+
+A tokenizer.json is untrusted input: a pre-tokenizer regex such as `(a+)+b` makes Oniguruma give up on some
+texts, and `tokenizers` then panics (pyo3's PanicException, a BaseException that `except Exception` misses).
+Every encode goes through `_encode`, which turns that panic into one ModelError.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class TextTokenizer:
             self._tok = tokenizer if tokenizer is not None else Tokenizer.from_file(str(path))
         except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
             raise ModelError(path, f"tokenizer.json cannot be read ({exc})", "restore the file") from exc
+        self.source = path
         self._tok.no_padding()
         self._tok.no_truncation()
         # the decoder alone: serialising the whole tokenizer (262,144 tokens) to read it took 1.4 s
@@ -77,13 +82,25 @@ class TextTokenizer:
 
     def encode(self, text: str, special: bool = True) -> Encoded:
         """Ids and labels; `special` adds the file's template tokens ([CLS] ... [SEP], a BOS)."""
-        enc = self._tok.encode(text, add_special_tokens=special)
+        enc = self._encode(text, special)
         if all(enc.special_tokens_mask):  # control characters alone, say: the maps would show [CLS] [SEP]
             raise ModelError(repr(text[:40]), "the text has no tokens of its own, only the tokenizer's special "
                              f"tokens ({' '.join(enc.tokens) or 'none'})", "type some words", field_name="text")
         special = enc.special_tokens_mask
         labels = tuple(label(t, bool(s), self.byte_level) for t, s in zip(enc.tokens, special))
         return Encoded(tuple(enc.ids), labels)
+
+    def _encode(self, text: str, special: bool):
+        """`tokenizers`' own encode; a panic inside it (its regex giving up) becomes one ModelError."""
+        try:
+            return self._tok.encode(text, add_special_tokens=special)
+        except BaseException as exc:  # noqa: BLE001 - PanicException derives from BaseException alone
+            if not is_panic(exc):
+                raise
+            reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no reason given"
+            raise ModelError(self.source, f"the tokenizer ({Path(self.source).name}) crashed on this text ({reason}): "
+                             "a pattern in its pre-tokenizer or normalizer cannot handle it", "restore the tokenizer "
+                             "saved with the model, or change the text") from None
 
     def label_of(self, token_id: int) -> str:
         """One id's display label (a decoder's start token, say), as `encode` would label it."""
@@ -104,7 +121,7 @@ class TextTokenizer:
 
     def template(self) -> tuple[list[int], list[int]]:
         """The special ids the tokenizer puts before and after a text's own (a BOS; [CLS] and [SEP])."""
-        enc = self._tok.encode("a", add_special_tokens=True)
+        enc = self._encode("a", True)
         mask = enc.special_tokens_mask
         first = mask.index(0) if 0 in mask else len(mask)
         last = len(mask) - mask[::-1].index(0) if 0 in mask else len(mask)
@@ -115,11 +132,16 @@ class TextTokenizer:
 
     def decode_prefix(self, text: str, n_tokens: int) -> str:
         """The longest start of `text` whose tokens fit `n_tokens` ids (specials included)."""
-        enc = self._tok.encode(text)
+        enc = self._encode(text, True)
         offsets = [end for (start, end), s in zip(enc.offsets, enc.special_tokens_mask) if not s]
         specials = len(enc.ids) - len(offsets)
         keep = max(n_tokens - specials, 0)
         return text[: offsets[keep - 1]] if keep and offsets else ""
+
+
+def is_panic(exc: BaseException) -> bool:
+    """Whether `exc` is a Rust panic surfaced by pyo3 (pyo3_runtime.PanicException), not a Python error."""
+    return type(exc).__name__ == "PanicException" and not isinstance(exc, Exception)
 
 
 def _has_type(node: dict, kind: str) -> bool:

@@ -145,7 +145,7 @@ def test_saved_configuration_records_the_hash_and_notes_a_changed_file(window, q
         assert json.load(f)["files"]["weights"]["name"] == "seed000.pt"
     torch.save({k: v * 2 for k, v in torch.load(weights, weights_only=True).items()}, weights)
     window.open_config(saved)
-    assert "changed" in window.statusBar().currentMessage()
+    qtbot.waitUntil(lambda: "changed" in window.statusBar().currentMessage())  # the hash is taken off the GUI thread
     assert window.panel.config().weights == weights  # opened anyway, with the note
 
 
@@ -167,3 +167,45 @@ def test_a_long_file_name_is_elided_in_the_middle_not_cut(qtbot):
     head, _, tail = shown.partition("…")
     assert head and tail and name.startswith(head) and name.endswith(tail)
     assert chooser.fileLabel.fontMetrics().horizontalAdvance(shown) <= chooser.fileLabel.width()
+
+
+def test_opening_a_configuration_hashes_its_weights_off_the_gui_thread(window, qtbot, tmp_path, monkeypatch):
+    """Ctrl+O on a configuration saved with a huge weights file: the window takes the configuration at once and
+    never stalls on the file's sha256 (minutes for 50 GB), which is taken on another thread; a file changed since
+    it was saved still gets its note."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from attnviz.core import RunConfig
+
+    huge = tmp_path / "huge.safetensors"
+    with open(huge, "wb") as f:
+        f.truncate(256 << 20)  # sparse: nothing written, all of it read by a hash
+    record = {"name": huge.name, "path": str(huge), "sha256": "0" * 64, "bytes": 256 << 20}
+    saved = tmp_path / "huge.json"
+    saved.write_text(RunConfig.for_variant("cross", weights=str(huge)).to_json(files={"weights": record}))
+    release, hashers = threading.Event(), []
+
+    class HeldSha256:  # the hash waits for the test: on the GUI thread open_path would wait with it
+        def __init__(self):
+            hashers.append(threading.current_thread())
+            self.inner = hashlib.sha256()
+
+        def update(self, block):
+            release.wait(5)
+            release.set()
+            self.inner.update(block)
+
+        def hexdigest(self):
+            return self.inner.hexdigest()
+
+    monkeypatch.setattr(userfiles, "hashlib", SimpleNamespace(sha256=HeldSha256))
+    userfiles._cache.clear()
+    assert window.open_path(str(saved))  # what Ctrl+O and a drop call
+    assert window.panel.config().weights == str(huge)
+    qtbot.waitUntil(lambda: bool(hashers))
+    assert threading.main_thread() not in hashers
+    release.set()
+    qtbot.waitUntil(lambda: "changed since the configuration was saved" in window.statusBar().currentMessage(),
+                    timeout=60000)
+    shot(window, "config-opened-then-file-changed-note")

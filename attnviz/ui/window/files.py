@@ -10,7 +10,6 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from attnviz.core import ConfigError, load_config, saved_json
-from attnviz.core.runs.userfiles import FileChanged
 
 
 class WindowFiles:
@@ -30,12 +29,20 @@ class WindowFiles:
         write_bytes(path, saved_json(self.panel.config()).encode("utf-8"), replace_readonly)
 
     def open_config(self, path: str) -> None:
-        """Open a saved configuration; a weights or inputs file that changed since is opened anyway, with a note."""
-        try:
-            self.panel.set_config(load_config(path))
-        except FileChanged as exc:
-            self.panel.set_config(exc.config)
-            self.statusBar().showMessage(f"Note: {exc}", 15000)
+        """Open a saved configuration at once. The sha256 of each weights or inputs file it was saved with is
+        checked on a thread (a 50 GB file takes minutes to hash): one that changed since is kept, with a note."""
+        config = load_config(path, check_files=False)
+        self.panel.set_config(config)
+        if config.weights or config.inputs:
+            from attnviz.ui.widgets.jobs import BackgroundJob
+
+            self._fileCheck = BackgroundJob()  # the newest: a note from an earlier one is dropped
+            self._fileCheck.sigFailed.connect(self._saved_file_changed)
+            self._fileCheck.start(lambda: load_config(path))
+
+    def _saved_file_changed(self, message: str) -> None:
+        if self.sender() is getattr(self, "_fileCheck", None):
+            self.statusBar().showMessage(f"Note: {message}", 15000)
 
     def load_file(self, field: str, path: str) -> None:
         """Use `path` as the weights or inputs file (read by the run on the worker, never here).
