@@ -1,0 +1,152 @@
+"""Check against transformers (models/check.py): its per-head max |diff| is the one a direct comparison with
+transformers' eager attention (output_attentions=True) gives on the same ids, for a transformers folder and
+a GGUF file kept compact; a copy that would not fit the memory allowance is refused in one line, loading
+nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny import SENTENCE, write_llama_gguf
+
+from attnviz.core import RunConfig, run
+from attnviz.models import check as check_module
+from attnviz.models.check import NotChecked, check_against_transformers, transformers_bytes
+from attnviz.models.compact import is_compact, storage_sizes
+from attnviz.models.folder import read_folder
+from attnviz.models.gguf_files import gguf_header
+from attnviz.models.loader import clear_cache, load_model
+
+
+def _direct(path, ids: list[int], gguf: bool = False):
+    """transformers' own eager forward, loaded and run here: (attentions, logits)."""
+    import transformers
+
+    source = {"gguf_file": path.name} if gguf else {}
+    folder = path.parent if gguf else path
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=torch.float32, attn_implementation="eager", local_files_only=True, **source).eval()
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return out.attentions, out.logits
+
+
+def _expected(result, attentions) -> np.ndarray:
+    ours = result.layer_weights[:, 0]
+    return np.stack([np.abs(a - b[0].numpy()).reshape(a.shape[0], -1).max(axis=1) for a, b in zip(ours, attentions)])
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_the_report_is_the_direct_comparison_with_transformers(tiny_models, family):
+    config = RunConfig(variant="pretrained", model=str(tiny_models(family)), text=SENTENCE, layer=1)
+    result = run(config)
+    report = check_against_transformers(result)
+    attentions, logits = _direct(tiny_models(family), result.token_ids.tolist())
+    expected = _expected(result, attentions)
+    assert report.per_head.shape == (len(attentions), result.config.heads)
+    np.testing.assert_array_equal(report.per_head, expected)
+    assert report.maximum < 1e-5
+    with torch.inference_mode():
+        ours = result.source.outputs.model.logits(result.source.outputs.hidden)
+    assert report.logits == pytest.approx(float((ours - logits).abs().max()), abs=0)
+    assert report.logits < 1e-4
+    assert report.line().startswith(f"checked against transformers: max |diff| {report.maximum:.2g} over "
+                                    f"{len(attentions)} layers × {result.config.heads} heads, logits")
+
+
+def test_a_head_that_differs_is_found_where_it_differs(tiny_models, monkeypatch):
+    """transformers' model with layer 0's head 1 changed (its query rows scaled): the report names that head in
+    layer 0 and every head after it, and its numbers are those of a direct comparison with the changed model."""
+    load = check_module.load_reference
+    changed = []
+
+    def changed_reference(folder, cls):
+        model = load(folder, cls)
+        attention = model.model.layers[0].self_attn
+        rows = slice(attention.head_dim, 2 * attention.head_dim)
+        with torch.no_grad():
+            attention.q_proj.weight[rows] *= 1.5
+        changed.append(model)
+        return model
+
+    monkeypatch.setattr(check_module, "load_reference", changed_reference)
+    result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE))
+    report = check_against_transformers(result)
+    with torch.inference_mode():
+        attentions = changed[0](input_ids=torch.tensor([result.token_ids.tolist()]), output_attentions=True).attentions
+    np.testing.assert_array_equal(report.per_head, _expected(result, attentions))
+    assert report.per_head[0, 1] > 1e-3 and (report.per_head[1] > 1e-4).all()
+    assert report.per_head[0, [0, 2, 3]].max() < 1e-6 and report.logits > 1e-3
+
+
+def test_a_config_runs_its_forward_first_and_an_ablation_is_checked_unablated(tiny_models):
+    config = RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE, ablate=("0.1",))
+    from_config = check_against_transformers(config)
+    from_result = check_against_transformers(run(config))  # its maps are ablated: checked as the whole model's
+    assert from_config.key == from_result.key == config.replace(ablate=(), pool="never")
+    assert from_config.maximum < 1e-5 and from_result.maximum < 1e-5
+
+
+def test_a_compact_gguf_equals_transformers_gguf_load(tiny_models, tmp_path):
+    """A GGUF kept as its blocks: the maps against transformers' own GGUF load dequantised to float32."""
+    pytest.importorskip("gguf")
+    path = tmp_path / "tiny-llama-q8.gguf"
+    write_llama_gguf(tiny_models("llama"), path, qtype="Q8_0")
+    clear_cache()
+    try:
+        model = load_model(path, memory_budget=storage_sizes(gguf_header(path))["blocks"])
+        assert is_compact(model.module.base_model.layers[0].self_attn.q_proj)
+        result = run(RunConfig(variant="pretrained", model=str(path), text=SENTENCE))
+        report = check_against_transformers(result)
+    finally:
+        clear_cache()
+    attentions, _ = _direct(path, result.token_ids.tolist(), gguf=True)
+    np.testing.assert_array_equal(report.per_head, _expected(result, attentions))
+    assert report.maximum < 1e-5 and report.logits < 1e-4
+
+
+def test_a_copy_that_would_not_fit_is_refused_in_one_line_loading_nothing(tiny_models, monkeypatch):
+    folder = tiny_models("llama")
+    result = run(RunConfig(variant="pretrained", model=str(folder), text=SENTENCE))
+    need = transformers_bytes(read_folder(folder), result.source.info, len(result.tokens))
+
+    def never(*_, **__):
+        raise AssertionError("transformers' model was loaded")
+
+    monkeypatch.setattr(check_module, "load_reference", never)
+    with pytest.raises(NotChecked) as caught:
+        check_against_transformers(result, memory_budget=need - 1)
+    line = str(caught.value)
+    assert line.startswith("transformers' float32 copy would need ") and line.endswith(": not checked")
+    assert "\n" not in line
+
+
+def test_the_estimate_counts_the_float32_parameters_and_every_map(tiny_models):
+    folder = read_folder(tiny_models("llama"))
+    info = load_model(folder.path).info
+    a, b = transformers_bytes(folder, info, 10), transformers_bytes(folder, info, 20)
+    params = sum(p.numel() for p in load_model(folder.path).module.parameters()) * 4
+    assert a > params
+    maps = (info.layers + 1) * info.heads * 4
+    assert b - a == maps * (20 * 20 - 10 * 10) + 10 * info.vocab_size * 4 + info.layers * 10 * info.d_model * 32
+
+
+def test_a_toy_run_is_not_checked():
+    with pytest.raises(NotChecked, match="pretrained model"):
+        check_against_transformers(RunConfig())
+
+
+def test_cancel_stops_it(tiny_models):
+    from attnviz.core.result import Cancelled
+
+    result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE))
+    steps = []
+
+    def progress(step, done, total):
+        steps.append((step, done, total))
+
+    with pytest.raises(Cancelled):
+        check_against_transformers(result, cancel=lambda: any(s == "layers" and d >= 1 for s, d, _ in steps),
+                                   progress=progress)
+    assert ("layers", 1, 2) in steps and not any(s == "comparing" for s, _, _ in steps)
