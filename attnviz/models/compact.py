@@ -136,6 +136,15 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL[0]
 
 
+def piece_bytes(model: nn.Module) -> int:
+    """The most float32 bytes one call of a compact module makes at once: a Linear's slice of rows (at most
+    CHUNK_VALUES values, 64 MB), dequantised or upcast for that call and dropped after it. 0 for a model with
+    no compact Linear. An embedding makes only the rows looked up: counted with the forward's tokens."""
+    pieces = [min(m.compact.chunk_rows(), m.out_features) * m.in_features * 4
+              for m in model.modules() if isinstance(m, CompactLinear)]
+    return max(pieces, default=0)
+
+
 def start_probes(model: nn.Module) -> None:
     """While a model opens, its few-token probes (the attention layers found, W_O, the output side) run the
     same two tokens through it several times: each compact Linear keeps its last input and output meanwhile

@@ -23,7 +23,7 @@ from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.masks import is_causal
 from attnviz.core.kernel.progress import Cancelled
 from attnviz.core.kernel.stages import STAGE_NAMES
-from attnviz.models.compact import end_probes
+from attnviz.models.compact import end_probes, piece_bytes
 from attnviz.models.folder import ModelError, ModelFolder, check_pickle, parameter_bytes, safetensors_header
 from attnviz.models.gguf_files import gguf_header, read_gguf
 from attnviz.models.gguf_model import build_config, build_model, fast_path
@@ -75,6 +75,7 @@ class ModelInfo:
     stacks: tuple[str, ...] = ("decoder",)
     dtype: str = "float32"  # the checkpoint's dtype (computed in float32 on the CPU)
     stages: tuple[str, ...] = ()  # the stages this family records
+    weight_piece: int = 0  # float32 bytes a compact weight makes per call, at most (compact.piece_bytes)
 
 
 def _config(folder: ModelFolder):
@@ -319,7 +320,7 @@ def _info(folder: ModelFolder, model: nn.Module, traces: list[Trace], stacks: li
         heads=heads, kv_heads=kv_heads, d_model=int(getattr(config, "hidden_size", 0) or first.weights.shape[-1]),
         vocab_size=int(config.vocab_size), max_positions=int(positions or NO_POSITION_LIMIT),
         causal=is_causal(first["mask"][0, 0]), parameter_bytes=size, name=name,
-        dtype=_dtype_name(folder), stages=tuple(stages), stacks=order)
+        dtype=_dtype_name(folder), stages=tuple(stages), stacks=order, weight_piece=piece_bytes(model))
 
 
 def _dtype_name(folder: ModelFolder) -> str:

@@ -4,6 +4,7 @@ The protocol. A VariantSpec with `load` set is model-backed (spec.backed). `load
 returns a model object with:
 
     info      .layers, .heads, .kv_heads, .d_model, .max_positions (ints); .name (str) if it has one
+              .weight_piece (int, optional): float32 bytes a compact weight makes per call, at most
     encode(text: str) -> obj with .ids (sequence of int) and .tokens (sequence of str, one label per id);
               raises ConfigError (field "text") for text it cannot take (empty, too long: the fix in
               `suggestions`, e.g. the truncated text). Optional .layer_tokens: one (query labels, key
@@ -195,16 +196,18 @@ def forward_bytes(info, length: int, keep: frozenset[str], pooled: bool = False)
     """Bytes one forward keeps and needs at its peak: every layer's kept maps (float32), the stacked
     weights, one layer's temporaries, the per-token stages. Pooled (model_pooling): every layer's pooled map
     (written once, no stacked copy), one layer's per-token stages, the residual stream after each layer (the
-    logit lens reads it) up to predictions.SPILL_BYTES, one call's bool mask and a few blocks; never a whole map."""
+    logit lens reads it) up to predictions.SPILL_BYTES, one call's bool mask and a few blocks; never a whole map.
+    Both count the float32 slice a compact weight makes for one call (info.weight_piece, up to 64 MB)."""
     tokens = length * info.d_model * 4 * 8  # x, q, k, v, context, output and the layer's activations, generously
+    piece = getattr(info, "weight_piece", 0)  # a compact weight's float32 slice, made per call (models/compact.py)
     if pooled:
         heads = info.layers * info.heads
         maps = pooled_bytes(info.layers, info.heads, length, length, fitting_target(heads, length, length))
         residuals = min(info.layers * length * info.d_model * 4, SPILL_BYTES)  # the rest goes to a file
-        return maps + tokens + residuals + length * length + 4 * POOLED_BLOCK_BYTES + FORWARD_OVERHEAD
+        return maps + tokens + residuals + length * length + 4 * POOLED_BLOCK_BYTES + FORWARD_OVERHEAD + piece
     maps = map_count(keep)
     one_map = info.heads * length * length * 4
-    return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD
+    return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD + piece
 
 
 def map_count(keep: frozenset[str]) -> int:
