@@ -81,10 +81,10 @@ def check_against_transformers(source, *, memory_budget: int | None = None, canc
         raise NotChecked("not checked: Check against transformers needs a transformers folder or a GGUF model")
     ids = torch.tensor([forward.token_ids.tolist()], dtype=torch.long)
     need = transformers_bytes(folder, forward.info, ids.shape[1])
-    allowed, _ = memory_allowance(memory_budget)
+    allowed, source = memory_allowance(memory_budget)
     if need > allowed:
         raise NotChecked(f"transformers' float32 copy would need {format_bytes(need)}; {format_bytes(allowed)} "
-                         f"free: not checked")
+                         f"free for it ({source}): not checked")
     say("loading", 0, 1)
     reference = load_reference(folder, type(model.module))
     try:

@@ -54,10 +54,9 @@ def test_the_forward_estimate_counts_the_per_call_slice(q4_gguf, monkeypatch, ch
     model = _opened(q4_gguf, storage_sizes(gguf_header(q4_gguf))["blocks"])
     info = model.info
     vocab = info.vocab_size
-    if chunk is None:  # every matrix in one slice: the largest is the output head, vocab x 32 floats
-        by_hand = vocab * 32 * 4
-    else:  # 1000 values a slice: 1000 // 32 = 31 rows of 32 (q, o, gate, up, the head); down: 20 rows of 48
-        by_hand = max(31 * 32, 16 * 32, 20 * 48) * 4
+    # every matrix in one slice: the largest is the output head, vocab x 32 floats; 1000 values a slice:
+    # 1000 // 32 = 31 rows of 32 (q, o, gate, up, the head), k and v 16 rows of 32, down 20 rows of 48
+    by_hand = vocab * 32 * 4 if chunk is None else max(31 * 32, 16 * 32, 20 * 48) * 4
     assert info.weight_piece == by_hand
     assert forward_bytes(info, 12, KEEP) - forward_bytes(dataclasses.replace(info, weight_piece=0), 12, KEEP) \
         == by_hand

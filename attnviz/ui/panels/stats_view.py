@@ -61,6 +61,8 @@ class StatsView(QWidget):
         super().__init__(parent)
         named(self, "statsView")
         self.frames: StatsFrames | None = None
+        self._batch_index = 0
+        self.extra: tuple[str, str, np.ndarray] | None = None  # (header, tooltip, per head) after the statistics
         self._cells = (0, 0)  # the overview's (layers, heads)
         self.model = QStandardItemModel(self)
         self.model.setSortRole(SORT_ROLE)
@@ -150,18 +152,39 @@ class StatsView(QWidget):
     def show_frames(self, frames: StatsFrames | None, batch_index: int = 0) -> None:
         if frames is None or frames is self.frames:
             return
-        self.frames = frames
+        self.frames, self._batch_index = frames, batch_index
+        self.extra = None  # another result's: its owner sets it again for this one (set_extra_column)
+        self._fill()
+        self._show_overview()
+
+    def set_extra_column(self, name: str, tip: str, values: np.ndarray | None) -> None:
+        """One more column before the statistics, one value per head of the shown layer (None: none), e.g.
+        Check against transformers' max |diff| per head (ui/check_job.py). Dropped when new frames come."""
+        extra = None if values is None else (name, tip, np.asarray(values, dtype=np.float64))
+        if extra is None and self.extra is None:
+            return
+        self.extra = extra
+        if self.frames is not None:
+            self._fill()
+
+    def _extra_shown(self) -> bool:
+        return self.extra is not None and self.frames is not None and len(self.extra[2]) == len(self.frames.labels)
+
+    def _fill(self) -> None:
+        frames = self.frames
         sort_column = self.table.horizontalHeader().sortIndicatorSection()
         order = self.table.horizontalHeader().sortIndicatorOrder()
+        columns = {self.extra[:2]: self.extra[2]} if self._extra_shown() else {}  # first: in sight
+        columns.update((header(name), values) for name, values in frames.columns.items())
         self.model.clear()
-        self.model.setHorizontalHeaderLabels(["head"] + [header(name)[0] for name in frames.columns])
-        for col, name in enumerate(frames.columns, start=1):
-            self.model.horizontalHeaderItem(col).setToolTip(header(name)[1])
+        self.model.setHorizontalHeaderLabels(["head"] + [text for text, _ in columns])
+        for col, (_, tip) in enumerate(columns, start=1):
+            self.model.horizontalHeaderItem(col).setToolTip(tip)
         for h, label in enumerate(frames.labels):
             first = QStandardItem(label)
             first.setData(h, SORT_ROLE)
             items = [first]
-            for values in frames.columns.values():
+            for values in columns.values():
                 v = float(values[h])
                 item = QStandardItem("—" if np.isnan(v) else f"{v:.4g}")
                 item.setData(-np.inf if np.isnan(v) else v, SORT_ROLE)
@@ -170,8 +193,7 @@ class StatsView(QWidget):
             self.model.appendRow(items)
         if 0 <= sort_column < self.model.columnCount():
             self.table.sortByColumn(sort_column, order)
-        self.infoLabel.setText(f"{len(frames.labels)} heads · batch item {batch_index} · weights before dropout")
-        self._show_overview()
+        self.infoLabel.setText(f"{len(frames.labels)} heads · batch item {self._batch_index} · weights before dropout")
 
     def _show_overview(self) -> None:
         f = self.frames
@@ -208,7 +230,7 @@ class StatsView(QWidget):
 
     def column(self, name: str) -> np.ndarray:
         """The values of one statistic in table order as shown (after sorting)."""
-        col = list(self.frames.columns).index(name) + 1
+        col = list(self.frames.columns).index(name) + 1 + self._extra_shown()
         return np.array([self.model.item(r, col).data(SORT_ROLE) for r in range(self.model.rowCount())])
 
     def copy(self) -> None:

@@ -6,6 +6,8 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QLineEdit, QMenu, QToolBar
 
+from .check_job import TransformersCheck
+
 
 class ShortcutsFirst(QObject):
     """Lets the window's Ctrl shortcuts through the panel's text boxes: a line edit claims some of them for itself
@@ -54,6 +56,13 @@ class WindowActions:
         self.stopAction = self._action("Stop", "", self.stop_generation, "Stop the model writing (Esc); what it "
                                        "wrote so far stays on screen. During a long forward: cancel it within "
                                        "its current layer", run_menu)
+        run_menu.addSeparator()
+        self.transformersCheck = TransformersCheck(self)
+        self.checkAction = self._action(
+            "Check against transformers", "Ctrl+Shift+J", self.transformersCheck.start, "Run transformers' own model "
+            "(eager attention, float32) once on the shown text and show the max |diff| of every layer's and head's "
+            "maps and of the logits: in the status bar, and per head in the Statistics panel", run_menu)
+        self.checkAction.setObjectName("checkAction")
         keys = {a.shortcut()[0] for a in self.findChildren(QAction)
                 if not a.shortcut().isEmpty() and a.shortcut()[0].keyboardModifiers() & Qt.ControlModifier}
         self._shortcuts_first = ShortcutsFirst(self, keys)
