@@ -54,13 +54,12 @@ class TransformersCheck(QObject):
         check = self.check
 
         def compute(cancel, progress):
-            def step(name: str, done: int, total: int) -> None:
-                progress(done, total if name == "layers" else 0)  # 0: loading or comparing, no count
+            def step(name: str, done: int, total: int) -> None:  # no count while loading (0) or comparing (1)
+                progress(*((done, total) if name == "layers" else (int(name == "comparing"), 0)))
             return check(result, cancel=cancel, progress=step)
 
         self._busy(True)
-        self.progress.setRange(0, 0)
-        self.progress.setFormat("transformers: loading")
+        self._progress(self._asked, 0, 0, running=True)
         self.job.start(self._asked, compute)
 
     def cancel(self) -> None:
@@ -73,12 +72,14 @@ class TransformersCheck(QObject):
         self.progress.setVisible(on)
         self.cancelButton.setVisible(on)
 
-    def _progress(self, key, done: int, total: int) -> None:
-        if key != self.job.key:
+    def _progress(self, key, done: int, total: int, running: bool = False) -> None:
+        """The bar's text says the step (a busy bar without a range shows no text in most styles)."""
+        if key != self.job.key and not running:
             return
-        self.progress.setRange(0, total)
-        self.progress.setValue(done)
-        self.progress.setFormat(f"transformers: layer {done} / {total}" if total else "transformers: loading")
+        steps = ("transformers: loading…", "comparing…")
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done if total else 0)
+        self.progress.setFormat(f"transformers: layer {done} / {total}" if total else steps[done])
 
     def _done(self, key, report: CheckReport) -> None:
         self.job.finished(key)

@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 from tiny import SENTENCE
 
 from attnviz.core import RunConfig
@@ -113,3 +114,30 @@ def test_without_a_model_it_says_what_it_needs(qtbot):
     w.checkAction.trigger()
     assert w.statusBar().currentMessage().startswith("Check against transformers needs a pretrained model")
     w.close()
+
+
+def test_progress_shows_the_layers_and_cancel_stops_the_check(window, qtbot):
+    from attnviz.core.result import Cancelled
+
+    w, check = window, window.transformersCheck
+    cancelled = threading.Event()
+
+    def slow_check(result, *, cancel, progress):
+        progress("layers", 1, 2)
+        for _ in range(1000):  # a long forward, polling cancel between its layers
+            if cancel():
+                cancelled.set()
+                raise Cancelled
+            threading.Event().wait(0.01)
+        raise AssertionError("never cancelled")
+
+    check.check = slow_check
+    w.checkAction.trigger()
+    qtbot.waitUntil(lambda: check.progress.format() == "transformers: layer 1 / 2", timeout=10000)
+    assert check.progress.isVisible() and check.cancelButton.isVisible()
+    assert check.progress.value() == 1 and check.progress.maximum() == 2
+    qtbot.mouseClick(check.cancelButton, Qt.LeftButton)
+    qtbot.waitUntil(cancelled.is_set, timeout=10000)
+    assert not check.progress.isVisible() and not check.cancelButton.isVisible()
+    assert w.statusBar().currentMessage() == "Check against transformers cancelled"
+    assert check.report is None and _column(w) is None
