@@ -34,7 +34,7 @@ class TransformersCheck(QObject):
         self.progress = named(QProgressBar(), "checkProgress")
         self.progress.setToolTip("Check against transformers: loading transformers' own model, then its forward "
                                  "layer by layer")
-        self.progress.setMaximumWidth(220)
+        self.progress.setFixedWidth(self.progress.fontMetrics().horizontalAdvance("transformers: layer 999 / 999") + 24)
         self.progress.hide()
         self.cancelButton = named(QPushButton("Cancel check"), "checkCancelButton")
         self.cancelButton.setToolTip("Stop checking against transformers (the maps stay as they are)")
