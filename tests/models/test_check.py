@@ -132,15 +132,15 @@ def test_the_estimate_counts_the_float32_parameters_and_every_map(tiny_models):
     assert b - a == maps * (20 * 20 - 10 * 10) + 10 * info.vocab_size * 4 + info.layers * 10 * info.d_model * 32
 
 
-def test_a_gguf_counts_transformers_dequantised_copy_too(tiny_models, tmp_path):
+def test_a_gguf_counts_transformers_dequantised_copy_and_the_file_too(tiny_models, tmp_path):
     pytest.importorskip("gguf")
     path = tmp_path / "tiny-llama.gguf"
     write_llama_gguf(tiny_models("llama"), path)
     gguf, folder = read_folder(path), read_folder(tiny_models("llama"))
     info = load_model(folder.path).info
     float32 = storage_sizes(gguf_header(path))["float32"]
-    assert transformers_bytes(gguf, info, 10) - transformers_bytes(folder, info, 10) == 2 * float32 - \
-        sum(p.numel() for p in load_model(folder.path).module.parameters()) * 4
+    assert transformers_bytes(gguf, info, 10) - transformers_bytes(folder, info, 10) == 2 * float32 + \
+        path.stat().st_size - sum(p.numel() for p in load_model(folder.path).module.parameters()) * 4
 
 
 def test_a_toy_run_is_not_checked():
