@@ -161,3 +161,19 @@ def test_cancel_stops_it(tiny_models):
         check_against_transformers(result, cancel=lambda: any(s == "layers" and d >= 1 for s, d, _ in steps),
                                    progress=progress)
     assert ("layers", 1, 2) in steps and not any(s == "comparing" for s, _, _ in steps)
+
+
+def test_a_generation_is_checked_over_every_token_it_shows(tiny_models):
+    """The written tokens' maps came from the KV cache, transformers' from one forward over the whole text."""
+    result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE, generate=6))
+    report = check_against_transformers(result)
+    assert report.tokens == len(result.tokens) == result.prompt_length + 6
+    attentions, _ = _direct(tiny_models("llama"), result.token_ids.tolist())
+    np.testing.assert_array_equal(report.per_head, _expected(result, attentions))
+    assert report.maximum < 1e-5 and report.logits < 1e-4
+
+
+def test_an_encoder_decoder_is_not_checked(tiny_models):
+    result = run(RunConfig(variant="pretrained", model=str(tiny_models("t5")), text=SENTENCE))
+    with pytest.raises(NotChecked, match="encoder-decoder"):
+        check_against_transformers(result)
