@@ -6,7 +6,7 @@ own loader (`attn_implementation="eager"`, `local_files_only=True`, no remote co
 float32 by transformers itself), runs it once with `output_attentions=True`, and compares. Before anything is
 loaded it estimates what transformers' float32 copy needs (`transformers_bytes`) and refuses with one line
 (NotChecked) where that would not fit the memory allowance. Qt-free: the app's Run > Check against
-transformers runs it on a thread of its own (ui/check_job.py).
+transformers runs it on a thread of its own (ui/window/check_job.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..core.backed import run_forward
-from ..core.config import RunConfig
-from ..core.device import format_bytes, memory_allowance
-from ..core.predictions import LOGIT_ROWS
-from ..core.progress import Cancelled
+from attnviz.core.kernel.progress import Cancelled
+from attnviz.core.runs.backed import run_forward
+from attnviz.core.runs.config import RunConfig
+from attnviz.core.runs.device import format_bytes, memory_allowance
+from attnviz.core.runs.predictions import LOGIT_ROWS
 
 Progress = Callable[[str, int, int], None]  # (step, done, total): "loading", "layers", "comparing"
 LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks)\.\d+$")  # a family's container of layers
@@ -102,7 +102,7 @@ def check_against_transformers(source, *, memory_budget: int | None = None, canc
 
 def _forward_of(source, memory_budget: int | None, cancel: Callable[[], bool]):
     """The ModelForward to compare: a result's own where its maps are whole and unablated, else run whole."""
-    from ..core.backed import ModelForward
+    from attnviz.core.runs.backed import ModelForward
 
     forward = getattr(source, "source", None)
     config = source if isinstance(source, RunConfig) else getattr(source, "config", None)
@@ -127,7 +127,7 @@ def transformers_bytes(folder, info, length: int) -> int:
     margin. A GGUF file's parameters count twice, and the file once: transformers' loader holds every tensor
     dequantised in NumPy while it builds the model, reading the file's pages (measured: Gemma 3 270M, 1.07 GB
     of float32 from a 253 MB file, peaked 2.63 GiB above the run; this counts 2.6 GiB for 122 tokens)."""
-    from .folder import parameter_bytes
+    from attnviz.models.folder import parameter_bytes
 
     params = parameter_bytes(folder) * (2 if folder.gguf else 1) + (folder.gguf.stat().st_size if folder.gguf else 0)
     maps = (info.layers + 1) * info.heads * length * length * 4
@@ -139,7 +139,7 @@ def transformers_bytes(folder, info, length: int) -> int:
 def load_reference(folder, cls: type) -> torch.nn.Module:
     """transformers' own model of the folder (or GGUF file), float32, eager attention, local files only, no remote
     code: the reference attnviz's maps are checked against (`cls`: the architecture attnviz runs it as)."""
-    from .hf_attention import transformers
+    from attnviz.models.hf_attention import transformers
 
     transformers()  # imported, offline, quiet (as attnviz's own loading does)
     source = {"gguf_file": folder.gguf.name} if folder.gguf else {}

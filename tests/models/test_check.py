@@ -149,7 +149,7 @@ def test_a_toy_run_is_not_checked():
 
 
 def test_cancel_stops_it(tiny_models):
-    from attnviz.core.result import Cancelled
+    from attnviz.core.runs.result import Cancelled
 
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE))
     steps = []

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from tiny import SENTENCE
 
 from attnviz.core import RunConfig
-from attnviz.core.device import format_bytes
+from attnviz.core.runs.device import format_bytes
 from attnviz.models.check import check_against_transformers
 
 SHOTS = os.environ.get("ATTNVIZ_SHOTS")  # a folder to keep the screenshots in, for looking at them
@@ -117,7 +117,7 @@ def test_without_a_model_it_says_what_it_needs(qtbot):
 
 
 def test_progress_shows_the_layers_and_cancel_stops_the_check(window, qtbot):
-    from attnviz.core.result import Cancelled
+    from attnviz.core.runs.result import Cancelled
 
     w, check = window, window.transformersCheck
     cancelled = threading.Event()

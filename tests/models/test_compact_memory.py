@@ -10,7 +10,7 @@ import pytest
 from tiny import SENTENCE, write_llama_gguf
 
 from attnviz.core import RunConfig, run
-from attnviz.core.backed import forward_bytes
+from attnviz.core.runs.backed import forward_bytes
 from attnviz.models import compact
 from attnviz.models.compact import storage_sizes
 from attnviz.models.gguf_files import gguf_header
@@ -78,8 +78,8 @@ def test_float32_weights_make_no_slice(q4_gguf):
 
 
 def test_a_budget_that_holds_the_forward_but_not_the_slice_is_refused(q4_gguf):
-    from attnviz.core.backed import check_forward_memory
-    from attnviz.core.device import MemoryBudgetError
+    from attnviz.core.runs.backed import check_forward_memory
+    from attnviz.core.runs.device import MemoryBudgetError
 
     info = _opened(q4_gguf, storage_sizes(gguf_header(q4_gguf))["blocks"]).info
     clear_cache()

@@ -159,7 +159,7 @@ class StatsView(QWidget):
 
     def set_extra_column(self, name: str, tip: str, values: np.ndarray | None) -> None:
         """One more column before the statistics, one value per head of the shown layer (None: none), e.g.
-        Check against transformers' max |diff| per head (ui/check_job.py). Dropped when new frames come."""
+        Check against transformers' max |diff| per head (ui/window/check_job.py). Dropped when new frames come."""
         extra = None if values is None else (name, tip, np.asarray(values, dtype=np.float64))
         if extra is None and self.extra is None:
             return

@@ -6,7 +6,7 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QLineEdit, QMenu, QToolBar
 
-from .check_job import TransformersCheck
+from attnviz.ui.window.check_job import TransformersCheck
 
 
 class ShortcutsFirst(QObject):

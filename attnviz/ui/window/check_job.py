@@ -8,10 +8,10 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QMainWindow, QProgressBar, QPushButton
 
-from ..explain import forward_config
-from ..models.check import CheckReport, check_against_transformers
-from .circuit_job import Job
-from .panel import named
+from attnviz.explain import forward_config
+from attnviz.models.check import CheckReport, check_against_transformers
+from attnviz.ui.panels.circuit_job import Job
+from attnviz.ui.widgets.basic import named
 
 COLUMN = ("vs transformers", "max |attnviz − transformers| of this head's attention weights, from Run > Check "
           "against transformers (transformers' own eager attention, float32, on the same token ids)")
