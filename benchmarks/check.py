@@ -7,8 +7,9 @@ compact blocks) against transformers' own GGUF load dequantised to float32, and 
 Each (file, storage) runs in a fresh process: the model opens (load_model, under a memory budget just above
 the blocks' size for "blocks"), one run over a text of about --tokens tokens, then
 models.check.check_against_transformers on that result. The clock runs over the check alone (transformers'
-load, its forward, the comparison); peak RSS is the child's ru_maxrss, "before" its RSS once attnviz's run
-was done. The load average is recorded around each check (the machine may be shared).
+process started, its load and forward, the comparison); peak RSS is the child's ru_maxrss, "before" its RSS
+once attnviz's run was done, "transformers" the peak of transformers' own process (models/reference.py).
+The load average is recorded around each check (the machine may be shared).
 Output: a table on stdout and benchmarks/out/results-check.json.
 """
 
@@ -51,7 +52,9 @@ t0 = time.perf_counter()
 report = check_against_transformers(result)
 seconds = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "peak_rss": peak, "rss_before": before, "tokens": report.tokens,
+child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # transformers' process
+print(json.dumps({"seconds": seconds, "peak_rss": peak, "child_peak_rss": child, "rss_before": before,
+                  "tokens": report.tokens,
                   "per_layer": report.per_layer.tolist(), "logits": report.logits, "line": report.line(),
                   "compact": notes}))
 """
@@ -79,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     print(f"{'model, weights':34} {'tokens':>6} {'max |diff|':>10} {'logits':>8} {'check s':>8} {'GiB before':>10} "
-          f"{'GiB peak':>9} {'load':>10}")
+          f"{'GiB peak':>9} {'transformers GiB':>17} {'load':>10}")
     for name, r in doc["runs"].items():
         load = f"{r['load_before'][0]:.1f}-{r['load_after'][0]:.1f}" if r["load_before"] else "?"
         print(f"{name:34} {r['tokens']:6d} {max(r['per_layer']):10.2g} {r['logits'] or 0:8.2g} {r['seconds']:8.1f} "
-              f"{r['rss_before'] / 2**30:10.2f} {r['peak_rss'] / 2**30:9.2f} {load:>10}")
+              f"{r['rss_before'] / 2**30:10.2f} {r['peak_rss'] / 2**30:9.2f} {r['child_peak_rss'] / 2**30:17.2f} "
+              f"{load:>10}")
         print("    per layer: " + " ".join(f"{v:.1g}" for v in r["per_layer"]))
     return 0
 

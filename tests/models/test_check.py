@@ -11,7 +11,7 @@ import torch
 from tiny import SENTENCE, write_llama_gguf
 
 from attnviz.core import RunConfig, run
-from attnviz.models import check as check_module
+from attnviz.models import reference
 from attnviz.models.check import NotChecked, check_against_transformers, transformers_bytes
 from attnviz.models.compact import is_compact, storage_sizes
 from attnviz.models.folder import read_folder
@@ -37,11 +37,12 @@ def _expected(result, attentions) -> np.ndarray:
     return np.stack([np.abs(a - b[0].numpy()).reshape(a.shape[0], -1).max(axis=1) for a, b in zip(ours, attentions)])
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_the_report_is_the_direct_comparison_with_transformers(tiny_models, family):
+@pytest.mark.parametrize("family, isolated", [("llama", True), ("gpt2", False)])
+def test_the_report_is_the_direct_comparison_with_transformers(tiny_models, family, isolated):
+    """transformers in a child process (as the app runs it) and in this one."""
     config = RunConfig(variant="pretrained", model=str(tiny_models(family)), text=SENTENCE, layer=1)
     result = run(config)
-    report = check_against_transformers(result)
+    report = check_against_transformers(result, isolated=isolated)
     attentions, logits = _direct(tiny_models(family), result.token_ids.tolist())
     expected = _expected(result, attentions)
     assert report.per_head.shape == (len(attentions), result.config.heads)
@@ -57,12 +58,13 @@ def test_the_report_is_the_direct_comparison_with_transformers(tiny_models, fami
 
 def test_a_head_that_differs_is_found_where_it_differs(tiny_models, monkeypatch):
     """transformers' model with layer 0's head 1 changed (its query rows scaled): the report names that head in
-    layer 0 and every head after it, and its numbers are those of a direct comparison with the changed model."""
-    load = check_module.load_reference
+    layer 0 and every head after it, and its numbers are those of a direct comparison with the changed model
+    (transformers run in this process, where the change can be made)."""
+    load = reference.load_reference
     changed = []
 
-    def changed_reference(folder, cls):
-        model = load(folder, cls)
+    def changed_reference(path, gguf, cls):
+        model = load(path, gguf, cls)
         attention = model.model.layers[0].self_attn
         rows = slice(attention.head_dim, 2 * attention.head_dim)
         with torch.no_grad():
@@ -70,9 +72,9 @@ def test_a_head_that_differs_is_found_where_it_differs(tiny_models, monkeypatch)
         changed.append(model)
         return model
 
-    monkeypatch.setattr(check_module, "load_reference", changed_reference)
+    monkeypatch.setattr(reference, "load_reference", changed_reference)
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE))
-    report = check_against_transformers(result)
+    report = check_against_transformers(result, isolated=False)
     with torch.inference_mode():
         attentions = changed[0](input_ids=torch.tensor([result.token_ids.tolist()]), output_attentions=True).attentions
     np.testing.assert_array_equal(report.per_head, _expected(result, attentions))
@@ -82,8 +84,9 @@ def test_a_head_that_differs_is_found_where_it_differs(tiny_models, monkeypatch)
 
 def test_a_config_runs_its_forward_first_and_an_ablation_is_checked_unablated(tiny_models):
     config = RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE, ablate=("0.1",))
-    from_config = check_against_transformers(config)
-    from_result = check_against_transformers(run(config))  # its maps are ablated: checked as the whole model's
+    from_config = check_against_transformers(config, isolated=False)
+    # its maps are ablated: checked as the whole model's
+    from_result = check_against_transformers(run(config), isolated=False)
     assert from_config.key == from_result.key == config.replace(ablate=(), pool="never")
     assert from_config.maximum < 1e-5 and from_result.maximum < 1e-5
 
@@ -114,7 +117,7 @@ def test_a_copy_that_would_not_fit_is_refused_in_one_line_loading_nothing(tiny_m
     def never(*_, **__):
         raise AssertionError("transformers' model was loaded")
 
-    monkeypatch.setattr(check_module, "load_reference", never)
+    monkeypatch.setattr(reference, "reference_outputs", never)
     with pytest.raises(NotChecked) as caught:
         check_against_transformers(result, memory_budget=need - 1)
     line = str(caught.value)
@@ -148,25 +151,35 @@ def test_a_toy_run_is_not_checked():
         check_against_transformers(RunConfig())
 
 
-def test_cancel_stops_it(tiny_models):
+@pytest.mark.parametrize("at", ["loading", "layers"])
+def test_cancel_ends_transformers_process(tiny_models, monkeypatch, at):
     from attnviz.core.runs.result import Cancelled
 
+    children = []
+    popen = reference.subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        children.append(popen(*args, **kwargs))
+        return children[-1]
+
+    monkeypatch.setattr(reference.subprocess, "Popen", recorded)
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE))
     steps = []
 
-    def progress(step, done, total):
-        steps.append((step, done, total))
+    def cancel() -> bool:
+        return any(s == at and (at == "loading" or d >= 1) for s, d, _ in steps)
 
     with pytest.raises(Cancelled):
-        check_against_transformers(result, cancel=lambda: any(s == "layers" and d >= 1 for s, d, _ in steps),
-                                   progress=progress)
-    assert ("layers", 1, 2) in steps and not any(s == "comparing" for s, _, _ in steps)
+        check_against_transformers(result, cancel=cancel, progress=lambda *step: steps.append(step))
+    assert len(children) == 1 and children[0].poll() is not None  # ended, not left running
+    assert not any(s == "comparing" for s, _, _ in steps)
+    assert (("layers", 1, 2) in steps) == (at == "layers") and ("layers", 2, 2) not in steps
 
 
 def test_a_generation_is_checked_over_every_token_it_shows(tiny_models):
     """The written tokens' maps came from the KV cache, transformers' from one forward over the whole text."""
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("llama")), text=SENTENCE, generate=6))
-    report = check_against_transformers(result)
+    report = check_against_transformers(result, isolated=False)
     assert report.tokens == len(result.tokens) == result.prompt_length + 6
     attentions, _ = _direct(tiny_models("llama"), result.token_ids.tolist())
     np.testing.assert_array_equal(report.per_head, _expected(result, attentions))
@@ -176,4 +189,4 @@ def test_a_generation_is_checked_over_every_token_it_shows(tiny_models):
 def test_an_encoder_decoder_is_not_checked(tiny_models):
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("t5")), text=SENTENCE))
     with pytest.raises(NotChecked, match="encoder-decoder"):
-        check_against_transformers(result)
+        check_against_transformers(result, isolated=False)
