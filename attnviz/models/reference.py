@@ -144,12 +144,30 @@ def _run_child(args: list[str], work: Path, cancel: Callable[[], bool],
         raise NotChecked(said or f"not checked: transformers' process ended with code {child.returncode} ({last})")
 
 
+def _end_with_parent(work: Path) -> None:
+    """An app that quits (or dies) mid-check leaves no transformers process behind: the child ends itself, and
+    removes its folder, once its parent is gone."""
+    import shutil
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        shutil.rmtree(work, ignore_errors=True)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="attnviz-check-parent").start()
+
+
 def main(argv: list[str]) -> int:
     """The child: load, run, write attentions.npy (layers, H, L, L) and logits.npy into WORKDIR."""
     from attnviz.system import lower_priority
 
     folder, gguf, cls_path, work, threads = argv
     lower_priority()  # the window's process wins the CPU
+    _end_with_parent(Path(work))
     torch.set_num_threads(max(int(threads), 1))
     module, _, name = cls_path.partition(":")
     if not module.startswith("transformers."):  # only transformers' own architectures, never another module

@@ -190,3 +190,34 @@ def test_an_encoder_decoder_is_not_checked(tiny_models):
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("t5")), text=SENTENCE))
     with pytest.raises(NotChecked, match="encoder-decoder"):
         check_against_transformers(result, isolated=False)
+
+
+def test_transformers_process_ends_with_the_app(tmp_path):
+    """A parent that dies mid-check (the app quit) leaves no transformers process running, nor its folder."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    work = tmp_path / "work"
+    work.mkdir()
+    grandchild = ("import sys, time; from pathlib import Path; from attnviz.models.reference import _end_with_parent; "
+                  "_end_with_parent(Path(sys.argv[1])); print('watching', flush=True); time.sleep(120)")
+    parent = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
+              "stdout=subprocess.PIPE, text=True); assert child.stdout.readline() == 'watching\\n'; "
+              "print(child.pid, flush=True)")
+    out = subprocess.run([sys.executable, "-c", parent, grandchild, str(work)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    assert not _alive(pid) and not work.exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
