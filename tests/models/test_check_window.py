@@ -103,6 +103,14 @@ def test_a_copy_that_would_not_fit_says_so_and_runs_nothing(window, qtbot):
     assert line.endswith(f"{format_bytes(1 << 20)} free for it (the memory_budget given): not checked")
     assert w.transformersCheck.report is None and _column(w) is None
 
+    def failing(result, **kwargs):
+        raise ValueError("text = 9000 tokens: too long; use a shorter text")
+
+    w.transformersCheck.check = failing  # any other failure: one line, said to be the check's
+    w.checkAction.trigger()
+    qtbot.waitUntil(lambda: w.statusBar().currentMessage() != line, timeout=30000)
+    assert w.statusBar().currentMessage() == "not checked: text = 9000 tokens: too long; use a shorter text"
+
 
 def test_without_a_model_it_says_what_it_needs(qtbot):
     from attnviz.ui import MainWindow

@@ -95,7 +95,8 @@ class TransformersCheck(QObject):
         if key != self._asked:
             return
         self._busy(False)
-        self.window.statusBar().showMessage(line)
+        said = line.startswith(("not checked", "transformers' float32 copy"))  # check.py's own lines
+        self.window.statusBar().showMessage(line if said else f"not checked: {line}")
 
     def about(self, result) -> bool:
         """Whether the report is about this result's maps (the same forward, any layer)."""
