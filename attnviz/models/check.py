@@ -29,7 +29,9 @@ from attnviz.models.reference import NotChecked
 __all__ = ["CheckReport", "NotChecked", "check_against_transformers", "map_differences", "transformers_bytes"]
 
 Progress = Callable[[str, int, int], None]  # (step, done, total): "loading", "layers", "comparing"
-LOAD_OVERHEAD = 256 << 20  # transformers' modules, the activations of one layer, generously
+# transformers' process itself (Python, torch and transformers imported: 0.37 GiB measured), its modules and one
+# layer's activations, generously
+LOAD_OVERHEAD = 768 << 20
 
 
 @dataclass(frozen=True)
@@ -118,10 +120,11 @@ def _forward_of(source, memory_budget: int | None, cancel: Callable[[], bool]):
 
 def transformers_bytes(folder, info, length: int) -> int:
     """Bytes transformers' float32 copy of the model needs for one forward of `length` tokens: its parameters as
-    float32, every layer's attention maps (kept by output_attentions, one more in the making), the logits, and a
-    margin. A GGUF file's parameters count twice, and the file once: transformers' loader holds every tensor
-    dequantised in NumPy while it builds the model, reading the file's pages (measured: Gemma 3 270M, 1.07 GB
-    of float32 from a 253 MB file, peaked 2.63 GiB above the run; this counts 2.6 GiB for 122 tokens)."""
+    float32, every layer's attention maps (kept by output_attentions, one more in the making), the logits, and the
+    process it runs in. A GGUF file's parameters count twice, and the file once: transformers' loader holds every
+    tensor dequantised in NumPy while it builds the model, reading the file's pages (measured: Gemma 3 270M,
+    1.07 GB of float32 from a 253 MB file: transformers' process peaked at 2.5-3.1 GiB; this counts 3.1 GiB for
+    122 tokens)."""
     from attnviz.models.folder import parameter_bytes
 
     params = parameter_bytes(folder) * (2 if folder.gguf else 1) + (folder.gguf.stat().st_size if folder.gguf else 0)
