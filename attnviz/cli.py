@@ -414,7 +414,7 @@ def _interrupt_after() -> Iterator[None]:
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["render"]:
         with _interrupt_after():
-            from attnviz import core  # noqa: F401 - torch
+            import torch  # noqa: F401 - the engine's one heavy import (attnviz.core loads its names lazily)
         return render_main(argv[1:])
     if argv[:1] == ["--version"]:
         print(f"{PROG} {__version__}")
