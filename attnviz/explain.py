@@ -1,7 +1,7 @@
 """What the explaining views show, computed on the worker (NumPy/torch, no Qt): the pipeline of one
 head stage by stage, per-head statistics, token focus, the comparison with a pinned result, and
-attention rollout. frames.render calls `render_extras`; each part is built only when its view asks
-(see the ViewOptions fields) and cached with the pooled maps of the same result.
+attention rollout. `render_extras` builds what the ViewOptions fields ask for (session.present calls it after
+frames.render), each part only when its view asks, cached with the pooled maps of the same result.
 """
 
 from __future__ import annotations
@@ -305,9 +305,10 @@ def late_extras(options: ViewOptions) -> frozenset[str]:
     return frozenset(name for name in LATE_EXTRAS if getattr(options, name))
 
 
-def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache, part: str = "all") -> dict:
+def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache | None = None, part: str = "all") -> dict:
     """What the explaining views asked for in `options` (an empty dict when none is shown). part: "all",
     "early" (all but LATE_EXTRAS) or "late" (LATE_EXTRAS only)."""
+    cache = PoolCache() if cache is None else cache
     with torch.inference_mode():
         out = {} if part == "late" else _early_extras(result, options, cache)
         if part != "early":

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from attnviz.core import RunConfig
+from attnviz.session import Outcome, Request
 from attnviz.ui.window.delivery import Delivery
-from attnviz.ui.window.worker import Outcome, Request
 
 
 class FakeWorker:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.core import RunConfig
+from attnviz.session import Outcome, generating, supersedes
 from attnviz.ui.panels.generate import generated_count
-from attnviz.ui.window.worker import Outcome, generating, supersedes
 
 
 def order_key(outcome: Outcome) -> tuple[int, int, int]:
