@@ -200,3 +200,38 @@ def test_the_window_leaves_scores_out_and_an_npz_export_gets_them_back():
     assert set(full.stages) == {"x", "q", "k", "v", "scores", "weights", "dropped", "context", "output"}
     np.testing.assert_array_equal(full.scores, run(config).scores)
     np.testing.assert_array_equal(full.weights, shown.weights)
+
+
+def test_a_generation_streams_its_partial_results_then_the_final_one(monkeypatch):
+    monkeypatch.setattr(session_module, "PARTIAL_INTERVAL_S", 0.0)  # a partial result after every token but the last
+    heard = Heard()
+    config = RunConfig.for_variant("toy-induction", text="pophijackmehij", generate=4)
+    session = Session(run, heard.events(), sync=True)
+    try:
+        session.submit(Request(1, config, ViewOptions(), force=True))  # Generate pressed
+        *partials, final = heard.done
+        written = [o.generated for o in partials]
+        assert written == [(0, 4), (1, 4), (2, 4)] and all(o.partial for o in partials)  # one per token step
+        assert final.generated == (4, 4) and not final.partial and not final.stopped
+        assert list(final.result.tokens) == list(run(config).tokens)  # the same tokens as the engine writes
+    finally:
+        assert session.stop()
+
+
+def test_stop_keeps_what_a_generation_wrote(monkeypatch):
+    monkeypatch.setattr(session_module, "PARTIAL_INTERVAL_S", 0.0)
+    heard = Heard()
+    session = Session(run, sync=True)
+
+    def done(outcome):  # Stop pressed as the first partial result shows
+        heard.done.append(outcome)
+        session.cancel(outcome.request.id)
+    session.events = Events(done=done)
+    config = RunConfig.for_variant("toy-induction", text="pophijackmehij", generate=8)
+    try:
+        session.submit(Request(1, config, ViewOptions(), force=True))
+        first, final = heard.done
+        assert first.partial and final.stopped and not final.partial
+        assert final.generated[0] < 8 and final.result.prompt_length == 14
+    finally:
+        assert session.stop()
