@@ -474,12 +474,17 @@ class PoolCache:
     def clear(self) -> None:
         self.result, self.entries = None, {}
 
-    def get(self, result: RunResult, key: tuple, make) -> PooledMaps:
+    def entries_for(self, result: RunResult) -> dict[tuple, object]:
+        """The entries of `result` (emptied when another result comes): what explain keeps beside the maps."""
         if result is not self.result:
             self.result, self.entries = result, {}
-        if key not in self.entries:
-            self.entries[key] = make()
-        return self.entries[key]
+        return self.entries
+
+    def get(self, result: RunResult, key: tuple, make) -> PooledMaps:
+        entries = self.entries_for(result)
+        if key not in entries:
+            entries[key] = make()
+        return entries[key]
 
 
 def allowed_maps(result: RunResult, b: int) -> np.ndarray | None:
