@@ -7,8 +7,8 @@ screen, in which turns of the caller's event loop), present.py (present: a resul
 extras in one call), threads.py, lanes.py and cpushare.py (the thread policy: how many torch threads a forward
 gets and on which lane), memory.py (the reaper, glibc's malloc thresholds, the one gc policy). Its clock, its
 lanes and its events are handed to it: the window's worker and delivery (ui/window/worker.py, delivery.py) put
-it on Qt's signals and timers; the benchmarks and the tests drive it synchronously (Session(sync=True),
-force_sync(), wait_idle()).
+it on Qt's signals and timers; a script or a test drives it synchronously (Session(sync=True), force_sync()),
+or waits for it (wait_idle()).
 
 Imports: attnviz.explain, attnviz.frames, attnviz.core, attnviz.system and what lies below them; never Qt
 or attnviz.ui.

@@ -4,8 +4,8 @@ Latest request wins: `submit` replaces any request still pending, so a burst of 
 finished computation, never a queue. Every finished request is reported with its id (Events.done); the window
 drops ids older than what it already shows. A request whose config equals the last computed one only re-renders
 (view-only changes never recompute). Its clock, its lanes (the executor) and its events are handed to it; with
-sync=True (or inside force_sync()) submit() handles the request before it returns, on the caller's thread and
-its lanes: what the CLI, the benchmarks and the tests drive.
+sync=True (or inside force_sync()) submit() handles the request before it returns, on its lanes, the caller
+waiting: how a script or a test drives it.
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ class Session:
         self._zoomer, self._feed = zoomer, feed
         self._freezer = FreezeOnLoad()
         self._cancel_id = 0  # generations of requests up to this id stop (the Stop button)
-        self._sync_lock = threading.Lock()
+        self._sync_lock = threading.RLock()  # stop() from a callback of a sync request: the same thread
+        self._sync_lanes: dict[str, Lane] | None = None  # sync mode's own lanes (made at its first request)
         self._thread: threading.Thread | None = None
         # called with each new result before it goes to the window: what the views would otherwise work out on
         # the GUI thread in the swap (the window sets it: views.prepare_labels)
@@ -138,16 +139,16 @@ class Session:
         if self._sync:  # past the queue: a serving thread (force_sync) must not take it
             with self._sync_lock:
                 self._queue.reopen()
-                self.lanes = self.lanes or self._make_lanes()
-                self._serve(request, self.lanes)
+                self.lanes = self._sync_lanes = self._sync_lanes or self._make_lanes()
+                self._serve(request, self._sync_lanes)
             return
         if self._queue.put(request):  # the old thread has decided to end: a new one
             self._start_thread()
 
     @contextlib.contextmanager
     def force_sync(self):
-        """Inside, submit() handles each request before it returns (napari's slicer.force_sync): the queue is
-        drained first, and the lanes are the serving thread's."""
+        """Inside, submit() handles each request before it returns (napari's slicer.force_sync), on lanes of the
+        sync mode's own; the queue is drained first."""
         self.wait_idle()
         was, self._sync = self._sync, True
         try:
@@ -192,12 +193,12 @@ class Session:
         A forward in flight is cancelled at its next stage boundary; one torch op cannot be cut short."""
         self._queue.stop()
         self._paint.release()  # a yielding run stops at once
+        with self._sync_lock:
+            for lane in (self._sync_lanes or {}).values():
+                lane.close()
+            self._sync_lanes = None
         thread = self._thread
-        if thread is None:  # sync: the lanes are the session's own
-            if self.lanes is not None:
-                for lane in self.lanes.values():
-                    lane.close()
-                self.lanes = None
+        if thread is None:
             return True
         if thread is not threading.current_thread():
             thread.join(timeout)
