@@ -121,7 +121,7 @@ class Session:
         self._zoomer, self._feed = zoomer, feed
         self._freezer = FreezeOnLoad()
         self._cancel_id = 0  # generations of requests up to this id stop (the Stop button)
-        self._sync_lock = threading.RLock()  # stop() from a callback of a sync request: the same thread
+        self._sync_lock = threading.Lock()
         self._sync_lanes: dict[str, Lane] | None = None  # sync mode's own lanes (made at its first request)
         self._thread: threading.Thread | None = None
         # called with each new result before it goes to the window: what the views would otherwise work out on
@@ -193,10 +193,9 @@ class Session:
         A forward in flight is cancelled at its next stage boundary; one torch op cannot be cut short."""
         self._queue.stop()
         self._paint.release()  # a yielding run stops at once
-        with self._sync_lock:
-            for lane in (self._sync_lanes or {}).values():
-                lane.close()
-            self._sync_lanes = None
+        lanes, self._sync_lanes = self._sync_lanes or {}, None  # each ends after the job it runs now
+        for lane in lanes.values():
+            lane.close()
         thread = self._thread
         if thread is None:
             return True
