@@ -1,7 +1,7 @@
 """What the explaining views show, computed on the worker (NumPy/torch, no Qt): the pipeline of one
 head stage by stage, per-head statistics, token focus, the comparison with a pinned result, and
-attention rollout. frames.render calls `render_extras`; each part is built only when its view asks
-(see the ViewOptions fields) and cached with the pooled maps of the same result.
+attention rollout. `render_extras` builds what the ViewOptions fields ask for (session.present calls it after
+frames.render), each part only when its view asks, cached with the pooled maps of the same result.
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ HEAD_CONTEXT = "head_context"  # the pipeline's own step: one head's slice of th
 # how the pipeline spells each stage: the stages' own titles (their descriptions are the tooltips)
 STAGE_TITLES = {s.name: s.title for s in STAGES} | {HEAD_CONTEXT: "@V"}
 WEIGHT_STAGES = ("weights", "dropped", "value_weighted")  # probabilities: the weights' colormap and scale
+
+
+def _kept(cache: PoolCache, result: RunResult, key: tuple, make):
+    """The cache's entry for `key` beside the result's pooled maps, made here when missing (so frames' cache never
+    calls back up into explain)."""
+    entries = cache.entries_for(result)
+    if key not in entries:
+        entries[key] = make()
+    return entries[key]
 
 
 def token_labels(result: RunResult, keys: bool = False) -> list[str]:
@@ -256,7 +265,7 @@ def compare_frames(result: RunResult, options: ViewOptions, cache: PoolCache) ->
         return CompareFrames(maps)
     a, c, masks, b = maps
     key = ("compare-max", id(options.pinned), options.view, b)
-    max_abs = cache.get(result, key, lambda: max(float(np.abs(_head_difference(a, c, masks, m)[0]).max(initial=0))
+    max_abs = _kept(cache, result, key, lambda: max(float(np.abs(_head_difference(a, c, masks, m)[0]).max(initial=0))
                                                  for m in range(c.shape[0])))
     signed = view_signed(options.view, result.config)
     m = min(max(options.compare_head, 0), c.shape[0] - 1)
@@ -305,16 +314,17 @@ def late_extras(options: ViewOptions) -> frozenset[str]:
     return frozenset(name for name in LATE_EXTRAS if getattr(options, name))
 
 
-def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache, part: str = "all") -> dict:
+def render_extras(result: RunResult, options: ViewOptions, cache: PoolCache | None = None, part: str = "all") -> dict:
     """What the explaining views asked for in `options` (an empty dict when none is shown). part: "all",
     "early" (all but LATE_EXTRAS) or "late" (LATE_EXTRAS only)."""
+    cache = PoolCache() if cache is None else cache
     with torch.inference_mode():
         out = {} if part == "late" else _early_extras(result, options, cache)
         if part != "early":
             if options.predictions:
-                out["predictions"] = cache.get(result, ("predictions",), lambda: prediction_frames(result))
+                out["predictions"] = _kept(cache, result, ("predictions",), lambda: prediction_frames(result))
             if options.lens:
-                out["lens"] = cache.get(result, ("lens", options.colormap), lambda: lens_frames(result, options))
+                out["lens"] = _kept(cache, result, ("lens", options.colormap), lambda: lens_frames(result, options))
     return out
 
 
@@ -325,11 +335,11 @@ def _early_extras(result: RunResult, options: ViewOptions, cache: PoolCache) -> 
     if options.pipeline_head is not None:
         key = ("pipeline", b, options.pipeline_head, options.pipeline_stage, options.scale_mode,
                options.colormap, options.diverging)
-        out["pipeline"] = cache.get(result, key, lambda: pipeline_frames(result, options))
+        out["pipeline"] = _kept(cache, result, key, lambda: pipeline_frames(result, options))
     if options.head_scores:
         out["head_scores"] = head_score_frames(result)
     if options.stats:
-        stats = cache.get(result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
+        stats = _kept(cache, result, ("stats", b, options.colormap), lambda: stats_frames(result, b, options))
         out["stats"] = add_head_types(stats, out["head_scores"], result.config.layer) \
             if "head_scores" in out else stats
     if options.focus_row is not None:
@@ -512,4 +522,4 @@ def unablated_result(result: RunResult, options: ViewOptions, cache: PoolCache) 
 
     config = options.unablated
     record = DEFAULT_RECORD | {view_stage(options.view)}
-    return cache.get(result, ("unablated", config, options.view), lambda: run(config, record=record))
+    return _kept(cache, result, ("unablated", config, options.view), lambda: run(config, record=record))

@@ -474,12 +474,17 @@ class PoolCache:
     def clear(self) -> None:
         self.result, self.entries = None, {}
 
-    def get(self, result: RunResult, key: tuple, make) -> PooledMaps:
+    def entries_for(self, result: RunResult) -> dict[tuple, object]:
+        """The entries of `result` (emptied when another result comes): what explain keeps beside the maps."""
         if result is not self.result:
             self.result, self.entries = result, {}
-        if key not in self.entries:
-            self.entries[key] = make()
-        return self.entries[key]
+        return self.entries
+
+    def get(self, result: RunResult, key: tuple, make) -> PooledMaps:
+        entries = self.entries_for(result)
+        if key not in entries:
+            entries[key] = make()
+        return entries[key]
 
 
 def allowed_maps(result: RunResult, b: int) -> np.ndarray | None:
@@ -491,9 +496,9 @@ def allowed_maps(result: RunResult, b: int) -> np.ndarray | None:
     return None if allowed.all() else allowed
 
 
-def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = None, extras=None) -> Frames:
-    """Everything the views show for one result: one tile per head, the mean tile, the tensor; with `extras`
-    (result, options, cache) -> dict also what the explaining views asked for (frames.extras)."""
+def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = None) -> Frames:
+    """The maps of one result: one tile per head, the mean tile, the tensor (the explaining views' extras are
+    explain's: session.present makes both)."""
     t0 = time.perf_counter()
     cache = cache or PoolCache()
     c = result.config
@@ -532,11 +537,7 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     tensor = _tensor_frame(result, options, b, cache)
     shared = levels[0] if options.shared_scale else _levels(torch.tensor([lv[1] for lv in levels]),
                                                             torch.tensor(True), signed)[0]
-    frames = Frames(heads, mean, tensor, options, shared, map_lut, 0.0, signed, scale)
-    if extras is not None:  # the explaining views' parts (explain.render_extras, which builds on this module)
-        frames.extras = extras(result, options, cache)
-    frames.render_time_s = time.perf_counter() - t0
-    return frames
+    return Frames(heads, mean, tensor, options, shared, map_lut, time.perf_counter() - t0, signed, scale)
 
 
 def screen_px(max_px: tuple[int, int] | None, shape: tuple[int, int], row: bool) -> tuple[int, int] | None:
@@ -585,61 +586,3 @@ def _tensor_frame(result: RunResult, options: ViewOptions, b: int, cache: PoolCa
         cache.get(result, t_key, lambda: pool_maps(t[None], None, nan_rows, options.tensor_px, True)))
     t_title = TENSOR_NAMES[options.tensor] + (f", head {head}" if options.tensor in ("q", "k", "v") else "")
     return HeatImage(t_img, t.shape, t_levels, colormaps.lut(options.diverging), t_title)
-
-
-def model_mosaic(blocks, tile_px: int, colormap: str, gap: int = 2) -> np.ndarray:
-    """Every layer x head of a model as one RGBA picture (bertviz's model view): row = layer, column =
-    head, then the mean over the layer's heads; an encoder-decoder's stacks one block under another.
-    Each tile is max-pooled to at most tile_px, scaled to its own maximum (so a layer's pattern shows even
-    where one token takes most of the weight), then drawn as a tile_px square whatever the map's shape.
-
-    blocks: [(layer_weights (layers, 1, H, Lq, Lkv), allowed bool (layers, Lq, Lkv) or None)], one per stack.
-    Returns (rows, cols, 4) uint8; mosaic_rows and mosaic_columns give the tiles' places.
-    """
-    heads = blocks[0][0].shape[2]
-    x0 = mosaic_columns(heads, tile_px, gap)
-    tops = mosaic_rows([lw.shape[0] for lw, _ in blocks], tile_px, gap)
-    out = np.full((tops[-1] + tile_px, x0[-1] + tile_px, 4), 255, np.uint8)
-    lut = colormaps.lut(colormap)
-    first = 0
-    for layer_weights, allowed in blocks:
-        for n, image in enumerate(_square_tiles(layer_weights, allowed, tile_px)):
-            r, c = divmod(n, heads + 1)
-            y = tops[first + r]
-            out[y: y + tile_px, x0[c]: x0[c] + tile_px] = lut[image]
-        first += layer_weights.shape[0]
-    return out
-
-
-def _square_tiles(layer_weights: np.ndarray, allowed: np.ndarray | None, tile_px: int) -> list[np.ndarray]:
-    """One stack's tiles (each layer's heads, then their mean) as tile_px x tile_px uint8 index images. A layer
-    at a time, with its own mask for its heads and their mean (the masks of every layer repeated for every head were 78
-    MB at 8,192 tokens, made by a NumPy call that holds the GIL: the window froze; benchmarks/README.md, Behind the
-    code)."""
-    layers, _, heads, lq, lkv = layer_weights.shape
-    w = torch.from_numpy(np.ascontiguousarray(layer_weights[:, 0], np.float32))  # (layers, H, Lq, Lkv)
-    tiles = []
-    for n in range(layers):  # a layer's heads and their mean at a time: no every-layer copy (315 MB at 512 tokens)
-        maps = torch.cat([w[n], torch.nan_to_num(w[n], nan=0.0).mean(0, keepdim=True)])
-        mask = None if allowed is None else allowed[min(n, allowed.shape[0] - 1)][None]
-        images, _ = quantise_maps(maps, mask, None, (tile_px, tile_px), False, shared=False)
-        h, width = images[0].shape
-        rows, cols = np.arange(tile_px) * h // tile_px, np.arange(tile_px) * width // tile_px
-        tiles += [image[rows][:, cols] for image in images]
-    return tiles
-
-
-def mosaic_rows(layers_per_block: list[int], tile_px: int, gap: int = 2) -> list[int]:
-    """Top edge of each mosaic row, block after block (a stack's layers), blocks a little further apart."""
-    tops, y = [], 0
-    for layers in layers_per_block:
-        for _ in range(layers):
-            tops.append(y)
-            y += tile_px + gap
-        y += 3 * gap
-    return tops
-
-
-def mosaic_columns(heads: int, tile_w: int, gap: int = 2) -> list[int]:
-    """Left edge of each mosaic column: the heads, then the mean a little apart."""
-    return [c * (tile_w + gap) for c in range(heads)] + [heads * (tile_w + gap) + 3 * gap]

@@ -137,7 +137,7 @@ class ThreadPolicy:
     """How the app's background compute shares the machine (numbers behind the defaults: benchmarks/README.md,
     "Contention").
 
-    threads: torch threads per forward: "adaptive" (the cores other programs leave free, ui/window/cpushare.py),
+    threads: torch threads per forward: "adaptive" (the cores other programs leave free, session/cpushare.py),
     "all" (torch's default, one per core) or a fixed number. quiet_nice: how much nicer than the process a
     background thread runs while every core is free (the GUI thread then wins every core it wants);
     busy_nice: the nicer level of the lane that runs while other programs hold cores (at quiet_nice it would

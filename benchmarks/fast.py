@@ -61,7 +61,7 @@ def _engine(size, tile_px: tuple[int, int], tensor_px: tuple[int, int] | None = 
 
     from attnviz import frames
     from attnviz.core import run
-    from attnviz.ui.window.worker import window_record
+    from attnviz.session.request import window_record
 
     from .seeds_reference import CausalSelfAttention as SeedCausalSelfAttention
     from .seeds_reference import generate_mask as seed_generate_mask

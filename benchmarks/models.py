@@ -217,11 +217,11 @@ def weights_bytes(folder: Path) -> int:
 
 
 class Watch:
-    """The load average and the cores other processes kept busy (attnviz.ui.window.cpushare: /proc/stat less this
+    """The load average and the cores other processes kept busy (attnviz.session.cpushare: /proc/stat less this
     process's threads) across one measurement: the machine may be shared with other work."""
 
     def __init__(self) -> None:
-        from attnviz.ui.window.cpushare import CpuShare
+        from attnviz.session.cpushare import CpuShare
 
         self._share, self._load = CpuShare(), [load_average()]
 

@@ -69,7 +69,8 @@ def _select(result: RunResult, options: ExportOptions) -> tuple[list[HeatImage],
                        tensor_head=options.tensor_head, max_px=None, tensor_px=None,
                        mean=options.what == "mean", scale_mode=options.scale_mode,
                        rollout=options.what == "rollout")
-    frames = render(result, view, extras=render_extras)
+    frames = render(result, view)
+    frames.extras = render_extras(result, view)
     if options.what == "output":
         if frames.tensor is None:
             raise ValueError(not_kept_note(result, options.tensor))

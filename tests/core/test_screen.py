@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from attnviz import frames
 from attnviz.core import RunConfig, run
-from attnviz.ui.window.worker import kernel_screen_px, window_record
+from attnviz.session.request import kernel_screen_px, window_record
 
 # each map several times CACHE_BLOCK_BYTES, so it is computed in blocks of query rows
 CONFIGS = {

@@ -196,7 +196,7 @@ def test_a_model_window_leaves_the_scores_out_until_a_view_draws_them(model_wind
     NPZ export gets them back (complete_stages)."""
     from attnviz.core.analysis.cells import cell_path
     from attnviz.core.kernel.stages import BY_NAME
-    from attnviz.ui.window.worker import complete_stages
+    from attnviz.session import complete_stages
 
     w = model_window
     assert "scores" not in w.result.stages and "scores" not in w.result.source.stages

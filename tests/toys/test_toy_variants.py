@@ -72,7 +72,7 @@ def test_the_window_shows_a_toy_with_its_caption_and_token_axes(qtbot):
     window.panel.set_config(load_preset("toy-reverse"))
     wait_shown(qtbot, window)
     assert window.captionLabel.isVisibleTo(window) and "anti-diagonal" in window.captionLabel.text()
-    cores = window.worker._share.cores  # a model forward leaves a core to the window (worker.model_threads)
+    cores = window.worker.session.share.cores  # a model forward leaves a core to the window (model_threads)
     assert window.worker.threads_used <= max(1, cores - 1)
     assert window.scaleCombo.currentData() == "linear"  # trained maps are peaked: linear by default
     text = window.headGrid.cell_text(0, 0, 7)

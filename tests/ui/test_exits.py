@@ -73,7 +73,7 @@ def test_ctrl_c_in_the_terminal_quits_the_app_cleanly(tmp_path):
 def test_the_worker_serves_again_after_quit(window, qtbot, counting_run):
     QTimer.singleShot(0, QApplication.quit)
     QApplication.exec()  # Qt 6 closes the windows on quit(): that stops the worker
-    assert not window.isVisible() and window.worker._stopping  # as a user's script would find it
+    assert not window.isVisible() and window.worker.session.stopping  # as a user's script would find it
     window.show()
     seed = window.panel.widgets["seed"]
     calls = len(counting_run.calls)

@@ -12,8 +12,9 @@ from PySide6.QtCore import QSettings, Qt
 from uihelpers import CountingRun, drain, wait_shown
 
 from attnviz.core import load_preset, run
+from attnviz.core.runs.runner import Cancelled
+from attnviz.session import session as session_module
 from attnviz.ui import MainWindow
-from attnviz.ui.window import worker as worker_module
 
 PROMPT = "pophijackmehij"
 
@@ -44,7 +45,7 @@ class SlowSteps(CountingRun):
                 on_step(n, spied)
         try:
             return run(config, cancel=cancel, on_step=step if config.generate else on_step, **kwargs)
-        except worker_module.Cancelled:
+        except Cancelled:
             self.cancelled.append(config.text)
             raise
 
@@ -183,8 +184,8 @@ def test_the_step_slider_marks_a_token_and_its_prediction_without_recomputing(to
     assert mosaic.step_row == 15 and "'c' at 15" in toy.steps.label.text()
     assert strip.step_cell() == 14  # position 14 predicts the token at 15
     assert all(repr(t) in strip.infoLabel.text() for t in r.top_tokens[14]) and r.top_tokens[14][0] == "c"
-    qtbot.wait(50)
-    assert (len(slow.calls), toy.latest_id) == (calls, latest)  # view only: nothing asked of the worker
+    assert toy.is_settled()  # view only: no request scheduled (the window's request timer is idle) ...
+    assert (len(slow.calls), toy.latest_id) == (calls, latest)  # ... and nothing asked of the worker
     slider.setValue(0)
     assert mosaic.step_row is None and strip.step_cell() is None
     toy.panel.widgets["generate"].setValue(0)  # the text alone: no steps
@@ -211,13 +212,13 @@ def test_generate_on_a_seed_variant_points_to_a_model(window):
 
 def test_builds_and_renders_run_on_the_worker_only(toy, qtbot, slow, monkeypatch):
     rendered = []
-    original = worker_module.render
+    original = session_module.present
 
     def spy(*args, **kwargs):
         rendered.append(threading.current_thread() is threading.main_thread())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(worker_module, "render", spy)
+    monkeypatch.setattr(session_module, "present", spy)
     seen = record_partials(toy)
     toy.panel.widgets["generate"].setValue(8)
     wait_shown(qtbot, toy)

@@ -13,7 +13,7 @@ import pytest
 from uihelpers import wait_shown
 
 from attnviz.core import RunConfig, run
-from attnviz.frames import model_mosaic
+from attnviz.model_mosaic import model_mosaic
 from attnviz.models.tokens import display
 from attnviz.ui import MainWindow
 from attnviz.ui.maps import layer_feed, model_view

@@ -65,7 +65,7 @@ def shot(widget, name):
         image.save(os.path.join(SHOTS, f"{name}.png"))
 
 
-def test_load_weights_fix_the_width_then_load_inputs(window, qtbot, monkeypatch, seed000, reads):
+def test_load_weights_fix_the_width_then_load_inputs(window, qtbot, monkeypatch, seed000, reads, counting_run):
     weights, inputs, expected = seed000
     to_cross(window, qtbot)
     before = window.shown_id
@@ -94,13 +94,13 @@ def test_load_weights_fix_the_width_then_load_inputs(window, qtbot, monkeypatch,
     shot(window, "weights-and-inputs-loaded")
     assert all(not on_gui for _, on_gui in reads) and len(reads) == 2
 
-    calls = len(window.worker._compute.calls)  # a mask edit reruns without reading the files again
+    calls = len(counting_run.calls)  # a mask edit reruns without reading the files again
     panel.widgets["mask"].setCurrentIndex(panel.widgets["mask"].findData("causal"))
     wait_shown(qtbot, window)
-    assert len(window.worker._compute.calls) == calls + 1 and len(reads) == 2
+    assert len(counting_run.calls) == calls + 1 and len(reads) == 2
     window.colormapCombo.setCurrentIndex(1)  # view-only: no run at all
     wait_shown(qtbot, window)
-    assert len(window.worker._compute.calls) == calls + 1
+    assert len(counting_run.calls) == calls + 1
 
 
 def test_random_inputs_switch_back(window, qtbot, monkeypatch, seed000):

@@ -653,7 +653,7 @@ def test_opening_the_focus_panel_while_stale_lists_the_shown_tokens(window, qtbo
 
 
 def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot):
-    from attnviz.ui.window.worker import Failure, Outcome, Request
+    from attnviz.session import Failure, Outcome, Request
 
     result, frames = window.result, window.frames
     window.result = None  # as at start-up: the first result not yet on screen
@@ -667,7 +667,7 @@ def test_a_result_swapped_in_after_a_newer_failure_is_marked_stale(window, qtbot
 def test_the_grid_paints_a_result_before_the_other_views_take_it(window, qtbot, monkeypatch):
     """A result is shown in two event-loop passes: the head grid (and its paint), then the rest, so a
     timer or an edit gets the loop between the grid's repaint and the tensor view's."""
-    from attnviz.ui.window.worker import Outcome, Request
+    from attnviz.session import Outcome, Request
 
     result, frames, grid = window.result, window.frames, window.headGrid
     grid_painted_first = []
@@ -689,7 +689,7 @@ def test_between_the_two_passes_of_a_swap(window, qtbot):
     result is dropped, and closing finishes the swap instead of leaving the views on two results."""
     import copy
 
-    from attnviz.ui.window.worker import Outcome, Request
+    from attnviz.session import Outcome, Request
 
     result, frames = window.result, copy.copy(window.frames)
     delivery = window.delivery
@@ -706,7 +706,7 @@ def test_between_the_two_passes_of_a_swap(window, qtbot):
 
 
 def test_closing_drops_a_result_waiting_to_be_swapped_in(window, qtbot):
-    from attnviz.ui.window.worker import Outcome, Request
+    from attnviz.session import Outcome, Request
 
     result, frames, shown = window.result, window.frames, window.shown_id
     delivery = window.delivery

@@ -20,9 +20,10 @@ class CountingRun:
 
 
 def wait_shown(qtbot, window, timeout=15000):
-    """Wait until the window shows the newest request it sent."""
+    """Wait until the window shows the newest request it sent, and deliver what that posted (its paints)."""
     qtbot.waitUntil(lambda: window.is_settled() and window.shown_id > 0, timeout=timeout)
-    qtbot.wait(10)
+    QCoreApplication.sendPostedEvents()
+    QCoreApplication.processEvents()
 
 
 def drain(qtbot, window) -> None:

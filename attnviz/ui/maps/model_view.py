@@ -4,7 +4,7 @@ block under another. Click a tile to open that stack, layer and head in the head
 context menu) ablates the head or restores it. Ablated heads are drawn crossed; heads whose head-type
 score passes its threshold carry a coloured badge (the legend under the view says which colour is which).
 
-The mosaic is composed on a background thread (frames.model_mosaic) once per model forward; the GUI
+The mosaic is composed on a background thread (model_mosaic.py) once per model forward; the GUI
 thread only swaps the finished picture in. During a long (pooled) forward the view fills in layer by layer
 (show_partial): each finished layer's row of tiles is composed off the GUI thread as it comes, the layers
 still running stay grey, and the whole forward's picture replaces them when it is done.
@@ -22,7 +22,7 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFrame, QLabel, QMenu, QScrollArea, QVBoxLayout, QWidget
 
-from attnviz.frames import model_mosaic, mosaic_columns, mosaic_rows
+from attnviz.model_mosaic import model_mosaic, mosaic_columns, mosaic_rows
 from attnviz.style import (
     BACKGROUND,
     HEAD_TYPE_COLOURS,

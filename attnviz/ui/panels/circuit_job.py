@@ -3,7 +3,6 @@ the map worker's), cached results, and the colouring of signed layer x head tabl
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from PySide6.QtWidgets import QProgressBar, QPushButton
 from attnviz import colormaps
 from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
+from attnviz.session.memory import freeze_alive
 from attnviz.system import lower_priority, model_threads, set_torch_threads
 from attnviz.ui.panels.heat_table import HeatTable
 from attnviz.ui.widgets.basic import named
@@ -46,7 +46,7 @@ class Job(QObject):
         if key == self.key:
             return True
         self.cancel()
-        gc.freeze()  # as head effects do: what is alive now stays out of the collector's passes
+        freeze_alive()  # as head effects do: what is alive now stays out of the collector's passes
         self.key, flag = key, threading.Event()
         self._cancel = flag
         threading.Thread(target=self._body, args=(key, compute, flag), name=f"attnviz-{self.name}",

@@ -9,7 +9,6 @@ showing the same result again computes nothing. Click a cell to open that head.
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 
@@ -20,6 +19,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPus
 from attnviz import colormaps
 from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
+from attnviz.session.memory import freeze_alive
 from attnviz.system import lower_priority, model_threads, set_torch_threads
 from attnviz.ui.panels.heat_table import HeatTable
 from attnviz.ui.widgets.basic import named
@@ -52,7 +52,7 @@ class EffectsJob(QObject):
         # the GUI thread over everything alive, the loaded model and transformers' modules included (the window freezes
         # only what start-up made): the run's longest stalls (benchmarks/README.md, Behind the code).
         # What is alive now lives on past the run; leave it out of the collector's passes, as at start-up.
-        gc.freeze()
+        freeze_alive()
         self.key, flag = key, threading.Event()
         self._cancel = flag
         threading.Thread(target=self._body, args=(key, config, position, ablation, flag),

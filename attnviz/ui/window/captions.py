@@ -9,7 +9,7 @@ from attnviz.core import RunConfig
 from attnviz.core.kernel.pooling import pooled_text
 from attnviz.core.runs.backed import WEIGHTS_ONLY_NOTE
 from attnviz.core.runs.saved import MAPS_VARIANT
-from attnviz.ui.window.worker import Outcome
+from attnviz.session import Outcome
 
 STACK_CAPTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
                   "cross": "cross-attention (decoder tokens reading the encoder's)"}

@@ -36,10 +36,10 @@ from attnviz.export import (
     export,
     format_of,
 )
+from attnviz.session import complete_stages
 from attnviz.style import RED
 from attnviz.ui.widgets.basic import named
 from attnviz.ui.widgets.jobs import BackgroundJob
-from attnviz.ui.window.worker import complete_stages
 
 
 def confirm_write(parent, path: str) -> bool | None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from PySide6.QtWidgets import QPushButton
 
 from attnviz.core import RunConfig
+from attnviz.session import Failure, Outcome
 from attnviz.ui.maps.zoom import ZoomAsk, ZoomFrames
 from attnviz.ui.widgets.basic import named
-from attnviz.ui.window.worker import Failure, Outcome
 
 ZOOM_HINT = "Esc or Back: the full maps; drag inside the block to zoom further."
 

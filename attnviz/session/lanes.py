@@ -1,12 +1,12 @@
-"""A lane: one long-lived worker thread at a fixed niceness (the worker runs its forwards on two of them,
-see worker.py's thread policy)."""
+"""A lane: one long-lived worker thread at a fixed niceness. The session runs its forwards on two of them, the
+`quiet` lane and the `busy` one (threads.py: which one a forward takes)."""
 
 from __future__ import annotations
 
 import queue
 import threading
 
-from attnviz.system import lower_priority
+from attnviz.system import lower_priority, thread_policy
 
 
 class Lane:
@@ -42,3 +42,12 @@ class Lane:
             finally:
                 del function
                 done.set()
+
+
+def policy_lanes() -> dict[str, Lane]:
+    """The two lanes of the thread policy in force: `quiet` (every core free) quiet_nice nicer than the caller,
+    `busy` (some cores held by other programs) busy_nice nicer (niceness cannot be lowered again without
+    privileges, hence two threads)."""
+    policy = thread_policy()
+    return {"quiet": Lane("attnviz-compute", policy.quiet_nice),
+            "busy": Lane("attnviz-compute-shared", policy.busy_nice)}

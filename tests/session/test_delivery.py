@@ -1,5 +1,6 @@
-"""Delivery on its own: which of the worker's outcomes reach the screen, in which order and passes, and what
-goes back to the worker, with a recording worker and recording views instead of the window's widgets."""
+"""ScreenQueue, without Qt: which of the session's outcomes reach the screen, in which order and turns, and what
+goes back to the session, with a recording worker and recording views instead of the window's widgets; the
+test takes the event loop's turns itself (NextTurn)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from attnviz.core import RunConfig
-from attnviz.ui.window.delivery import Delivery
-from attnviz.ui.window.worker import Outcome, Request
+from attnviz.session import Outcome, Request
+from attnviz.session.delivery import ScreenEvents, ScreenQueue
 
 
 class FakeWorker:
@@ -31,9 +32,11 @@ class Screen:
 
     def __init__(self):
         self.first, self.rest, self.painted = [], [], True
+        self.shown, self.running = [], []
 
-    def delivery(self, worker) -> Delivery:
-        return Delivery(worker, self.first.append, self.rest.append, lambda: self.painted)
+    def delivery(self, worker) -> ScreenQueue:
+        events = ScreenEvents(shown=self.shown.append, generating=self.running.append)
+        return ScreenQueue(worker, self.first.append, self.rest.append, lambda: self.painted, events=events)
 
 
 CONFIG = RunConfig()
@@ -47,17 +50,14 @@ def outcome(rid, config=CONFIG, partial=False, prompt=None, tokens=0):
 
 
 @pytest.fixture
-def setup(qtbot):
+def setup():
     worker, screen = FakeWorker(), Screen()
-    d = screen.delivery(worker)
-    shown = []
-    d.sigShown.connect(shown.append)
-    return d, worker, screen, shown
+    return screen.delivery(worker), worker, screen, screen.shown
 
 
 def both_passes(d):
-    d.swap()
-    d.finish()
+    d.swap_timer.take()
+    d.rest_timer.take()
 
 
 def test_a_result_is_shown_in_two_passes_then_the_worker_goes_on(setup):
@@ -135,8 +135,7 @@ def test_failures_and_cancellations_of_older_requests_are_not_news(setup):
 
 def test_a_generation_streams_in_token_order_and_ends_with_its_final_result(setup):
     d, worker, screen, shown = setup
-    running = []
-    d.sigGenerating.connect(running.append)
+    running = screen.running
     rid = d.next_id()
     d.sent(rid, GENERATING)
     assert d.generating_id == rid and running == [True]

@@ -1,15 +1,14 @@
-"""How many cores the worker may use now: the machine's cores minus those other programs keep busy.
+"""How many cores the session's forwards may use now: the machine's cores minus those other programs keep busy.
 
 A forward pass splits each op over torch's threads and waits for the slowest. With one thread per
 core and one core held by another program, the thread that shares that core gets a fraction of
 it (and at nice 10, almost none), so every op waits for it (benchmarks/README.md, Contention: the thread and
 priority policy). With one thread fewer than the busy cores leave, the loss is the lost core
-only (<= 2x). So before each run the worker measures, from /proc/stat and /proc/self/stat (read by
-attnviz.system), how many
-cores other processes used since the previous run, and runs with the cores left (at least one).
+only (<= 2x). So before each run the session measures, from /proc/stat and /proc/self/stat (read by
+attnviz.system), how many cores other processes used since the previous run, and runs with the cores left
+(at least one).
 
-Linux only; elsewhere (or if /proc cannot be read) the worker keeps torch's default.
-No Qt here: tests read it directly.
+Linux only; elsewhere (or if /proc cannot be read) the session keeps torch's default.
 """
 
 from __future__ import annotations
@@ -30,7 +29,9 @@ def _read() -> tuple[int, int, int] | None:
 
 
 class CpuShare:
-    """Measures the cores other programs use between calls; `threads()` is what the worker should use."""
+    """Measures the cores other programs use between calls; `threads()` is what the next forward should use.
+    A test or a benchmark hands the session one of its own (Session(share=...)): anything with `cores` and
+    `threads()`."""
 
     def __init__(self, cores: int | None = None):
         self.cores = cores or usable_cores()
