@@ -299,7 +299,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     plan = ablation_plan(config, model.info, len(encoded.ids), getattr(model, "call_index", None))
     t0 = time.perf_counter()
     # torch's thread count is the caller's: the app's worker sets it from the cores other programs
-    # leave free (ui/window/cpushare.py); a model forward of many mid-sized ops suffers most from a starved thread
+    # leave free (session/cpushare.py); a model forward of many mid-sized ops suffers most from a starved thread
     if count:
         def build(ran: Ran) -> ModelForward:
             return _model_forward(config, model, ran, keep, device, time.perf_counter() - t0, started, plan)

@@ -10,7 +10,6 @@ window_settings.py and window_actions.py.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 
@@ -34,6 +33,7 @@ from attnviz import colormaps, style
 from attnviz.core import ConfigError, RunConfig, run
 from attnviz.core.runs.runner import run_stages
 from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
+from attnviz.session.memory import freeze_alive
 from attnviz.ui.maps.info_bar import HOVER_HINT, InfoBar  # noqa: F401 (the hint, where the window's tests read it)
 from attnviz.ui.maps.views import HeadGrid, OverlayBanner, TensorView, prepare_labels
 from attnviz.ui.panels.explain_views import ExplainViews
@@ -111,9 +111,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
             self.open_path(open_path)
         self._once.count = self.panel.widgets["generate"].value()  # a remembered count is not a click
         self.request()
-        # Many objects are alive after start-up (torch, Qt, pyqtgraph); a full garbage collection over them
-        # stalls the GUI thread (benchmarks/README.md, Behind the code). Freeze them: they live as long as the app.
-        gc.freeze()
+        freeze_alive()  # torch, Qt, pyqtgraph: they live as long as the app (the one gc policy)
 
     def _build(self) -> None:
         self._make_central()
