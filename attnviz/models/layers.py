@@ -16,11 +16,11 @@ from torch import Tensor, nn
 
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.pooling import keeps_tokens
-from attnviz.core.kernel.stages import ALL_STAGES
+from attnviz.core.kernel.stages import ALL_STAGES, MODULE_IO_STAGES, SOFTMAX_STAGES
 from attnviz.models.hf_attention import current, recording
 
-WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
-HOOKED = ("x", "output")  # what the hooks on every attention module record
+WEIGHTS_ONLY = SOFTMAX_STAGES  # and the attention module's input and output, from its hooks
+HOOKED = MODULE_IO_STAGES  # what the hooks on every attention module record
 CROSS_NAMES = {"EncDecAttention", "encoder_attn", "crossattention", "cross_attn"}  # t5, bart/whisper, bert
 
 
@@ -167,7 +167,7 @@ def weights_only_traces(attentions, record) -> list[Trace]:
     """Traces from transformers' `output_attentions` (families whose code does not call the interface)."""
     traces = []
     for weights in attentions:
-        trace = Trace(set(record) & set(WEIGHTS_ONLY) | {"weights"})
+        trace = Trace(set(record) & WEIGHTS_ONLY | {"weights"})
         trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())
         trace["mask"] = (weights[:1] > 0).any(dim=1, keepdim=True)
         traces.append(trace)
