@@ -92,7 +92,7 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
         name = "cache" if "cache" in parameters else "past_key_values"
         inputs.update({name: cache, "use_cache": True})
     elif "use_cache" in parameters:  # else a decoder keeps every layer's keys and values to the end of the
-        inputs["use_cache"] = False  # forward: 377 MB at 8,192 tokens of a SmolLM2-135M shape
+        inputs["use_cache"] = False  # forward (benchmarks/README.md, Behind the code)
     with recording(record) as rec:
         out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
     if weights_only:
