@@ -7,9 +7,8 @@ tables and code where they are pure: the config dict (load_gguf_checkpoint's map
 the tokenizer (convert_gguf_tokenizer on the same tokenizer dict as get_gguf_tokenizer), the tensor names
 (get_gguf_hf_weights_map) and the tensor transforms (the llama family's Q/K row permutation undone, Gemma's
 and Nemotron's norms stored as 1 + w). The tensors dequantise with NumPy on a pool of threads
-(gguf_dequant.py) while the tokenizer is built on another.
-Architectures whose conversion does more
-(t5, bloom, gpt2, mamba, mixture-of-experts, ...) go through transformers' loader as before.
+(gguf_dequant.py) while the tokenizer is built on another. Architectures whose conversion does more (t5,
+bloom, gpt2, mamba, mixture-of-experts, ...) go through transformers' loader as before.
 """
 
 from __future__ import annotations
