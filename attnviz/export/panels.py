@@ -23,6 +23,7 @@ from attnviz.export.options import ExportOptions
 from attnviz.export.table import heat_table_layout, strip_layout, value_index, write_arrays
 from attnviz.export.titles import title_parts
 from attnviz.frames import ViewOptions
+from attnviz.style import COMPACT_DIGITS, number
 
 __all__ = ["compare_arrays", "compare_figure", "focus_csv", "focus_figure", "lens_csv", "lens_figure",
            "rollout_csv", "rollout_figure", "stats_csv", "stats_figure", "write_compare"]
@@ -84,8 +85,12 @@ def compare_figure(result: RunResult, frames: CompareFrames, against: str = "pin
         raise ValueError(frames.message or "nothing is compared")
     from dataclasses import replace
 
-    tiles = [replace(frames.pinned, title=against), replace(frames.current, title="current"),
-             replace(frames.difference, title=f"current \u2212 {against}")]
+    def titled(heat, title: str):  # each map's range beside its name, as the panel shows it
+        lo, hi = (number(v, COMPACT_DIGITS, typeset=True) for v in heat.levels)
+        return replace(heat, title=f"{title} ({lo} \u2026 {hi})")
+
+    tiles = [titled(frames.pinned, against), titled(frames.current, "current"),
+             titled(frames.difference, f"current \u2212 {against}")]
     return strip_layout(f"Compare \u00b7 head {frames.head} \u00b7 max |current \u2212 {against}| over every "
                         f"head {frames.max_abs:.3g}", _parts(result), tiles)
 

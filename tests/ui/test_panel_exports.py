@@ -12,7 +12,7 @@ from uihelpers import open_dock, wait_shown
 from attnviz import colormaps
 from attnviz.core import load_preset
 from attnviz.core.analysis.stats import rollout
-from attnviz.export.panels import focus_figure, lens_figure, stats_figure
+from attnviz.export.panels import compare_figure, focus_figure, lens_figure, stats_figure
 from attnviz.export.table import value_index
 
 
@@ -116,6 +116,37 @@ def test_compare_exports_every_heads_difference_and_the_three_maps(toy, qtbot, t
     arrays = np.load(ex.export("compare", str(tmp_path / "c.npz")))
     assert arrays["difference"].shape == toy.result.weights[0].shape and (arrays["difference"] == 0).all()
     svg = ex.export("compare", str(tmp_path / "c.svg")).read_text()
-    assert svg.count("data:image/png;base64") == 3 and "current \u2212 pinned" in svg
+    assert svg.count("data:image/png;base64") == 3 and "current \u2212 pinned (" in svg
+    pixels = np.asarray(Image.open(ex.export("compare", str(tmp_path / "c.png"))).convert("RGB"))
+    (x0, y0, w, h), (x1, y1, _, _), (x2, y2, _, _) = compare_figure(toy.result, ex.compare.frames).tiles
+    np.testing.assert_array_equal(pixels[y0:y0 + h, x0:x0 + w], pixels[y1:y1 + h, x1:x1 + w])  # pinned = current
+    masked = ex.compare.frames.difference.lut[colormaps.MASKED_INDEX, :3]  # the causal mask's cells
+    colours = {tuple(c) for c in pixels[y2:y2 + h, x2:x2 + w].reshape(-1, 3)} - {tuple(masked)}
+    assert len(colours) == 1  # their difference: zero, one colour wherever a key is seen
     with pytest.raises(ValueError, match="exports npz, png, svg, not csv"):
         ex.export("compare", str(tmp_path / "c.csv"))
+
+
+def test_a_panel_figure_is_drawn_from_its_data_not_the_widget(toy, qtbot, tmp_path):
+    """The same data gives the same file whatever size the panel has on screen (a grab would not)."""
+    _open(toy, qtbot, "statsDock")
+    first = toy.explain.export("stats", str(tmp_path / "a.png")).read_bytes()
+    before = toy.explain.stats.size()
+    toy.resize(toy.width() - 300, toy.height() - 200)
+    qtbot.waitUntil(lambda: toy.explain.stats.size() != before)  # a grab of the panel would change with it
+    assert toy.explain.export("stats", str(tmp_path / "b.png")).read_bytes() == first
+
+
+def test_each_panel_keeps_its_name_title_and_shortcut(window):
+    """Users' muscle memory and the tests find the panels by these: one record each, unchanged."""
+    expected = {"pipelineDock": ("Pipeline", "Ctrl+Shift+P"), "statsDock": ("Statistics", "Ctrl+Shift+T"),
+                "focusDock": ("Token focus", "Ctrl+Shift+F"), "compareDock": ("Compare", "Ctrl+Shift+D"),
+                "rolloutDock": ("Rollout", "Ctrl+Shift+R"), "headEffectsDock": ("Which heads matter", "Ctrl+Shift+H"),
+                "lensDock": ("Logit lens", "Ctrl+Shift+L"), "patchDock": ("Patches", "Ctrl+Shift+G"),
+                "circuitsDock": ("Circuits", "Ctrl+Shift+K"), "attributionDock": ("Logit attribution", "Ctrl+Shift+A"),
+                "patchingDock": ("Patching", "Ctrl+Shift+X")}
+    actions = {a.text(): a for a in window.menuBar().actions()[1].menu().actions()}
+    for name, (title, shortcut) in expected.items():
+        dock = window.explain.docks[name]
+        assert dock.objectName() == name and dock.windowTitle() == title
+        assert actions[title].shortcut().toString() == shortcut

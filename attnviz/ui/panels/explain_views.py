@@ -18,13 +18,14 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog, QFrame, QMainWindow, QScrollArea, QWidget
 
 from attnviz.explain import token_labels
+from attnviz.export.items import Layout
 from attnviz.ui.maps.compare import CompareView, RolloutView
+from attnviz.ui.panels import panel_export as pe
 from attnviz.ui.panels.attribution_view import AttributionView
 from attnviz.ui.panels.circuits_view import CircuitsView
 from attnviz.ui.panels.focus import FocusView
 from attnviz.ui.panels.head_effects import HeadEffectsView, default_effects
 from attnviz.ui.panels.lens_view import LensView
-from attnviz.ui.panels.panel_export import panel_export
 from attnviz.ui.panels.patch_view import PatchView, image_drop
 from attnviz.ui.panels.patching_view import PatchingView
 from attnviz.ui.panels.pipeline import PipelineView
@@ -48,6 +49,10 @@ class Panel:
     changes: bool = False  # its sigChanged asks for new frames
     opens_heads: bool = False  # its sigOpen opens a head in the grid
     stops: bool = False  # hidden, it stops its own background work
+    figure: Callable[[ExplainViews], Layout] | None = None  # its PNG/SVG figure, drawn from the frames it shows
+    table: Callable[[ExplainViews], str] | None = None  # its numbers as CSV text
+    arrays: Callable[[ExplainViews, str], Path] | None = None  # writes its NPZ
+    write: Callable[[ExplainViews, str], Path] | None = None  # a writer of its own for every format it offers
 
 
 def _pipeline_request(v: ExplainViews, shown: bool, config, asked) -> dict:
@@ -67,23 +72,30 @@ def _compare_request(v: ExplainViews, shown: bool, config, asked) -> dict:
 
 PANELS: tuple[Panel, ...] = (
     Panel("pipelineDock", "Pipeline", "Ctrl+Shift+P", "One head's attention call stage by stage", "pipeline",
-          lambda v: PipelineView(), ("png", "svg", "npz"), _pipeline_request, ("png", "svg", "npz"), changes=True),
+          lambda v: PipelineView(), ("png", "svg", "npz"), _pipeline_request, ("png", "svg", "npz"), changes=True,
+          write=pe.pipeline_to),
     Panel("statsDock", "Statistics", "Ctrl+Shift+T", "Per-head statistics: entropy, distance, sink, previous token",
-          "stats", lambda v: StatsView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(stats=shown)),
+          "stats", lambda v: StatsView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(stats=shown),
+          figure=pe.stats_figure_of, table=pe.stats_table),
     Panel("focusDock", "Token focus", "Ctrl+Shift+F", "Where every head sends one query token", "focus",
-          lambda v: FocusView(), ("csv", "png", "svg"), _focus_request, changes=True),
+          lambda v: FocusView(), ("csv", "png", "svg"), _focus_request, changes=True, figure=pe.focus_figure_of,
+          table=pe.focus_table),
     Panel("compareDock", "Compare", "Ctrl+Shift+D", "A pinned result beside the current one, and their difference",
-          "compare", lambda v: CompareView(), ("npz", "png", "svg"), _compare_request, ("npz",), changes=True),
+          "compare", lambda v: CompareView(), ("npz", "png", "svg"), _compare_request, ("npz",), changes=True,
+          figure=pe.compare_figure_of, arrays=pe.compare_arrays_to),
     Panel("rolloutDock", "Rollout", "Ctrl+Shift+R", "Attention rollout over the layers of a model", "rollout",
-          lambda v: RolloutView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(rollout=shown)),
+          lambda v: RolloutView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(rollout=shown),
+          figure=pe.rollout_figure_of, table=pe.rollout_table),
     Panel("headEffectsDock", "Which heads matter", "Ctrl+Shift+H",
           "Layer × head: how much each head alone matters for the target's probability (ablation)", "effects",
           lambda v: HeadEffectsView(v.effects_model), opens_heads=True, stops=True),
     Panel("lensDock", "Logit lens", "Ctrl+Shift+L", "The top-1 token after each layer at each position (causal LMs)",
-          "lens", lambda v: LensView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(lens=shown)),
+          "lens", lambda v: LensView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(lens=shown),
+          figure=pe.lens_figure_of, table=pe.lens_table),
     Panel("patchDock", "Patches", "Ctrl+Shift+G", "A vision model's picture with one query token's attention over its "
           "patches, per head, mean or rollout", "patch", lambda v: PatchView(), ("png", "svg"),
-          lambda v, shown, c, asked: dict(patch_query=(v.patch.query or 0) if shown else None), changes=True),
+          lambda v, shown, c, asked: dict(patch_query=(v.patch.query or 0) if shown else None), changes=True,
+          write=pe.patch_to),
     Panel("circuitsDock", "Circuits", "Ctrl+Shift+K", "The open head's QK and OV circuits, its copying score and the "
           "earlier heads it composes with", "circuits", lambda v: CircuitsView(), opens_heads=True, stops=True),
     Panel("attributionDock", "Logit attribution", "Ctrl+Shift+A", "Layer × head: each head's direct share of one "
@@ -295,4 +307,4 @@ class ExplainViews(QObject):
         ext, offered = Path(path).suffix.lstrip(".").lower(), BY_KIND[kind].exports
         if ext not in offered:
             raise ValueError(f"the {kind} panel exports {', '.join(offered)}, not {ext or 'no extension'}")
-        return panel_export(self, kind, path, ext)
+        return pe.panel_export(BY_KIND[kind], self, path, ext)
