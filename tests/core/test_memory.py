@@ -19,13 +19,13 @@ def test_a_seed_runs_estimates_by_hand():
     assert memory.kept_maps(c, keep) == 2  # scores, weights (dropped is the weights without dropout)
     maps = 2 * 3 * 10 * 10
     tokens = 2 * (10 + 10) * 12 * 8 * 4  # both lengths, the width, eight tensors of them, four bytes
-    assert memory.estimate_memory(c, keep) == maps * 2 * 4 + tokens + 4 * 12 * 12 * 4
+    assert memory.seed_bytes(c, keep) == maps * 2 * 4 + tokens + 4 * 12 * 12 * 4
     # float32 maps and five token tensors (counted as four widths' worth each, generously), the bool mask, row flags
-    assert memory.result_memory(c, keep) == (maps * 2 + 2 * 20 * 12 * 4) * 4 + 2 * 10 * 10 + 2 * 3 * 10
+    assert memory.result_bytes(c, keep) == (maps * 2 + 2 * 20 * 12 * 4) * 4 + 2 * 10 * 10 + 2 * 3 * 10
     assert memory.seed_map_bytes(c, keep) == maps * 4 * 2
     dropout = c.replace(dropout=0.5, train=True)  # dropped becomes a map of its own, and the noise lives a while
     assert memory.kept_maps(dropout, keep) == 3
-    assert memory.estimate_memory(dropout, keep) == maps * 4 * 4 + tokens + 4 * 12 * 12 * 4
+    assert memory.seed_bytes(dropout, keep) == maps * 4 * 4 + tokens + 4 * 12 * 12 * 4
 
 
 def test_a_model_forwards_estimate_by_hand():

@@ -6,9 +6,9 @@ The rule. A run may take the memory_budget given, else MEMORY_FRACTION of the fr
 enough that pool="auto" pools them (over pooling.AUTO_BYTES or over the budget).
 
 The estimates, all in bytes and counted generously (the maps dominate):
-    estimate_memory    a seed run at its peak on its device
-    result_memory      a seed run's float32 result in host memory (what a CUDA run copies back)
-    pooled_memory      a pooled seed run at its peak
+    seed_bytes         a seed run at its peak on its device (runner.estimate_memory: of the stages it records)
+    result_bytes       a seed run's float32 result in host memory (what a CUDA run copies back)
+    pooled_seed_bytes  a pooled seed run at its peak
     seed_map_bytes     a seed run's kept maps, as pool="auto" weighs them
     forward_bytes      a model's forward, whole or pooled
     forward_map_bytes  a model forward's kept maps, as pool="auto" weighs them
@@ -51,13 +51,9 @@ def _widths(config: RunConfig) -> int:
     return config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
 
 
-def kept_maps(config: RunConfig, keep: frozenset[str] | None = None) -> int:
-    """How many (B, H, Lq, Lkv) maps a run keeps (a differential head's stages before `combined`
-    count twice; `dropped` counts only when dropout makes it a map of its own)."""
-    if keep is None:
-        from attnviz.core.runs.runner import recorded_stages  # the runner decides what a run keeps
-
-        keep = recorded_stages(config)
+def kept_maps(config: RunConfig, keep: frozenset[str]) -> int:
+    """How many (B, H, Lq, Lkv) maps a run keeps of the stages `keep` (a differential head's stages before
+    `combined` count twice; `dropped` counts only when dropout makes it a map of its own)."""
     before_combine = STAGE_NAMES.index("combined")
     count = 0
     for name in keep:
@@ -67,7 +63,7 @@ def kept_maps(config: RunConfig, keep: frozenset[str] | None = None) -> int:
     return count
 
 
-def estimate_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
+def seed_bytes(config: RunConfig, keep: frozenset[str]) -> int:
     """Bytes a seed run needs at its peak, counted generously (attention maps dominate)."""
     elem = torch.empty((), dtype=getattr(torch, config.dtype)).element_size()
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
@@ -82,7 +78,7 @@ def estimate_memory(config: RunConfig, keep: frozenset[str] | None = None) -> in
     return maps * (live * elem + to_float32) + tokens + params
 
 
-def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
+def result_bytes(config: RunConfig, keep: frozenset[str]) -> int:
     """Bytes of the float32 RunResult in host memory: a CUDA run copies every trace array back."""
     b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
     maps = b * h * lq * lkv * kept_maps(config, keep)  # e.g. scores, weights (+ dropped)
@@ -90,7 +86,7 @@ def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
     return (maps + tokens) * 4 + b * lq * lkv + b * h * lq  # + the bool mask and row flags
 
 
-def pooled_memory(config: RunConfig, target: int = 0) -> int:
+def pooled_seed_bytes(config: RunConfig, target: int = 0) -> int:
     """Bytes a pooled seed run needs at its peak: the tokens' stages, the weights, the pooled maps (and a
     differential head's pair), the bool mask and a few blocks of scores; never a whole float map."""
     widths = _widths(config)

@@ -37,15 +37,7 @@ from attnviz.core.runs.backed import ablation_plan, backed_stages, check_region,
 from attnviz.core.runs.config import ConfigError, RunConfig
 from attnviz.core.runs.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
 from attnviz.core.runs.drawn import drawn
-from attnviz.core.runs.memory import (  # noqa: F401 - the estimates, importable from the runner as before
-    estimate_memory,
-    kept_maps,
-    over_budget,
-    pooled_memory,
-    pools,
-    result_memory,
-    seed_map_bytes,
-)
+from attnviz.core.runs.memory import over_budget, pooled_seed_bytes, pools, result_bytes, seed_bytes, seed_map_bytes
 from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from attnviz.core.runs.scalars import to_int
 from attnviz.core.runs.userfiles import prepare
@@ -75,6 +67,16 @@ def run_stages(config: RunConfig) -> list[str]:
     else:  # a differential head's output mixes two maps: no one map to weight by its values
         absent.add("value_weighted")
     return [name for name in STAGE_NAMES if name not in absent]
+
+
+def estimate_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
+    """Bytes the run needs at its peak (memory.seed_bytes of the stages it keeps: by default, those it records)."""
+    return seed_bytes(config, recorded_stages(config) if keep is None else keep)
+
+
+def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
+    """Bytes of the float32 RunResult in host memory (memory.result_bytes): a CUDA run copies it back."""
+    return result_bytes(config, recorded_stages(config) if keep is None else keep)
 
 
 def estimate_flops(config: RunConfig) -> int:
@@ -276,7 +278,7 @@ def seed_pooling(config: RunConfig, device: torch.device, budget: int | None, ke
 
 def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | None, target: int = 0) -> None:
     """A pooled run keeps the tokens' stages, the pooled maps and a few blocks: MemoryBudgetError past that."""
-    need = pooled_memory(config, target)
+    need = pooled_seed_bytes(config, target)
     over = over_budget(need, budget, device)
     if over is not None:
         allowed = over[0]
