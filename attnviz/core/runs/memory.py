@@ -2,7 +2,7 @@
 one function each, and the budget rule once.
 
 The rule. A run may take the memory_budget given, else MEMORY_FRACTION of the free memory on its device
-(device.memory_allowance); `over_budget` compares an estimate with it, and `pools` says when maps are large
+(memory_allowance); `over_budget` compares an estimate with it, and `pools` says when maps are large
 enough that pool="auto" pools them (over pooling.AUTO_BYTES or over the budget).
 
 The estimates, all in bytes and counted generously (the maps dominate):
@@ -21,17 +21,23 @@ import torch
 
 from attnviz.core.kernel.pooling import AUTO_BYTES, POOLED_BLOCK_BYTES, fitting_target, pooled_bytes
 from attnviz.core.kernel.stages import BY_NAME, STAGE_NAMES
+from attnviz.core.runs import device as devices
 from attnviz.core.runs.config import RunConfig
-from attnviz.core.runs.device import (  # noqa: F401 - the rule's parts, importable from here
-    MEMORY_FRACTION,
-    MemoryBudgetError,
-    available_memory,
-    format_bytes,
-    memory_allowance,
-)
+from attnviz.core.runs.device import MemoryBudgetError, format_bytes  # noqa: F401 - the checks' error and wording
 from attnviz.core.runs.predictions import SPILL_BYTES
 
+MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
 FORWARD_OVERHEAD = 64 << 20  # activations and the kernel's temporaries besides the maps, generously
+
+
+def memory_allowance(budget: int | None, device: torch.device | None = None) -> tuple[int, str]:
+    """(bytes a run may take, what that figure is): the budget given, else MEMORY_FRACTION of the free memory
+    on `device` (the CPU where None: a model's weights and every result's copy live there)."""
+    if budget is not None:
+        return budget, "the memory_budget given"
+    where = torch.device("cpu") if device is None else device
+    free = devices.available_memory(where)  # read through the module: tests stand in for the free memory
+    return int(free * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory on {where}"
 
 
 def over_budget(need: int, budget: int | None, device: torch.device | None = None) -> tuple[int, str] | None:

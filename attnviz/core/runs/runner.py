@@ -35,9 +35,17 @@ from attnviz.core.kernel.stages import (
 )
 from attnviz.core.runs.backed import ablation_plan, backed_stages, check_region, run_forward
 from attnviz.core.runs.config import ConfigError, RunConfig
-from attnviz.core.runs.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
+from attnviz.core.runs.device import MemoryBudgetError, format_bytes, resolve_device, to_numpy
 from attnviz.core.runs.drawn import drawn
-from attnviz.core.runs.memory import over_budget, pooled_seed_bytes, pools, result_bytes, seed_bytes, seed_map_bytes
+from attnviz.core.runs.memory import (
+    memory_allowance,
+    over_budget,
+    pooled_seed_bytes,
+    pools,
+    result_bytes,
+    seed_bytes,
+    seed_map_bytes,
+)
 from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from attnviz.core.runs.scalars import to_int
 from attnviz.core.runs.userfiles import prepare
