@@ -13,7 +13,7 @@ import torch
 
 from attnviz import colormaps
 from attnviz.core.analysis.stats import STAT_NAMES, head_stats, layer_stats, rollout, row_keys
-from attnviz.core.kernel.stages import BY_NAME, STAGES
+from attnviz.core.kernel.stages import BY_NAME, PROBABILITY_STAGES, STAGES
 from attnviz.core.runs.backed import backed_stages
 from attnviz.core.runs.runner import RunResult, run_stages
 from attnviz.core.runs.saved import opened_note
@@ -35,7 +35,7 @@ LARGE_PX = (640, 640)  # the stage shown large
 HEAD_CONTEXT = "head_context"  # the pipeline's own step: one head's slice of the context, before the heads merge
 # how the pipeline spells each stage: the stages' own titles (their descriptions are the tooltips)
 STAGE_TITLES = {s.name: s.title for s in STAGES} | {HEAD_CONTEXT: "@V"}
-WEIGHT_STAGES = ("weights", "dropped", "value_weighted")  # probabilities: the weights' colormap and scale
+WEIGHT_STAGES = PROBABILITY_STAGES  # probabilities: the weights' colormap and scale
 
 
 def _kept(cache: PoolCache, result: RunResult, key: tuple, make):
@@ -120,7 +120,7 @@ def _stage_image(result: RunResult, name: str, data: np.ndarray, b: int, options
     probability = name in WEIGHT_STAGES and not view_signed("weights", c)
     signed = not probability
     allowed = empty = None
-    if is_map and BY_NAME[name].name not in ("qk", "scaled", "biased", "capped"):
+    if is_map and not BY_NAME[name].pre_mask:
         full = allowed_maps(result, b)
         allowed = None if full is None else full[:1]
         empty = result.fully_masked_rows[b][:1]

@@ -15,6 +15,11 @@ nearest-neighbour by an integer scale, so every cell is a crisp square of exactl
     pipeline  one head's pipeline figure
     npz       the arrays
     write     export(), the one entry point
+    table     the panels' heat table and map strip figures; write_figure, write_csv, write_arrays
+    panels    each explaining panel's figure and numbers, from the frames it shows
+    patches   a vision model's attention over its picture (PNG, SVG)
+
+Every file attnviz writes goes through here (the window's panels too: never a grab of a widget).
 
 Every write is atomic (see attnviz.atomic): a failed or interrupted export leaves the previous
 file, if any, untouched and no temporary file behind.

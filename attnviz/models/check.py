@@ -21,7 +21,8 @@ import torch
 from attnviz.core.kernel.progress import Cancelled
 from attnviz.core.runs.backed import run_forward
 from attnviz.core.runs.config import RunConfig
-from attnviz.core.runs.device import format_bytes, memory_allowance
+from attnviz.core.runs.device import format_bytes
+from attnviz.core.runs.memory import memory_allowance
 from attnviz.core.runs.predictions import LOGIT_ROWS
 from attnviz.models import reference
 from attnviz.models.reference import NotChecked

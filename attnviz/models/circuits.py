@@ -122,7 +122,7 @@ def _out_proj(attn: nn.Module, w_o: Tensor) -> nn.Module:
 
 
 def pretrained_parts(view) -> CircuitParts:
-    """The CircuitParts of a model view (models/view.py); ModelError where they do not apply."""
+    """The CircuitParts of a RunModel (models/run_model.py); ModelError where they do not apply."""
     check_applies(view)
     model = view.model
     info, base, modules, side = model.info, model.module.base_model, model.attention_modules, model.side

@@ -261,8 +261,8 @@ def gguf_within_budget(folder, memory_budget: int | None) -> tuple[int, str, str
     """(bytes, storage, the note saying so) for a GGUF file attnviz reads itself: float32 where it fits the
     budget, else the smallest compact form that does; ModelError before any weight is read where none does."""
     from attnviz.core.runs.device import format_bytes
+    from attnviz.core.runs.memory import memory_allowance
     from attnviz.models.errors import ModelError
-    from attnviz.models.folder import memory_allowance
     from attnviz.models.gguf_files import gguf_header, read_gguf
 
     header = gguf_header(folder.gguf)

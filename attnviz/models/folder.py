@@ -19,7 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from attnviz.core.runs.configfile import NotRegularFile, read_regular
-from attnviz.core.runs.device import memory_allowance
+from attnviz.core.runs.memory import over_budget
 from attnviz.core.runs.userfiles import UnreadableCheckpoint, read_checkpoint
 from attnviz.models.errors import ModelError
 from attnviz.models.gguf_files import gguf_header, read_gguf
@@ -260,8 +260,9 @@ def model_name(path: Path) -> str:
 def weights_within_budget(folder: ModelFolder, memory_budget: int | None) -> int:
     """The folder's weights as float32 bytes; ModelError before any weight is read when they exceed the budget."""
     size = parameter_bytes(folder)
-    allowed, source = memory_allowance(memory_budget)
-    if size > allowed:
+    over = over_budget(size, memory_budget)
+    if over is not None:
+        allowed, source = over
         raise ModelError(folder.path, f"the weights need about {format_bytes(size)} as float32, over "
                          f"{format_bytes(allowed)} ({source})", "choose a smaller model, or free memory")
     return size

@@ -4,8 +4,8 @@ One function per common type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K
 gguf package's NumPy formula (gguf/quants.py) operation for operation, so the values are bit for bit the
 same; they run in chunks that stay in the cache, writing into the output in place, and NumPy lets go of
 the GIL meanwhile, so several tensors dequantise at once on several cores. (torch's uint8 kernels measured
-several times slower than NumPy's here.) Every other type the gguf package can read goes through its own
-dequantisation.
+slower than NumPy's here: benchmarks/README.md, Behind the code.) Every other type the gguf package can read
+goes through its own dequantisation.
 """
 
 from __future__ import annotations

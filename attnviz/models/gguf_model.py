@@ -1,14 +1,14 @@
 """A GGUF file as a transformers model, read by attnviz itself: parsed once, dequantised in bulk.
 
 transformers' own GGUF load parses the file's metadata three times (config, tokenizer, weights) and
-dequantises tensor by tensor: 24 s for a 98 MB file. Here the header is parsed once (gguf_reader.py) and
-every piece is built from it the way transformers builds it, with transformers' own tables and code where
-they are pure: the config dict (load_gguf_checkpoint's mapping, GGUF_CONFIG_MAPPING), the tokenizer
-(convert_gguf_tokenizer on the same tokenizer dict as get_gguf_tokenizer), the tensor names
-(get_gguf_hf_weights_map) and the tensor transforms (the llama family's Q/K row permutation undone,
-Gemma's and Nemotron's norms stored as 1 + w). The tensors dequantise with NumPy on a pool of threads
-(gguf_dequant.py) while the tokenizer is built on another. Architectures whose conversion does more
-(t5, bloom, gpt2, mamba, mixture-of-experts, ...) go through transformers' loader as before.
+dequantises tensor by tensor, slowly (benchmarks/README.md, Behind the code). Here the header is parsed once
+(gguf_reader.py) and every piece is built from it the way transformers builds it, with transformers' own
+tables and code where they are pure: the config dict (load_gguf_checkpoint's mapping, GGUF_CONFIG_MAPPING),
+the tokenizer (convert_gguf_tokenizer on the same tokenizer dict as get_gguf_tokenizer), the tensor names
+(get_gguf_hf_weights_map) and the tensor transforms (the llama family's Q/K row permutation undone, Gemma's
+and Nemotron's norms stored as 1 + w). The tensors dequantise with NumPy on a pool of threads
+(gguf_dequant.py) while the tokenizer is built on another. Architectures whose conversion does more (t5,
+bloom, gpt2, mamba, mixture-of-experts, ...) go through transformers' loader as before.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def build_tokenizer(header: GgufHeader):
 
 class _Handed:
     """A tokenizer handed to transformers' wrapper as it is: the wrapper deep-copies the object it is given
-    (4.5 s for Gemma's 262,144 tokens), and this one was built for it alone."""
+    (seconds for a large vocabulary: benchmarks/README.md, Behind the code), and this one was built for it
+    alone."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -230,7 +231,8 @@ GGUF_ARCH_NAMES = {"cohere": "command-r", "qwen2_moe": "qwen2moe", "qwen3_moe": 
 def weights_map(model: nn.Module) -> dict[str, str]:
     """GGUF tensor name -> the model's parameter name: transformers' get_gguf_hf_weights_map (every module's own
     names tried against gguf's name map, the outer module's first, then each child's, depth first), with the
-    name map built once rather than once per module (7 s of a 10 s open for a 30-layer model)."""
+    name map built once rather than once per module (most of a deep model's open otherwise: benchmarks/README.md,
+    Behind the code)."""
     from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 
     model_type = GGUF_ARCH_NAMES.get(model.config.model_type, model.config.model_type)

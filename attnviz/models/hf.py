@@ -54,7 +54,7 @@ POSITIVE_KEYS = frozenset({"rope_theta", "layer_norm_eps", "rms_norm_eps", "laye
                            "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
                            "num_hidden_layers", "n_layer", "num_layers", "intermediate_size", "n_inner"})
 # The few-token forwards that find the attention layers and the output side: on a second thread every op waits
-# for a core another program holds (SmolLM2's two took 12 s at load 9.5 on 2 cores, under 1 s on one thread)
+# for a core another program holds (benchmarks/README.md, Behind the code)
 SHORT_FORWARD_THREADS = 1
 IMPLIED_FACTOR, IMPLIED_SLACK = 8, 256 << 20  # a config may describe more than its file holds (tied, untrained head)
 

@@ -35,6 +35,7 @@ from attnviz.core.kernel.ablation import knock_out
 from attnviz.core.kernel.kernel import Trace, attention, merge_heads
 from attnviz.core.kernel.mods import ScoreMod, ScoreRecipe
 from attnviz.core.kernel.pooling import keeps_tokens
+from attnviz.core.kernel.stages import SOFTMAX_STAGES
 from attnviz.core.runs.predictions import Residuals
 
 ATTN_NAME = "attnviz"
@@ -211,7 +212,7 @@ def _family_eager(module: nn.Module, rec: Recording | None, unknown: list[str], 
     out, weights = eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs)
     out = knock_out(out.transpose(1, 2)).transpose(1, 2)  # (B, Lq, H, dv): ablation as the kernel does it
     if rec is not None:
-        trace = Trace(rec.record & {"weights", "dropped"})
+        trace = Trace(rec.record & SOFTMAX_STAGES)
         trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())
         trace["mask"] = weights[:1, :1] > 0
         rec.add(module, trace)

@@ -16,11 +16,11 @@ from torch import Tensor, nn
 
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.pooling import keeps_tokens
-from attnviz.core.kernel.stages import ALL_STAGES
+from attnviz.core.kernel.stages import ALL_STAGES, MODULE_IO_STAGES, SOFTMAX_STAGES
 from attnviz.models.hf_attention import current, recording
 
-WEIGHTS_ONLY = ("weights", "dropped")  # and the attention module's input and output, from its hooks
-HOOKED = ("x", "output")  # what the hooks on every attention module record
+WEIGHTS_ONLY = SOFTMAX_STAGES  # and the attention module's input and output, from its hooks
+HOOKED = MODULE_IO_STAGES  # what the hooks on every attention module record
 CROSS_NAMES = {"EncDecAttention", "encoder_attn", "crossattention", "cross_attn"}  # t5, bart/whisper, bert
 
 
@@ -92,7 +92,7 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
         name = "cache" if "cache" in parameters else "past_key_values"
         inputs.update({name: cache, "use_cache": True})
     elif "use_cache" in parameters:  # else a decoder keeps every layer's keys and values to the end of the
-        inputs["use_cache"] = False  # forward: 377 MB at 8,192 tokens of a SmolLM2-135M shape
+        inputs["use_cache"] = False  # forward (benchmarks/README.md, Behind the code)
     with recording(record) as rec:
         out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
     if weights_only:
@@ -167,7 +167,7 @@ def weights_only_traces(attentions, record) -> list[Trace]:
     """Traces from transformers' `output_attentions` (families whose code does not call the interface)."""
     traces = []
     for weights in attentions:
-        trace = Trace(set(record) & set(WEIGHTS_ONLY) | {"weights"})
+        trace = Trace(set(record) & WEIGHTS_ONLY | {"weights"})
         trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())
         trace["mask"] = (weights[:1] > 0).any(dim=1, keepdim=True)
         traces.append(trace)

@@ -188,10 +188,10 @@ class PretrainedModel:
         return torch.autocast("cuda", dtype=half)
 
     def view(self, stack: str = "", decoder_text: str = "", chat: bool = False):
-        """This model as one run sees it: its stack, decoder input and chat switch (see view.py)."""
-        from attnviz.models.view import model_view
+        """This model as one run sees it: its stack, decoder input and chat switch (see run_model.py)."""
+        from attnviz.models.run_model import run_model
 
-        return model_view(self, stack, decoder_text, chat)
+        return run_model(self, stack, decoder_text, chat)
 
     def has_chat_template(self) -> bool:
         return self._chat_tokenizer() is not None

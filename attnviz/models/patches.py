@@ -2,22 +2,17 @@
 
 `patch_frames(result, query)` runs on the worker: the picture as the model saw it, the query's row of every head
 of the shown layer over the patches (reshaped to rows x cols), their mean, and rollout's row for the query
-(core.stats.rollout over every layer of the stack). The views colour and draw these arrays; `write_png` and
-`write_svg` put one of them over the picture (crisp patch edges: one block or rectangle per patch). No Qt.
+(core.stats.rollout over every layer of the stack). The views colour and draw these arrays; export/patches.py
+writes one of them over the picture as PNG or SVG (crisp patch edges: one block or rectangle per patch). No Qt.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 from dataclasses import dataclass
-from pathlib import Path
-from xml.sax.saxutils import escape
 
 import numpy as np
 
 from attnviz import colormaps
-from attnviz.atomic import write_bytes
 
 MODES = {"head": "Focused head", "mean": "Mean over heads", "rollout": "Rollout"}
 ALPHA = 0.6  # the overlay's default opacity over the picture
@@ -104,46 +99,3 @@ def composite(picture: np.ndarray, values: np.ndarray, lut: np.ndarray, alpha: f
     a = over[..., 3:4].astype(np.float32) / 255.0
     out = np.rint(base * (1 - a) + over[..., :3].astype(np.float32) * a).astype(np.uint8)
     return out.repeat(scale, 0).repeat(scale, 1) if scale > 1 else out
-
-
-def export_scale(picture: np.ndarray, target: int = 448) -> int:
-    return max(1, -(-target // max(picture.shape[:2])))
-
-
-def write_png(frames: PatchFrames, path: str | Path, mode: str = "head", head: int = 0,
-              alpha: float = ALPHA) -> Path:
-    """The overlay on the picture as a PNG, enlarged by whole pixels (crisp patch edges)."""
-    from PIL import Image
-
-    image = composite(frames.picture, frames.values(mode, head), frames.lut, alpha, export_scale(frames.picture))
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    write_bytes(path, buffer.getvalue())
-    return Path(path)
-
-
-def write_svg(frames: PatchFrames, path: str | Path, mode: str = "head", head: int = 0,
-              alpha: float = ALPHA) -> Path:
-    """The picture (embedded PNG, drawn pixelated) under one vector rectangle per patch, and a title."""
-    from PIL import Image
-
-    s = export_scale(frames.picture)
-    height, width = frames.picture.shape[0] * s, frames.picture.shape[1] * s
-    buffer = io.BytesIO()
-    Image.fromarray(frames.picture).save(buffer, format="PNG")
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    values = frames.values(mode, head)
-    rgba = overlay_rgba(values, frames.lut, alpha)
-    rows, cols = values.shape
-    ph, pw = height / rows, width / cols
-    rects = [f'<rect x="{c * pw:g}" y="{r * ph:g}" width="{pw:g}" height="{ph:g}" fill="#{rgba[r, c, 0]:02x}'
-             f'{rgba[r, c, 1]:02x}{rgba[r, c, 2]:02x}"><title>{escape(frames.tokens[frames.prefix + r * cols + c])}: '
-             f'{values[r, c]:.4g}</title></rect>' for r in range(rows) for c in range(cols)]
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 24}" '
-           f'viewBox="0 0 {width} {height + 24}">\n'
-           f'<text x="4" y="16" font-family="sans-serif" font-size="13">{escape(frames.title(mode, head))}</text>\n'
-           f'<g transform="translate(0 24)"><image width="{width}" height="{height}" image-rendering="pixelated" '
-           f'style="image-rendering:pixelated" href="data:image/png;base64,{data}"/>\n'
-           f'<g shape-rendering="crispEdges" fill-opacity="{alpha:g}">\n' + "\n".join(rects) + "\n</g></g>\n</svg>\n")
-    write_bytes(path, svg.encode("utf-8"))
-    return Path(path)

@@ -71,7 +71,8 @@ class TextTokenizer:
         self.source = path
         self._tok.no_padding()
         self._tok.no_truncation()
-        # the decoder alone: serialising the whole tokenizer (262,144 tokens) to read it took 1.4 s
+        # the decoder alone: serialising the whole tokenizer to read it took seconds for a large vocabulary
+        # (benchmarks/README.md, Behind the code)
         decoder = json.loads(self._tok.decoder.__getstate__()) if self._tok.decoder is not None else {}
         self.byte_level = _has_type(decoder, "ByteLevel")
 
@@ -111,7 +112,8 @@ class TextTokenizer:
 
     @cached_property
     def _special_tokens(self) -> frozenset[str]:
-        """Asked once: the predictions label thousands of ids, and the set cost 10 us to build each time."""
+        """Asked once: the predictions label thousands of ids, and the set cost time to build each time
+        (benchmarks/README.md, Behind the code)."""
         return frozenset(t.content for t in self._tok.get_added_tokens_decoder().values() if t.special)
 
     @property

@@ -234,7 +234,7 @@ def _last_rows(trace, n: int):
 
     cut = Trace(trace.record)
     for name, tensor in trace.items():
-        per_query = name == "mask" or BY_NAME[name].is_map or name in ("x", "q", "q_proj", "context", "output")
+        per_query = name == "mask" or BY_NAME[name].per_query
         if name == "mask":
             tensor = torch.broadcast_to(tensor, (*tensor.shape[:2], *trace["weights"].shape[-2:]))
         cut[name] = tensor[..., -n:, :] if per_query else tensor

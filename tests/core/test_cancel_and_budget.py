@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnviz.core import ConfigError, RunConfig, estimate_memory, run
-from attnviz.core.runs import device, runner
+from attnviz.core.runs import device, memory, runner
 from attnviz.core.runs.runner import Cancelled, result_memory
 
 
@@ -69,7 +69,7 @@ def fake_free_memory(monkeypatch, gpu: int, cpu: int) -> None:
 def test_a_cuda_run_whose_result_does_not_fit_in_host_memory_is_refused(monkeypatch):
     config = RunConfig(heads=8, d_model=64, seq_q=4096)
     host_budget = result_memory(config) // 4
-    fake_free_memory(monkeypatch, gpu=1 << 50, cpu=int(host_budget / device.MEMORY_FRACTION))
+    fake_free_memory(monkeypatch, gpu=1 << 50, cpu=int(host_budget / memory.MEMORY_FRACTION))
     with pytest.raises(ConfigError) as info:
         runner.check_memory(config, torch.device("cuda"))
     message = str(info.value)
@@ -82,7 +82,7 @@ def test_a_cuda_run_whose_result_does_not_fit_in_host_memory_is_refused(monkeypa
 def test_host_memory_is_not_counted_twice_for_a_cpu_run(monkeypatch):
     config = RunConfig(heads=8, d_model=64, seq_q=512)
     need = estimate_memory(config)
-    fake_free_memory(monkeypatch, gpu=0, cpu=int(need / device.MEMORY_FRACTION) + 1)
+    fake_free_memory(monkeypatch, gpu=0, cpu=int(need / memory.MEMORY_FRACTION) + 1)
     assert runner.check_memory(config, torch.device("cpu")) == need
 
 
@@ -90,8 +90,8 @@ def test_when_gpu_and_host_both_refuse_the_quick_fix_fits_both(monkeypatch):
     config = RunConfig(heads=8, d_model=64, seq_q=4096)
     # the GPU refuses first, but the host allows the shorter length: the suggestion must fit both
     gpu_budget, host_budget = estimate_memory(config) // 3, result_memory(config) // 9
-    fake_free_memory(monkeypatch, gpu=int(gpu_budget / device.MEMORY_FRACTION) + 1,
-                     cpu=int(host_budget / device.MEMORY_FRACTION) + 1)
+    fake_free_memory(monkeypatch, gpu=int(gpu_budget / memory.MEMORY_FRACTION) + 1,
+                     cpu=int(host_budget / memory.MEMORY_FRACTION) + 1)
     with pytest.raises(ConfigError) as info:
         runner.check_memory(config, torch.device("cuda"))
     (fit,) = info.value.suggestions
@@ -103,7 +103,7 @@ def test_when_gpu_and_host_both_refuse_the_quick_fix_fits_both(monkeypatch):
 
 def test_memory_allowance_is_the_budget_given_else_the_share_of_the_free_memory(monkeypatch):
     fake_free_memory(monkeypatch, gpu=8 << 30, cpu=4 << 30)
-    assert device.memory_allowance(123) == (123, "the memory_budget given")
-    allowed, source = device.memory_allowance(None)
-    assert allowed == int((4 << 30) * device.MEMORY_FRACTION) and "free memory on cpu" in source
-    assert device.memory_allowance(None, torch.device("cuda"))[0] == int((8 << 30) * device.MEMORY_FRACTION)
+    assert memory.memory_allowance(123) == (123, "the memory_budget given")
+    allowed, source = memory.memory_allowance(None)
+    assert allowed == int((4 << 30) * memory.MEMORY_FRACTION) and "free memory on cpu" in source
+    assert memory.memory_allowance(None, torch.device("cuda"))[0] == int((8 << 30) * memory.MEMORY_FRACTION)

@@ -10,7 +10,7 @@ import pytest
 from tiny import SENTENCE, write_llama_gguf
 
 from attnviz.core import RunConfig, run
-from attnviz.core.runs.backed import forward_bytes
+from attnviz.core.runs.memory import forward_bytes
 from attnviz.models import compact
 from attnviz.models.compact import storage_sizes
 from attnviz.models.gguf_files import gguf_header

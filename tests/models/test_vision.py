@@ -12,7 +12,8 @@ from attnviz.cli import main
 from attnviz.core import RunConfig, run
 from attnviz.core.analysis.stats import rollout
 from attnviz.core.runs.config import ConfigError
-from attnviz.models.patches import patch_frames, write_png, write_svg
+from attnviz.export.patches import export_patch
+from attnviz.models.patches import patch_frames
 
 TEXT = "the cat sat on the mat"
 
@@ -114,12 +115,12 @@ def test_patch_exports(vision_models, tmp_path):
     from PIL import Image
 
     frames = patch_frames(run(_config(vision_models("vit"), vision_models.picture)))
-    png = write_png(frames, tmp_path / "p.png", "mean")
+    png = export_patch(frames, tmp_path / "p.png", "mean")
     image = np.asarray(Image.open(png))
     assert image.shape == (448, 448, 3)
     block = image[:112, :112].reshape(-1, 3)  # one patch of 8 px enlarged 14 times: one colour over one pixel each
     assert len(np.unique(block, axis=0)) <= 64
-    svg = write_svg(frames, tmp_path / "p.svg", "rollout").read_text()
+    svg = export_patch(frames, tmp_path / "p.svg", "rollout").read_text()
     assert svg.count("<rect") == 16 and "data:image/png;base64," in svg and "r3c3" in svg
 
 

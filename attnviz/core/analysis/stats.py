@@ -60,11 +60,16 @@ def layer_stats(layer_weights: np.ndarray, b: int = 0, keys: np.ndarray | None =
     return maps_stats(np.asarray(layer_weights)[:, b], keys=keys, names=names)
 
 
+def stat_label(name: str) -> str:
+    """A column's header: the statistic's own, else the name spelled out (a probe's head type, e.g. induction)."""
+    return STATS[name][0] if name in STATS else name.replace("_", " ")
+
+
 def stats_csv(columns: dict[str, np.ndarray], labels: list[str] | None = None) -> str:
     """The per-head table as CSV text: a header row, then one row per head."""
     n = len(next(iter(columns.values())))
     labels = labels or [f"head {h}" for h in range(n)]
-    lines = ["head," + ",".join(STATS[name][0] for name in columns)]
+    lines = ["head," + ",".join(stat_label(name) for name in columns)]
     for h in range(n):
         lines.append(labels[h] + "," + ",".join(f"{float(columns[name][h]):.6g}" for name in columns))
     return "\n".join(lines) + "\n"

@@ -25,13 +25,14 @@ from torch import Tensor
 from attnviz.core.kernel import buffers, progress, screen, slab
 from attnviz.core.kernel.buffers import Scratch
 from attnviz.core.kernel.current import ThreadCurrent
+from attnviz.core.kernel.stages import OPERAND_STAGES, PRE_MASK_STAGES
 
 # One block of float32 scores on the whole-map path: a few of them fit the caches of a desktop CPU (the pooled
 # path's blocks are pooling.POOLED_BLOCK_BYTES, a memory bound rather than a cache fit).
 CACHE_BLOCK_BYTES = 4 << 20
-PRE_MASK = frozenset({"qk", "scaled", "biased", "capped"})  # defined where masked too: computed for every key
+PRE_MASK = PRE_MASK_STAGES  # defined where masked too: computed for every key
 FILL = {"scores": -math.inf}  # what a left-out (masked) cell holds; every other map stage holds 0 there
-INPUT_STAGES = frozenset({"q_proj", "k_proj", "q", "k", "v"})  # kept by the caller, not per block
+INPUT_STAGES = OPERAND_STAGES  # kept by the caller, not per block
 _held = threading.local()  # each thread's block scratch (_scratch)
 
 

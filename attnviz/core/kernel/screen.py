@@ -24,8 +24,9 @@ from torch import Tensor
 
 from attnviz.core.kernel.current import ThreadCurrent
 from attnviz.core.kernel.maxpool import ceil_div, reduce_blocks
+from attnviz.core.kernel.stages import SOFTMAX_STAGES
 
-POOLED_STAGES = frozenset({"weights", "dropped"})  # the softmax weights (dropped is the same map in eval mode)
+POOLED_STAGES = SOFTMAX_STAGES  # the softmax weights (dropped is the same map in eval mode)
 _current = ThreadCurrent()
 
 

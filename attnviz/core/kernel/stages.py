@@ -29,35 +29,50 @@ class Stage:
     title: str = ""  # how the pipeline, hover and figures spell it
     made_by: str = KERNEL
     always_kept: bool = False  # every run keeps it, whatever it was asked to record (the maps views draw)
+    keyed: bool = False  # a per-token stage with one row per key (k, v), not per query
+    operand: bool = False  # q, k or v as the dot products read them: kept by the caller, not per block
+    pre_mask: bool = False  # a map before the mask: defined where masked too (computed for every key)
+    softmax: bool = False  # the softmax weights as a map (dropped is the same map in eval mode)
+    probability: bool = False  # rows are shares that sum to 1: drawn in the weights' colormap and scale
+    module_io: bool = False  # the attention module's input or output: hooks on any model's module record it
+
+    @property
+    def per_query(self) -> bool:
+        """One row per query: every map, and the per-token stages that are not keyed."""
+        return not self.keyed
 
 
 MAP_SHAPE = "(B, H, Lq, Lkv)"
 STAGES: tuple[Stage, ...] = (
-    Stage("x", "the input tokens the queries come from", "(B, Lq, d_in)", title="x (input)", made_by=INPUT),
+    Stage("x", "the input tokens the queries come from", "(B, Lq, d_in)", title="x (input)", made_by=INPUT,
+          module_io=True),
     Stage("q_proj", "queries from the projection, before the position rotation (RoPE)", "(B, H, Lq, dh)",
-          title="q (projected)", made_by=ROTATION),
+          title="q (projected)", made_by=ROTATION, operand=True),
     Stage("k_proj", "keys from the projection, before the position rotation (RoPE)", "(B, Hkv, Lkv, dh)",
-          title="k (projected)", made_by=ROTATION),
-    Stage("q", "queries as they enter the dot product (after RoPE)", "(B, H, Lq, dh)", title="q", made_by=PROJECTION),
-    Stage("k", "keys as they enter the dot product (after RoPE)", "(B, Hkv, Lkv, dh)", title="k", made_by=PROJECTION),
-    Stage("v", "values", "(B, Hkv, Lkv, dv)", title="v", made_by=PROJECTION),
-    Stage("qk", "raw dot products Q·Kᵀ", MAP_SHAPE, True, "Q·Kᵀ"),
-    Stage("scaled", "Q·Kᵀ times the scale (1/sqrt(d_head) unless qk_scale says otherwise)", MAP_SHAPE, True, "scaled"),
-    Stage("biased", "plus the position bias (ALiBi)", MAP_SHAPE, True, "+ bias", SCORE_MOD),
-    Stage("capped", "soft-capped: cap·tanh(s / cap)", MAP_SHAPE, True, "capped", SCORE_MOD),
+          title="k (projected)", made_by=ROTATION, keyed=True, operand=True),
+    Stage("q", "queries as they enter the dot product (after RoPE)", "(B, H, Lq, dh)", title="q", made_by=PROJECTION,
+          operand=True),
+    Stage("k", "keys as they enter the dot product (after RoPE)", "(B, Hkv, Lkv, dh)", title="k", made_by=PROJECTION,
+          keyed=True, operand=True),
+    Stage("v", "values", "(B, Hkv, Lkv, dv)", title="v", made_by=PROJECTION, keyed=True, operand=True),
+    Stage("qk", "raw dot products Q·Kᵀ", MAP_SHAPE, True, "Q·Kᵀ", pre_mask=True),
+    Stage("scaled", "Q·Kᵀ times the scale (1/sqrt(d_head) unless qk_scale says otherwise)", MAP_SHAPE, True, "scaled",
+          pre_mask=True),
+    Stage("biased", "plus the position bias (ALiBi)", MAP_SHAPE, True, "+ bias", SCORE_MOD, pre_mask=True),
+    Stage("capped", "soft-capped: cap·tanh(s / cap)", MAP_SHAPE, True, "capped", SCORE_MOD, pre_mask=True),
     Stage("scores", "masked: the final pre-softmax logits (-inf where a key may not be seen)", MAP_SHAPE, True,
           "masked"),
     Stage("weights", "softmax over the keys (rows sum to 1, less with a sink logit)", MAP_SHAPE, True, "softmax",
-          always_kept=True),
+          always_kept=True, softmax=True, probability=True),
     Stage("combined", "differential attention: softmax₁ − λ·softmax₂ per head (signed)", MAP_SHAPE, True, "combined",
           DIFFERENTIAL),
     Stage("dropped", "what multiplied V: the weights after dropout (the weights themselves in eval mode)",
-          MAP_SHAPE, True, "dropout", always_kept=True),
+          MAP_SHAPE, True, "dropout", always_kept=True, softmax=True, probability=True),
     Stage("value_weighted", "value-weighted attention: weights · ‖v_j W_O,h‖, rows renormalised (Kobayashi et al. "
-          "2020): where the head's output comes from", MAP_SHAPE, True, "value-weighted"),
+          "2020): where the head's output comes from", MAP_SHAPE, True, "value-weighted", probability=True),
     Stage("context", "weights @ V, heads merged, before the output projection", "(B, Lq, d)", title="concat heads"),
     Stage("output", "the module's output, after the output projection", "(B, Lq, d_out)", title="output projection",
-          made_by=PROJECTION, always_kept=True),
+          made_by=PROJECTION, always_kept=True, module_io=True),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
@@ -69,6 +84,14 @@ DEFAULT_RECORD: frozenset[str] = frozenset(
     {"x", "q", "k", "v", "scores", "weights", "combined", "dropped", "context", "output"})
 ALL_STAGES: frozenset[str] = frozenset(STAGE_NAMES)
 ALWAYS_KEPT: frozenset[str] = frozenset(s.name for s in STAGES if s.always_kept)
+# The subsets the kernel, the model families and the views read, each from its Stage field
+SOFTMAX_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if s.softmax)
+PROBABILITY_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if s.probability)
+PRE_MASK_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if s.pre_mask)
+OPERAND_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if s.operand)
+MODULE_IO_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if s.module_io)
+QUERY_TOKEN_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if not s.is_map and s.per_query)
+KEY_TOKEN_STAGES: frozenset[str] = frozenset(s.name for s in STAGES if s.keyed)
 
 
 def stages_made_by(*producers: str) -> frozenset[str]:

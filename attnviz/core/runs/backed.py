@@ -39,11 +39,8 @@ from attnviz.core.kernel.blocks import sharing_masks
 from attnviz.core.kernel.kinds import ABLATIONS
 from attnviz.core.kernel.masks import identify
 from attnviz.core.kernel.pooling import (
-    AUTO_BYTES,
-    POOLED_BLOCK_BYTES,
     Pooling,
     fitting_target,
-    pooled_bytes,
     pooling,
     stacked,
 )
@@ -59,16 +56,23 @@ from attnviz.core.kernel.stages import (
     stages_made_by,
 )
 from attnviz.core.runs.config import ConfigError, RunConfig
-from attnviz.core.runs.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
+from attnviz.core.runs.device import MemoryBudgetError, format_bytes, resolve_device, to_numpy
 from attnviz.core.runs.generation import GENERATED_STAGES, Ran, generate_count, generated_run
-from attnviz.core.runs.predictions import SPILL_BYTES, Outputs
+from attnviz.core.runs.memory import (  # noqa: F401 - the estimates, importable from here as before
+    FORWARD_OVERHEAD,
+    forward_bytes,
+    forward_map_bytes,
+    map_count,
+    over_budget,
+    pools,
+)
+from attnviz.core.runs.predictions import Outputs
 from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult
 
 # Stages a model's attention never produces: RoPE runs in the family's code before the kernel sees q
 # and k, and no family computes a differential pair. A model's info.stages says what it does record.
 ABSENT = stages_made_by(ROTATION, DIFFERENTIAL)
 WEIGHTS_ONLY_NOTE = "weights only: this family's code does not expose its attention stages"
-FORWARD_OVERHEAD = 64 << 20  # activations and the kernel's temporaries besides the maps, generously
 
 
 @dataclass(frozen=True)
@@ -192,34 +196,13 @@ def resolved(config: RunConfig, info, mask: np.ndarray, lengths: tuple[int, int]
                           mask=kind, window=max(min(window, lkv), 0))
 
 
-def forward_bytes(info, length: int, keep: frozenset[str], pooled: bool = False) -> int:
-    """Bytes one forward keeps and needs at its peak: every layer's kept maps (float32), the stacked
-    weights, one layer's temporaries, the per-token stages. Pooled (model_pooling): every layer's pooled map
-    (written once, no stacked copy), one layer's per-token stages, the residual stream after each layer (the
-    logit lens reads it) up to predictions.SPILL_BYTES, one call's bool mask and a few blocks; never a whole map.
-    Both count the float32 slice a compact weight makes for one call (info.weight_piece, up to 64 MB)."""
-    tokens = length * info.d_model * 4 * 8  # x, q, k, v, context, output and the layer's activations, generously
-    piece = getattr(info, "weight_piece", 0)  # a compact weight's float32 slice, made per call (models/compact.py)
-    if pooled:
-        heads = info.layers * info.heads
-        maps = pooled_bytes(info.layers, info.heads, length, length, fitting_target(heads, length, length))
-        residuals = min(info.layers * length * info.d_model * 4, SPILL_BYTES)  # the rest goes to a file
-        return maps + tokens + residuals + length * length + 4 * POOLED_BLOCK_BYTES + FORWARD_OVERHEAD + piece
-    maps = map_count(keep)
-    one_map = info.heads * length * length * 4
-    return info.layers * (maps * one_map + tokens) + one_map * (info.layers + 2) + FORWARD_OVERHEAD + piece
-
-
-def map_count(keep: frozenset[str]) -> int:
-    return sum(1 for n in keep if BY_NAME[n].is_map and n != "dropped")  # dropped = weights in eval mode
-
-
 def check_forward_memory(config: RunConfig, info, length: int, keep: frozenset[str], budget: int | None,
                          pooled: bool = False) -> None:
     need = forward_bytes(info, length, keep, pooled)
-    allowed = memory_allowance(budget)[0]
-    if need <= allowed:
+    over = over_budget(need, budget)
+    if over is None:
         return
+    allowed = over[0]
     fits = max((n for n in range(1, length) if forward_bytes(info, n, keep, pooled) <= allowed), default=0)
     fix = f"use a shorter text (at most about {fits} tokens)" if fits else "free memory, or choose a smaller model"
     raise MemoryBudgetError("text", f"{length} tokens",
@@ -328,9 +311,7 @@ def model_pooling(config: RunConfig, model, length: int, count: int, keep: froze
     keep whole maps."""
     if config.pool == "never" or count or getattr(model, "forward_layers", model.info.layers) != model.info.layers:
         return None
-    maps = model.info.layers * model.info.heads * length * length * 4 * max(map_count(keep), 1)
-    allowed = memory_allowance(budget)[0]
-    if config.pool == "auto" and region is None and maps <= min(AUTO_BYTES, allowed):
+    if config.pool == "auto" and region is None and not pools(forward_map_bytes(model.info, length, keep), budget):
         return None
     layers = model.info.layers
     return Pooling(target=fitting_target(layers * model.info.heads, length, length),

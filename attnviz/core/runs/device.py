@@ -1,5 +1,5 @@
-"""Where a run computes and how much memory it may use: the device, the free memory, the budget's share of
-it, and tensors to NumPy (a byte count in words is style.format_bytes, imported here for core)."""
+"""Where a run computes and how much memory is free there (the budget's share of it: memory.py), and tensors
+to NumPy (a byte count in words is style.format_bytes, imported here for core)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from attnviz.core.runs.config import ConfigError
 from attnviz.style import format_bytes  # noqa: F401 - core's modules take it from here
 from attnviz.system import memory_bytes
 
-MEMORY_FRACTION = 0.5  # default budget: this share of the free RAM (or free GPU memory)
 
 def resolve_device(name: str) -> torch.device:
     """'cpu', 'cuda', 'cuda:N' or 'auto' -> a device that exists, else ConfigError."""
@@ -38,15 +37,6 @@ def available_memory(device: torch.device) -> int:
     free = memory_bytes("MemAvailable")
     # free map buffers (buffers.py) are memory a run gets back: first reused, else dropped before it allocates
     return (8 << 30 if free is None else free) + buffers.idle_bytes()  # not Linux: assume 8 GiB free
-
-
-def memory_allowance(budget: int | None, device: torch.device | None = None) -> tuple[int, str]:
-    """(bytes a run may take, what that figure is): the budget given, else MEMORY_FRACTION of the free memory
-    on `device` (the CPU where None: a model's weights and every result's copy live there)."""
-    if budget is not None:
-        return budget, "the memory_budget given"
-    where = torch.device("cpu") if device is None else device
-    return int(available_memory(where) * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the free memory on {where}"
 
 
 class MemoryBudgetError(ConfigError):

@@ -19,14 +19,15 @@ from torch import Tensor
 
 from attnviz.core.kernel.ablation import Plan, ablating
 from attnviz.core.kernel.kernel import Trace
+from attnviz.core.kernel.stages import KEY_TOKEN_STAGES, QUERY_TOKEN_STAGES
 from attnviz.core.runs.result import Cancelled
 from attnviz.system import cpu_sample, free_cores, others_cores, set_torch_threads
 
 # Stages a step computes whole: the maps after the mask (a cache holds no future key to fill qk with) and the
 # per-token ones; k, v and k_proj come from the last step's cache where it holds every position.
 MAP_FILL = {"scores": float("-inf"), "weights": 0.0, "dropped": 0.0, "value_weighted": 0.0}
-PER_TOKEN = {"x", "q", "q_proj", "context", "output"}
-KEYED = {"k", "v", "k_proj"}
+PER_TOKEN = QUERY_TOKEN_STAGES
+KEYED = KEY_TOKEN_STAGES
 GENERATED_STAGES = frozenset(MAP_FILL) | PER_TOKEN | KEYED
 
 

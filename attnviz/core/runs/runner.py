@@ -16,12 +16,9 @@ from attnviz.core.kernel import screen
 from attnviz.core.kernel.ablation import ablating
 from attnviz.core.kernel.masks import build_kind
 from attnviz.core.kernel.pooling import (
-    AUTO_BYTES,
-    POOLED_BLOCK_BYTES,
     Pooling,
     fitting_target,
     pool_note,
-    pooled_bytes,
     pooled_parts,
     pooling,
 )
@@ -38,8 +35,17 @@ from attnviz.core.kernel.stages import (
 )
 from attnviz.core.runs.backed import ablation_plan, backed_stages, check_region, run_forward
 from attnviz.core.runs.config import ConfigError, RunConfig
-from attnviz.core.runs.device import MemoryBudgetError, format_bytes, memory_allowance, resolve_device, to_numpy
+from attnviz.core.runs.device import MemoryBudgetError, format_bytes, resolve_device, to_numpy
 from attnviz.core.runs.drawn import drawn
+from attnviz.core.runs.memory import (
+    memory_allowance,
+    over_budget,
+    pooled_seed_bytes,
+    pools,
+    result_bytes,
+    seed_bytes,
+    seed_map_bytes,
+)
 from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult  # noqa: F401 - runner's importers catch NonFiniteResult
 from attnviz.core.runs.scalars import to_int
 from attnviz.core.runs.userfiles import prepare
@@ -71,32 +77,14 @@ def run_stages(config: RunConfig) -> list[str]:
     return [name for name in STAGE_NAMES if name not in absent]
 
 
-def kept_maps(config: RunConfig, keep: frozenset[str] | None = None) -> int:
-    """How many (B, H, Lq, Lkv) maps a run keeps (a differential head's stages before `combined`
-    count twice; `dropped` counts only when dropout makes it a map of its own)."""
-    keep = recorded_stages(config) if keep is None else keep
-    before_combine = STAGE_NAMES.index("combined")
-    count = 0
-    for name in keep:
-        if not BY_NAME[name].is_map or (name == "dropped" and not config.dropout_active):
-            continue
-        count += config.spec.head_factor if STAGE_NAMES.index(name) < before_combine else 1
-    return count
-
-
 def estimate_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
-    """Bytes the run needs at its peak, counted generously (attention maps dominate)."""
-    elem = torch.empty((), dtype=getattr(torch, config.dtype)).element_size()
-    b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
-    maps = b * h * lq * lkv
-    kept = kept_maps(config, keep)
-    transient = (1 if config.dropout_active else 0) + (1 if config.attention_options().score_mods(h) else 0)
-    live = max(kept + transient, 2)  # e.g. scores, weights (+ noise, dropped)
-    to_float32 = (kept + 1) * 4 if elem != 4 else 0  # the result is converted to float32 NumPy
-    widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
-    tokens = b * (lq + lkv) * widths * 8 * max(elem, 4)
-    params = 4 * widths * widths * 4
-    return maps * (live * elem + to_float32) + tokens + params
+    """Bytes the run needs at its peak (memory.seed_bytes of the stages it keeps: by default, those it records)."""
+    return seed_bytes(config, recorded_stages(config) if keep is None else keep)
+
+
+def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
+    """Bytes of the float32 RunResult in host memory (memory.result_bytes): a CUDA run copies it back."""
+    return result_bytes(config, recorded_stages(config) if keep is None else keep)
 
 
 def estimate_flops(config: RunConfig) -> int:
@@ -109,15 +97,6 @@ def estimate_flops(config: RunConfig) -> int:
     projections = c.seq_q * c.d_model * width + 2 * c.lkv * key_in * kv_width + c.seq_q * width * width
     attention = 2 * c.heads * c.spec.head_factor * c.seq_q * c.lkv * c.head_dim
     return 2 * c.batch * (projections + attention)
-
-
-def result_memory(config: RunConfig, keep: frozenset[str] | None = None) -> int:
-    """Bytes of the float32 RunResult in host memory: a CUDA run copies every trace array back."""
-    b, h, lq, lkv = config.batch, config.heads, config.seq_q, config.lkv
-    maps = b * h * lq * lkv * kept_maps(config, keep)  # e.g. scores, weights (+ dropped)
-    widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
-    tokens = b * (lq + lkv) * widths * 4  # q, k, v, context and output, generously
-    return (maps + tokens) * 4 + b * lq * lkv + b * h * lq  # + the bool mask and row flags
 
 
 def shortened(config: RunConfig, length: int) -> RunConfig:
@@ -297,38 +276,23 @@ def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozense
 def seed_pooling(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str],
                  region: tuple[int, int, int, int] | None = None) -> Pooling | None:
     """A Pooling where config.pool asks for one (auto: the run's maps over 1 GiB or over the budget)."""
-    if config.pool == "never" or (config.pool == "auto" and region is None and not _too_big(config, device, budget,
-                                                                                            keep)):
+    auto_whole = region is None and not pools(seed_map_bytes(config, keep), budget, device)
+    if config.pool == "never" or (config.pool == "auto" and auto_whole):
         return None
     maps = config.batch * config.heads * config.spec.head_factor
     return Pooling(target=fitting_target(maps, config.seq_q, config.lkv),
                    region=check_region(region, config.seq_q, config.lkv))
 
 
-def pooled_memory(config: RunConfig, target: int = 0) -> int:
-    """Bytes a pooled seed run needs at its peak: the tokens' stages, the weights, the pooled maps (and a
-    differential head's pair), the bool mask and a few blocks of scores; never a whole float map."""
-    widths = config.d_model + sum(getattr(config, w) for w in ("d_out", "d_cross") if config.applies(w))
-    maps = config.batch * config.heads * (config.spec.head_factor + 1)  # the maps kept, and the block's pooled
-    mask = config.batch * config.seq_q * config.lkv  # bool, generously: per batch item
-    return (config.batch * (config.seq_q + config.lkv) * widths * 8 * 4 + 4 * widths * widths * 4
-            + pooled_bytes(1, maps, config.seq_q, config.lkv, target) + mask + 4 * POOLED_BLOCK_BYTES)
-
-
 def check_pooled_memory(config: RunConfig, device: torch.device, budget: int | None, target: int = 0) -> None:
     """A pooled run keeps the tokens' stages, the pooled maps and a few blocks: MemoryBudgetError past that."""
-    need = pooled_memory(config, target)
-    allowed = memory_allowance(budget, device)[0]
-    if need > allowed:
+    need = pooled_seed_bytes(config, target)
+    over = over_budget(need, budget, device)
+    if over is not None:
+        allowed = over[0]
         raise MemoryBudgetError("seq_q", config.seq_q, f"not enough memory even with pooled maps: about "
                                 f"{format_bytes(need)}, over the budget of {format_bytes(allowed)}",
                                 "use shorter lengths, smaller widths or a smaller batch")
-
-
-def _too_big(config: RunConfig, device: torch.device, budget: int | None, keep: frozenset[str]) -> bool:
-    maps = config.batch * config.heads * config.seq_q * config.lkv * 4 * max(kept_maps(config, keep), 1)
-    allowed = memory_allowance(budget, device)[0]
-    return maps > min(AUTO_BYTES, allowed)
 
 
 def _seed_plan(config: RunConfig):

@@ -1,22 +1,26 @@
 """The explaining views as dock panels of the main window: pipeline, statistics, token focus,
 compare, rollout, which heads matter and the logit lens. The window only wires them: `options()` adds
 what the visible panels need to each request's ViewOptions; `show()` hands them the worker's frames.
-A hidden panel costs nothing (the pipeline's full trace is recorded only while it is shown).
+A hidden panel costs nothing (the pipeline's full trace is recorded only while it is shown). Each panel is one
+record (Panel, in PANELS): its dock, title, shortcut, widget, what it requests and what it exports; the View
+menu, the requests and the exports (panel_export.py, through attnviz.export) are read from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog, QFrame, QMainWindow, QScrollArea, QWidget
 
-from attnviz.atomic import write_bytes
 from attnviz.explain import token_labels
+from attnviz.export.items import Layout
 from attnviz.ui.maps.compare import CompareView, RolloutView
+from attnviz.ui.panels import panel_export as pe
 from attnviz.ui.panels.attribution_view import AttributionView
 from attnviz.ui.panels.circuits_view import CircuitsView
 from attnviz.ui.panels.focus import FocusView
@@ -28,25 +32,81 @@ from attnviz.ui.panels.pipeline import PipelineView
 from attnviz.ui.panels.stats_view import StatsView
 from attnviz.ui.widgets.basic import named
 
-# dock objectName -> (title, shortcut, tip)
-DOCKS = {
-    "pipelineDock": ("Pipeline", "Ctrl+Shift+P", "One head's attention call stage by stage"),
-    "statsDock": ("Statistics", "Ctrl+Shift+T", "Per-head statistics: entropy, distance, sink, previous token"),
-    "focusDock": ("Token focus", "Ctrl+Shift+F", "Where every head sends one query token"),
-    "compareDock": ("Compare", "Ctrl+Shift+D", "A pinned result beside the current one, and their difference"),
-    "rolloutDock": ("Rollout", "Ctrl+Shift+R", "Attention rollout over the layers of a model"),
-    "headEffectsDock": ("Which heads matter", "Ctrl+Shift+H",
-                        "Layer × head: how much each head alone matters for the target's probability (ablation)"),
-    "lensDock": ("Logit lens", "Ctrl+Shift+L", "The top-1 token after each layer at each position (causal LMs)"),
-    "patchDock": ("Patches", "Ctrl+Shift+G", "A vision model's picture with one query token's attention over its "
-                  "patches, per head, mean or rollout"),
-    "circuitsDock": ("Circuits", "Ctrl+Shift+K", "The open head's QK and OV circuits, its copying score and the "
-                     "earlier heads it composes with"),
-    "attributionDock": ("Logit attribution", "Ctrl+Shift+A", "Layer × head: each head's direct share of one logit, "
-                        "and the tokens it came from"),
-    "patchingDock": ("Patching", "Ctrl+Shift+X", "Layer × head: the share of a logit difference each head carries "
-                     "from the shown text into a corrupted one (activation patching)"),
-}
+
+@dataclass(frozen=True)
+class Panel:
+    """One dock panel, the one place its facts live: the View menu, the requests and the exports read it."""
+
+    dock: str  # the dock's objectName
+    title: str
+    shortcut: str
+    tip: str
+    attr: str  # the ExplainViews attribute that holds its widget (and its export kind)
+    make: Callable[[ExplainViews], QWidget]
+    exports: tuple[str, ...] = ()  # the file formats its Export… button offers, the first the default
+    request: Callable[..., dict] | None = None  # its ViewOptions fields: (views, shown, config, asked config)
+    heavy: tuple[str, ...] = ()  # formats written off the GUI thread
+    changes: bool = False  # its sigChanged asks for new frames
+    opens_heads: bool = False  # its sigOpen opens a head in the grid
+    stops: bool = False  # hidden, it stops its own background work
+    figure: Callable[[ExplainViews], Layout] | None = None  # its PNG/SVG figure, drawn from the frames it shows
+    table: Callable[[ExplainViews], str] | None = None  # its numbers as CSV text
+    arrays: Callable[[ExplainViews, str], Path] | None = None  # writes its NPZ
+    write: Callable[[ExplainViews, str], Path] | None = None  # a writer of its own for every format it offers
+
+
+def _pipeline_request(v: ExplainViews, shown: bool, config, asked) -> dict:
+    return dict(pipeline_head=v.pipeline.headSpin.value() if shown else None, pipeline_stage=v.pipeline.stage_name)
+
+
+def _focus_request(v: ExplainViews, shown: bool, config, asked) -> dict:
+    row = v.focus.row if shown else None
+    return dict(focus_row=None if row is None or row >= config.seq_q else row)
+
+
+def _compare_request(v: ExplainViews, shown: bool, config, asked) -> dict:
+    against = shown and v.compare.unablatedButton.isChecked() and asked.ablate  # "Against unablated" on
+    return dict(pinned=v.compare.pinned if shown else None, compare_head=v.compare.headSpin.value(),
+                unablated=asked.replace(ablate=()) if against else None)
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("pipelineDock", "Pipeline", "Ctrl+Shift+P", "One head's attention call stage by stage", "pipeline",
+          lambda v: PipelineView(), ("png", "svg", "npz"), _pipeline_request, ("png", "svg", "npz"), changes=True,
+          write=pe.pipeline_to),
+    Panel("statsDock", "Statistics", "Ctrl+Shift+T", "Per-head statistics: entropy, distance, sink, previous token",
+          "stats", lambda v: StatsView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(stats=shown),
+          figure=pe.stats_figure_of, table=pe.stats_table),
+    Panel("focusDock", "Token focus", "Ctrl+Shift+F", "Where every head sends one query token", "focus",
+          lambda v: FocusView(), ("csv", "png", "svg"), _focus_request, changes=True, figure=pe.focus_figure_of,
+          table=pe.focus_table),
+    Panel("compareDock", "Compare", "Ctrl+Shift+D", "A pinned result beside the current one, and their difference",
+          "compare", lambda v: CompareView(), ("npz", "png", "svg"), _compare_request, ("npz",), changes=True,
+          figure=pe.compare_figure_of, arrays=pe.compare_arrays_to),
+    Panel("rolloutDock", "Rollout", "Ctrl+Shift+R", "Attention rollout over the layers of a model", "rollout",
+          lambda v: RolloutView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(rollout=shown),
+          figure=pe.rollout_figure_of, table=pe.rollout_table),
+    Panel("headEffectsDock", "Which heads matter", "Ctrl+Shift+H",
+          "Layer × head: how much each head alone matters for the target's probability (ablation)", "effects",
+          lambda v: HeadEffectsView(v.effects_model), opens_heads=True, stops=True),
+    Panel("lensDock", "Logit lens", "Ctrl+Shift+L", "The top-1 token after each layer at each position (causal LMs)",
+          "lens", lambda v: LensView(), ("csv", "png", "svg"), lambda v, shown, c, asked: dict(lens=shown),
+          figure=pe.lens_figure_of, table=pe.lens_table),
+    Panel("patchDock", "Patches", "Ctrl+Shift+G", "A vision model's picture with one query token's attention over its "
+          "patches, per head, mean or rollout", "patch", lambda v: PatchView(), ("png", "svg"),
+          lambda v, shown, c, asked: dict(patch_query=(v.patch.query or 0) if shown else None), changes=True,
+          write=pe.patch_to),
+    Panel("circuitsDock", "Circuits", "Ctrl+Shift+K", "The open head's QK and OV circuits, its copying score and the "
+          "earlier heads it composes with", "circuits", lambda v: CircuitsView(), opens_heads=True, stops=True),
+    Panel("attributionDock", "Logit attribution", "Ctrl+Shift+A", "Layer × head: each head's direct share of one "
+          "logit, and the tokens it came from", "attribution", lambda v: AttributionView(), opens_heads=True,
+          stops=True),
+    Panel("patchingDock", "Patching", "Ctrl+Shift+X", "Layer × head: the share of a logit difference each head "
+          "carries from the shown text into a corrupted one (activation patching)", "patching",
+          lambda v: PatchingView(), opens_heads=True, stops=True),
+)
+DOCKS: dict[str, Panel] = {p.dock: p for p in PANELS}
+BY_KIND: dict[str, Panel] = {p.attr: p for p in PANELS}
 FILTERS = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "npz": "NumPy arrays (*.npz)",
            "csv": "CSV table (*.csv)"}
 
@@ -84,55 +144,41 @@ class ExplainViews(QObject):
     def __init__(self, window: QMainWindow, effects=default_effects):
         super().__init__(window)
         self.window = window
-        self.pipeline = PipelineView()
-        self.stats = StatsView()
-        self.focus = FocusView()
-        self.compare = CompareView()
-        self.rollout = RolloutView()
-        self.effects = HeadEffectsView(effects)
-        self.lens = LensView()
-        self.patch = PatchView()
-        self.circuits, self.attribution, self.patching = CircuitsView(), AttributionView(), PatchingView()
+        self.effects_model = effects  # what the head effects panel computes with
         self.docks: dict[str, QDockWidget] = {}
         self._visible: dict[str, bool] = dict.fromkeys(DOCKS, False)  # on screen (a tab behind another is not)
-        widgets = (self.pipeline, self.stats, self.focus, self.compare, self.rollout, self.effects, self.lens,
-                   self.patch, self.circuits, self.attribution, self.patching)
-        for (name, (title, _, _)), widget in zip(DOCKS.items(), widgets):
-            dock = named(QDockWidget(title, window), name)
+        for panel in PANELS:
+            widget = panel.make(self)
+            setattr(self, panel.attr, widget)
+            dock = named(QDockWidget(panel.title, window), panel.dock)
             dock.setWidget(PanelScroll(widget))
             window.tab_panel(dock)  # one tabbed area with the model view: a panel never takes more height
             dock.hide()
-            dock.visibilityChanged.connect(partial(self._visibility_changed, name))
-            self.docks[name] = dock
-        for view in (self.pipeline, self.focus, self.compare, self.patch):
-            view.sigChanged.connect(window.schedule)
-        self.patch.sigExport.connect(lambda: self.export_dialog("patch"))
+            dock.visibilityChanged.connect(partial(self._visibility_changed, panel.dock))
+            self.docks[panel.dock] = dock
+            if panel.changes:
+                widget.sigChanged.connect(window.schedule)
+            if panel.opens_heads:
+                widget.sigOpen.connect(self._open_head)
+            if panel.exports:
+                widget.sigExport.connect(partial(self.export_dialog, panel.attr))
         image = getattr(window, "panel", None) and window.panel.widgets.get("image")
         self._drop = image_drop(window, image) if image is not None else None  # an image dropped on the window
         self.compare.pinButton.toggled.connect(self._pin_toggled)
         self.compare.unablatedButton.toggled.connect(self._unablated_toggled)
-        self.effects.sigOpen.connect(self._open_head)
-        for view in (self.circuits, self.attribution, self.patching):
-            view.sigOpen.connect(self._open_head)
         self.circuits.sigScores.connect(window.modelView.set_circuits)
-        self.lens.sigExport.connect(lambda: self.export_dialog("lens"))
-        self.pipeline.sigExport.connect(lambda: self.export_dialog("pipeline"))
-        self.stats.sigExport.connect(lambda: self.export_dialog("stats"))
-        self.focus.sigExport.connect(lambda: self.export_dialog("focus"))
-        self.compare.sigExport.connect(lambda: self.export_dialog("compare"))
-        self.rollout.sigExport.connect(lambda: self.export_dialog("rollout"))
         window.headGrid.sigRowClicked.connect(self.focus.toggle)
         window.predictionStrip.sigPicked.connect(self._pick_for_attribution)
 
     def add_actions(self, menu) -> None:
         """One checkable View-menu entry with a shortcut per panel."""
         menu.addSeparator()
-        for name, (_, shortcut, tip) in DOCKS.items():
-            action = self.docks[name].toggleViewAction()
-            action.toggled.connect(partial(self._opened, name))
-            action.setShortcut(QKeySequence(shortcut))
-            action.setToolTip(f"{tip} ({shortcut})")
-            action.setStatusTip(tip)
+        for panel in PANELS:
+            action = self.docks[panel.dock].toggleViewAction()
+            action.toggled.connect(partial(self._opened, panel.dock))
+            action.setShortcut(QKeySequence(panel.shortcut))
+            action.setToolTip(f"{panel.tip} ({panel.shortcut})")
+            action.setStatusTip(panel.tip)
             menu.addAction(action)
 
     def _opened(self, name: str, on: bool) -> None:
@@ -147,12 +193,8 @@ class ExplainViews(QObject):
         self._visible[name] = visible
         if name == "focusDock" and visible and self.window.result is not None:  # also while stale
             self.focus.set_tokens(token_labels(self.window.result))
-        if name == "headEffectsDock" and not visible:
-            self.effects.stop()  # a hidden panel costs nothing
-        circuit_panels = {"circuitsDock": self.circuits, "attributionDock": self.attribution,
-                          "patchingDock": self.patching}
-        if name in circuit_panels and not visible:
-            circuit_panels[name].stop()
+        if DOCKS[name].stops and not visible:
+            getattr(self, DOCKS[name].attr).stop()  # a hidden panel costs nothing
         self.window.headGrid.row_picking = self.shown("focusDock")
         self.window.schedule()
 
@@ -187,29 +229,16 @@ class ExplainViews(QObject):
         stack = result.source.stack if result is not None and result.source is not None else ""
         self.window._open_tile(stack, layer, head)
 
-    def unablated(self, config):
-        """The config compared against while "Against unablated" is on (None: off, or nothing ablated)."""
-        on = self.shown("compareDock") and self.compare.unablatedButton.isChecked()
-        return config.replace(ablate=()) if on and config.ablate else None
-
     def options(self, config, request=None) -> dict:
         """The ViewOptions fields of the visible panels (`config` sized as the views are; `request` the
         configuration asked for, default `config`)."""
         self.pipeline.set_heads(config.heads)
         self.compare.set_heads(config.heads)
-        focus_row = self.focus.row if self.shown("focusDock") else None
-        return dict(
-            pipeline_head=self.pipeline.headSpin.value() if self.shown("pipelineDock") else None,
-            pipeline_stage=self.pipeline.stage_name,
-            stats=self.shown("statsDock"),
-            focus_row=None if focus_row is None or focus_row >= config.seq_q else focus_row,
-            rollout=self.shown("rolloutDock"),
-            pinned=self.compare.pinned if self.shown("compareDock") else None,
-            compare_head=self.compare.headSpin.value(),
-            unablated=self.unablated(config if request is None else request),
-            lens=self.shown("lensDock"),
-            patch_query=(self.patch.query or 0) if self.shown("patchDock") else None,
-        )
+        fields: dict = {}
+        for panel in PANELS:
+            if panel.request is not None:
+                fields |= panel.request(self, self.shown(panel.dock), config, config if request is None else request)
+        return fields
 
     def show(self, result, frames) -> None:
         extras = frames.extras
@@ -246,16 +275,14 @@ class ExplainViews(QObject):
     # --- export ------------------------------------------------------------------------------
 
     def export_dialog(self, kind: str) -> None:
-        formats = {"pipeline": ("png", "svg", "npz"), "stats": ("csv", "png"), "focus": ("csv", "png"),
-                   "compare": ("npz", "png"), "rollout": ("csv", "png"), "lens": ("csv", "png"),
-                   "patch": ("png", "svg")}[kind]
+        panel = BY_KIND[kind]
         path, _ = QFileDialog.getSaveFileName(self.window, f"Export {kind}", str(Path.home() / f"attnviz-{kind}"),
-                                              ";;".join(FILTERS[f] for f in formats))
+                                              ";;".join(FILTERS[f] for f in panel.exports))
         if not path:
             return
-        if Path(path).suffix.lstrip(".").lower() not in formats:
-            path += "." + formats[0]
-        if kind == "pipeline" or (kind == "compare" and path.lower().endswith(".npz")):  # heavy: off the GUI thread
+        if Path(path).suffix.lstrip(".").lower() not in panel.exports:
+            path += "." + panel.exports[0]
+        if Path(path).suffix.lstrip(".").lower() in panel.heavy:  # off the GUI thread
             from attnviz.ui.widgets.jobs import BackgroundJob
 
             self._job = BackgroundJob(self)
@@ -275,32 +302,9 @@ class ExplainViews(QObject):
         self.window.statusBar().showMessage(f"Not exported: {message}", 8000)
 
     def export(self, kind: str, path: str) -> Path:
-        """Write one panel's image (.png/.svg) or numbers (.csv/.npz) to `path`."""
-        if kind == "patch":  # the overlay on the picture, not a grab of the panel
-            return self.patch.export(path)
-        ext = Path(path).suffix.lower()
-        widget = {"pipeline": self.pipeline, "stats": self.stats, "focus": self.focus, "compare": self.compare,
-                  "rollout": self.rollout, "lens": self.lens}[kind]
-        if kind == "pipeline":
-            from attnviz.export import export_pipeline
-
-            return export_pipeline(self.window.result, path, self.window.frames.options, self.pipeline.frames.head)
-        if ext == ".png":
-            if not widget.grab().save(path):
-                raise OSError(f"cannot write {path}")
-            return Path(path)
-        if kind in ("stats", "focus", "lens"):
-            write_bytes(path, widget.csv().encode("utf-8"))
-        elif kind == "rollout":
-            lines = [",".join(f"{v:.6g}" for v in row) for row in self.rollout.frames.data]
-            write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
-        else:  # every head's difference (computed here: export() runs off the GUI thread for NPZ)
-            from attnviz.atomic import atomic_writer
-            from attnviz.explain import compare_difference
-
-            options = self.window.frames.options
-            pinned = self.compare.pinned or self.window.frames.extras.get("compare_pinned")  # or the unablated run
-            diff = compare_difference(self.window.result, pinned, options.view, options.batch_index)
-            with atomic_writer(path) as f:
-                np.savez_compressed(f, difference=diff, view=np.array(options.view))
-        return Path(path)
+        """Write one panel's figure (.png/.svg, drawn from its data) or numbers (.csv/.npz) to `path`, through
+        attnviz.export (atomic); ValueError for a format the panel does not offer or nothing to export."""
+        ext, offered = Path(path).suffix.lstrip(".").lower(), BY_KIND[kind].exports
+        if ext not in offered:
+            raise ValueError(f"the {kind} panel exports {', '.join(offered)}, not {ext or 'no extension'}")
+        return pe.panel_export(BY_KIND[kind], self, path, ext)

@@ -137,11 +137,3 @@ class FocusView(QWidget):
         self.plot.setYRange(0.0, max(top, 1e-6) * 1.05, padding=0)
         self.infoLabel.setText(f"query {frames.label}: each head's attention over the {keys} keys "
                                f"({n} lines, one colour per head)")
-
-    def csv(self) -> str:
-        f = self.frames
-        if f is None:
-            return ""
-        lines = ["head," + ",".join(label.replace(",", " ") for label in f.key_labels)]
-        lines += [f"{t}," + ",".join(f"{v:.6g}" for v in row) for t, row in zip(f.titles, f.values)]
-        return "\n".join(lines) + "\n"

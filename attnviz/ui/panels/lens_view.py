@@ -63,12 +63,3 @@ class LensView(QWidget):
         f = self.frames
         return (f"after layer {row}, position {f.positions[col]}: top-1 {f.tokens[row][col]!r} "
                 f"p = {f.probs[row, col]:.3g}")
-
-    def csv(self) -> str:
-        f = self.frames
-        if f is None or f.message:
-            return ""
-        lines = ["layer," + ",".join(p.replace(",", " ") for p in f.positions)]
-        lines += [f"{n}," + ",".join(f"{t.replace(',', ' ')} {p:.4g}" for t, p in zip(row, f.probs[n]))
-                  for n, row in enumerate(f.tokens)]
-        return "\n".join(lines) + "\n"

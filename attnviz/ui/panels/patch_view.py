@@ -3,14 +3,14 @@
 The worker computes the arrays (models/patches.py: each head's row for the query over the patch grid, their
 mean, rollout's row); this panel only colours and draws them: the picture with the overlay blended over it,
 drawn with whole patches (no smoothing: crisp patch edges), and a head strip of small overlays, one per head.
-Click a patch to make it the query ([CLS] by default), a strip tile to focus that head. Also the Image row
+Click a patch to make it the query ([CLS] by default), a strip tile to focus that head; Export… writes
+the overlay through attnviz.export (export/patches.py). Also the Image row
 (ImageChooser: a file name, Open… and Clear) and drops of an image file onto the window (image_drop).
 """
 
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
@@ -257,15 +257,6 @@ class PatchView(QWidget):
         self.infoLabel.setText(f"{f.title(self.mode, head)} · peak {float(values.max()):.3g} at "
                                f"{f.tokens[f.prefix + int(values.argmax())]} · {f.grid[0]}×{f.grid[1]} patches of "
                                f"{f.picture.shape[1] // f.grid[1]} px · click a patch to make it the query")
-
-    def export(self, path: str) -> Path:
-        """The shown overlay on the picture as .png or .svg."""
-        from attnviz.models.patches import write_png, write_svg
-
-        if self.frames is None or self.frames.message:
-            raise ValueError("nothing to export: no picture is shown")
-        writer = write_svg if path.lower().endswith(".svg") else write_png
-        return writer(self.frames, path, self.mode, self.headSpin.value(), self.alpha)
 
 
 class ImageChooser(PathChooser):

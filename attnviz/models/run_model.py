@@ -1,6 +1,6 @@
 """A loaded model as one run sees it: which stack its maps show, the decoder's input, the chat template.
 
-The model cache holds one PretrainedModel per folder; `model_view(model, stack, decoder_text, chat)`
+The model cache holds one PretrainedModel per folder; `run_model(model, stack, decoder_text, chat)`
 gives a run the protocol of core/runs/backed.py (info, encode, forward) for its own choices, without
 changing the shared model.
 
@@ -24,7 +24,7 @@ from attnviz.core.runs.config import ConfigError
 from attnviz.models.tokens import Encoded
 
 
-class ModelView:
+class RunModel:
     """A PretrainedModel with one run's stack, decoder input and chat switch."""
 
     def __init__(self, model, stack: str, decoder: Encoded | None, chat: bool):
@@ -133,7 +133,7 @@ def decoder_input(model, decoder_text: str) -> Encoded:
     return Encoded(head.ids + rest.ids, head.tokens + rest.tokens)
 
 
-def model_view(model, stack: str = "", decoder_text: str = "", chat: bool = False) -> ModelView:
+def run_model(model, stack: str = "", decoder_text: str = "", chat: bool = False) -> RunModel:
     """`model` seen as `stack` (empty: its first); ConfigError for a stack it lacks, a decoder text given
     to a model without a decoder input, or chat for a model without a chat template."""
     stacks, name = model.info.stacks, model.info.name
@@ -148,4 +148,4 @@ def model_view(model, stack: str = "", decoder_text: str = "", chat: bool = Fals
         raise ConfigError("chat", chat, f"{name} has no chat template (tokenizer_config.json or the GGUF file "
                           "names none)", "turn the chat template off", suggestions=(False,))
     decoder = decoder_input(model, decoder_text) if encoder_decoder else None
-    return ModelView(model, stack or stacks[0], decoder, chat)
+    return RunModel(model, stack or stacks[0], decoder, chat)
