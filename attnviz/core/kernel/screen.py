@@ -14,19 +14,15 @@ NaN (the seeds' softmax); the views draw it as no-key and pool it as 0, and so d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnviz.core.kernel.current import ThreadCurrent
 from attnviz.core.kernel.maxpool import ceil_div, reduce_blocks
 
 POOLED_STAGES = frozenset({"weights", "dropped"})  # the softmax weights (dropped is the same map in eval mode)
-_current = ThreadCurrent()
 
 
 @dataclass
@@ -96,17 +92,6 @@ def _pooled_columns(block: Tensor, k0: int, f: int) -> Tensor:
     if lead < block.shape[-1]:
         parts.append(reduce_blocks(block[..., lead:], -1, f, torch.amax))
     return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
-
-
-@contextmanager
-def screen_pooling(value: ScreenPooling | None) -> Iterator[ScreenPooling | None]:
-    with _current.using(value):
-        yield value
-
-
-def current() -> ScreenPooling | None:
-    """This thread's screen pooling (None: no view asked for one)."""
-    return _current.value
 
 
 def factors(shape: tuple[int, int], screen_px: tuple[int, int]) -> tuple[int, int]:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core.kernel import screen
-from attnviz.core.kernel.ablation import ablating
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.masks import build_kind
 from attnviz.core.kernel.pooling import (
     AUTO_BYTES,
@@ -23,9 +23,8 @@ from attnviz.core.kernel.pooling import (
     pool_note,
     pooled_bytes,
     pooled_parts,
-    pooling,
 )
-from attnviz.core.kernel.progress import Watch, watching
+from attnviz.core.kernel.progress import Watch
 from attnviz.core.kernel.stages import (
     ALWAYS_KEPT,
     BY_NAME,
@@ -197,8 +196,9 @@ def run(
     after each, build() giving the RunResult of what has run so far (assembling it costs: call it only as often as
     it is shown). Long runs pool their maps (config.pool, pooling.py): result.pool_factor says by how much,
     result.exact_stats holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that
-    block of the exact map as result.region. progress(attention calls done, of how many) is called after each (a
-    model: one per layer), and `cancel` is also polled between the blocks of a call (progress.py). screen_px: the
+    block of the exact map as result.region. progress(attention calls done, of how many, the finished calls'
+    pooling.PooledCall: a tuple, empty unless the maps are pooled) is called after each (a model: one per layer),
+    and `cancel` is also polled between the blocks of a call (progress.py). screen_px: the
     (rows, cols) a view shows the weights at; a seed run then also keeps them max-pooled to that size
     (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache. stages(step, done, total)
     hears a model's opening steps (a GGUF: "tensors", 12, 272).
@@ -211,7 +211,13 @@ def run(
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
                            on_step=stream, region=region, progress=progress, stages=stages).result(config.layer)
+    return _run_seed(config, memory_budget, cancel, record, region, progress, screen_px)
 
+
+def _run_seed(config: RunConfig, memory_budget: int | None, cancel: Callable[[], bool] | None,
+              record: frozenset[str] | None, region: tuple[int, int, int, int] | None,
+              progress: Callable | None, screen_px: tuple[int, int] | None) -> RunResult:
+    """run() of a seed variant: its module built from the seed, one forward under its ForwardContext."""
     started = time.perf_counter()
     files = prepare(config)  # your own weights and inputs (cached reads); the config takes their shapes
     config = files.config
@@ -220,10 +226,10 @@ def run(
     shown = None if pool is not None else screen.planned(screen_px, (config.seq_q, config.lkv),
                                                          config.spec.head_factor > 1)
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
+    report = None if progress is None else (lambda n: progress(n, 1, () if pool is None else tuple(pool.calls)))
     with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
-        with watching(Watch(cancel, None if progress is None else (lambda n: progress(n, 1)))), \
-                screen.screen_pooling(shown):
-            trace, compute = _seed_forward(config, files, device, keep, pool, cancel)
+        with ForwardContext(plan=_seed_plan(config), pooling=pool, screen=shown, watch=Watch(cancel, report)) as ctx:
+            trace, compute = _seed_forward(config, files, device, keep, ctx)
         if pool is not None:
             stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
         else:
@@ -261,13 +267,9 @@ def _planned(config: RunConfig, device: torch.device, budget: int | None, record
     return frozenset(n for n in keep if not BY_NAME[n].is_map), pool  # only the per-token stages kept whole
 
 
-def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozenset[str], pool: Pooling | None,
-                  cancel: Callable[[], bool] | None):
-    """(trace, forward seconds) of a seed module: weights then inputs drawn from the seed on the CPU, then moved."""
-    def checkpoint() -> None:
-        if cancel is not None and cancel():
-            raise Cancelled
-
+def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozenset[str], ctx: ForwardContext):
+    """(trace, forward seconds) of a seed module: weights then inputs drawn from the seed on the CPU, then moved;
+    its forward runs under `ctx` (ablation, pooling, screen pooling, progress and Cancel)."""
     dtype = getattr(torch, config.dtype)
     _seed(config.seed, device)
     if files.state is None and files.inputs is None:  # the draws of a configuration used lately are kept
@@ -281,16 +283,15 @@ def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozense
     inputs = [x.to(device=device, dtype=dtype) for x in inputs]
     module = module.to(device=device, dtype=dtype).train(config.train)
     mask = build_mask(config, device)
-    checkpoint()
+    ctx.checkpoint()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
-    with ablating(_seed_plan(config)), pooling(pool):
-        _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
+    _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep, ctx=ctx)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     compute = time.perf_counter() - t0
-    checkpoint()
+    ctx.checkpoint()
     return trace, compute
 
 

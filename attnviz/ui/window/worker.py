@@ -527,13 +527,13 @@ class Worker(QObject):
         feed = LayerFeed() if request.layers else None
         sent_at = -math.inf
 
-        def progress(done: int, total: int) -> None:
+        def progress(done: int, total: int, pooled=()) -> None:
             nonlocal sent_at
             now = time.monotonic()
             if now - sent_at >= PROGRESS_INTERVAL_S:
                 sent_at = now
                 self.sigProgress.emit(request.id, done, total)
-            layers = None if feed is None else feed.finished(done, total)
+            layers = None if feed is None else feed.finished(done, total, pooled)
             if layers is not None:
                 self.sigLayers.emit(request.id, layers, total)
         return progress
