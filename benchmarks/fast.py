@@ -12,8 +12,7 @@ order in one offscreen MainWindow (1280 x 820):
   thread with torch's default thread count (`_bare_anchor`).
 - `run`: core.run() with the window's record (ui.worker.window_record), a new seed each round.
 - `render_<mode>`: frames.render of a fresh result (an empty pool cache) at the window's own tile and output
-  view sizes, for each scale mode; the result run as the worker runs it for that view (the kernel pools the
-  weights for the tile, core/kernel/screen.py).
+  view sizes, for each scale mode.
 - run and render's runs run on the window's compute lane at the anchor's torch thread count, as every forward
   of a user's window does (_on_lane); the harness's 5 ms stall timer is off.
 - `window_log`, `window_linear`: the seed spin toggled -> the newest request shown (gui.Harness.change's
@@ -88,12 +87,11 @@ def _engine(size, tile_px: tuple[int, int], tensor_px: tuple[int, int] | None = 
     record = window_record(config, frozenset({"weights"}))
     seeds = itertools.count(100)
 
-    def one_run(mode: str = "log"):  # as the worker runs it: the weights also pooled for the view (kernel/screen.py)
-        shown = frames.screen_px(tile_px, (config.seq_q, config.lkv), mode == "row")
-        return run(config.replace(seed=next(seeds)), record=record, screen_px=shown)
+    def one_run():  # as the worker runs it
+        return run(config.replace(seed=next(seeds)), record=record)
 
     def render(mode: str):
-        result = one_run(mode)  # fresh: nothing of it pooled by frames yet (not timed)
+        result = one_run()  # fresh: nothing of it pooled by frames yet (not timed)
         options = dataclasses.replace(frames.ViewOptions(), scale_mode=mode, grid_pixels=True, max_px=tile_px,
                                       tensor_px=tensor_px or frames.ViewOptions().tensor_px)
         t0 = time.perf_counter()

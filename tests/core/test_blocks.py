@@ -246,18 +246,3 @@ def test_a_per_head_sink_or_score_mod_keeps_blocks_of_rows_in_a_models_forward(p
         with ForwardContext(slab=MapSlab(1)) as ctx:
             _, got = attention(q, k, v, record={"weights"}, ctx=ctx, **options, **extra)
     same(got["weights"], want["weights"])
-
-
-def test_blocks_of_whole_heads_pool_the_screen_maps_as_max_pool2d(block_bytes):
-    from attnviz.core.kernel.screen import planned
-    from attnviz.core.kernel.slab import MapSlab
-
-    q, k, v, options = _head_case(HEAD_CASES["causal"])
-    block_bytes(TINY_BLOCKS)
-    shown = planned((10, 7), (32, 32), signed=False)
-    with torch.no_grad(), ForwardContext(slab=MapSlab(1), screen=shown) as ctx:
-        _, trace = attention(q, k, v, record={"weights"}, ctx=ctx, **options)
-    fq, fk = shown.factors
-    assert (fq, fk) == (4, 5)
-    torch.testing.assert_close(shown.maps["weights"], F.max_pool2d(trace.weights, (fq, fk), ceil_mode=True),
-                               atol=0, rtol=0)

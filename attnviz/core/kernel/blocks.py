@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from attnviz.core.kernel import buffers, screen
+from attnviz.core.kernel import buffers
 from attnviz.core.kernel.block_mask import BlockMask, block_cells
 from attnviz.core.kernel.buffers import Scratch
 from attnviz.core.kernel.context import ForwardContext
@@ -57,14 +57,12 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, trac
 
     map_rows(q_rows, mask=, trace=, row0=, col0=, keys_t=, scratch=, bias=) -> (map, mask): kernel._map on a block.
     repeat(x, heads): kernel.repeat_kv; bias_of(mask, dtype): kernel.mask_bias. ctx: the forward's context (its
-    slab, its screen pooling, its analysed masks, its Cancel). heads_apart: each head's map is its own q and k's
+    slab, its analysed masks, its Cancel). heads_apart: each head's map is its own q and k's
     alone, q's heads in order (no per-head sink or score mod, no differential pair), so a block may hold some
     heads."""
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
     rows = block_rows(q, lkv, model_block_bytes() if ctx.slab is not None else None)
-    shown = ctx.screen  # the maps a view shows, pooled here as they are made (screen.py)
-    rows = rows if shown is None else shown.block_rows(rows, mask, b)
     if rows >= lq:
         return None
     record = frozenset(getattr(trace, "record", ())) - INPUT_STAGES
@@ -122,7 +120,6 @@ def _head_blocks(q: Tensor, keys_t: Tensor, values: Tensor, mask: Tensor | None,
     context = q.new_empty((b, h, lq, values.shape[-1]))
     bias = work.narrow_bias(block_cells(mask, 0, lq, 0, lkv), q.dtype, bias_of)
     scores_at = _scratch()[0]
-    shown = ctx.screen
     for h0 in range(0, h, per):
         ctx.checkpoint()  # Cancel stops within one attention call
         h1 = min(h, h0 + per)
@@ -135,9 +132,6 @@ def _head_blocks(q: Tensor, keys_t: Tensor, values: Tensor, mask: Tensor | None,
         for name, place in at.items():  # a stage made elsewhere (staged scores, a safe softmax) is copied
             if block_trace[name].data_ptr() != place.data_ptr():
                 place.copy_(block_trace[name])
-        if shown is not None:
-            shown.write(sorted(record & screen.POOLED_STAGES), at["weights"], (0, lq, 0, lkv), (lq, lkv),
-                        heads=(h0, h1, h))
     if "dropped" in record:  # dropout is off in the blocked path: the same map as the weights
         whole["dropped"] = whole["weights"]
     trace.update(whole)
@@ -164,13 +158,11 @@ def _scratch() -> tuple[Scratch, Scratch]:
 def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, int],
                  cells: tuple[int, int, int, int], ctx: ForwardContext) -> None:
     """Copy a block's kept stages into the whole maps (made at the first block), filling its left-out keys.
-    A stage that is another stage's very tensor (dropped = weights in eval mode) stays one tensor. The maps a
-    view shows are pooled for it from the block here, while it is in the cache (screen.py)."""
+    A stage that is another stage's very tensor (dropped = weights in eval mode) stays one tensor."""
     r0, r1, k0, k1 = cells
     names: dict[int, list[str]] = {}
     for name, t in block_trace.items():
         names.setdefault(id(t), []).append(name)
-    shown = ctx.screen
     for twins in names.values():
         name, t = twins[0], block_trace[twins[0]]
         if name not in whole:  # every cell is written; a model's weights into its every-layer slab (slab.py)
@@ -182,6 +174,3 @@ def _write_block(whole: dict[str, Tensor], block_trace: dict, shape: tuple[int, 
         fill = FILL.get(name, 0.0)
         out[..., :k0] = fill
         out[..., k1:] = fill
-        pooled = [n for n in twins if n in screen.POOLED_STAGES]
-        if shown is not None and pooled:
-            shown.write(pooled, t, cells, shape)

@@ -2,8 +2,8 @@
 forward and passed to every kernel call (`attention(..., ctx=ctx)`), then reset when the forward ends.
 
 It says which of the kernel's paths a call takes and where its results go: the ablation plan, the pooling of a
-long run, the slab a model's weights are written into, the maps pooled to the view's size, the progress watch
-(and Cancel), the analysed masks the calls share, and the recording a model layer keeps its traces in. Without
+long run, the slab a model's weights are written into, the progress watch (and Cancel), the analysed masks the
+calls share, and the recording a model layer keeps its traces in. Without
 one (None) a call is a plain attention call: whole maps, nothing ablated, nothing reported.
 
 How it reaches the kernel: a seed module's forward takes it as `ctx=`, a toy's forward passes it to its
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from attnviz.core.kernel.ablation import Plan
     from attnviz.core.kernel.pooling import Pooling
     from attnviz.core.kernel.progress import Watch
-    from attnviz.core.kernel.screen import ScreenPooling
     from attnviz.core.kernel.slab import MapSlab
 
 CONTEXT_KWARG = "attnviz_context"  # the keyword a transformers forward carries the context in
@@ -40,7 +39,6 @@ class ForwardContext:
     plan: Plan | None = None  # heads knocked out, per attention call (ablation.py)
     pooling: Pooling | None = None  # a long run: maps pooled in blocks of rows, nothing of H x L x L held
     slab: MapSlab | None = None  # a model's forward: each layer's weights written into one tensor (slab.py)
-    screen: ScreenPooling | None = None  # the maps a view shows, pooled to its size by the blocks (screen.py)
     watch: Watch | None = None  # progress per finished call, and Cancel between blocks (progress.py)
     recording: Any = None  # where a model layer's traces go (models.hf_attention.Recording): the calls' sink
     masks: BlockMasks = field(default_factory=BlockMasks, repr=False)  # the masks the calls analysed, shared

@@ -26,7 +26,6 @@ from PySide6.QtCore import QObject, Signal
 
 from attnviz.core import ConfigError, RunConfig, RunResult, run
 from attnviz.core.kernel import buffers
-from attnviz.core.kernel.screen import POOLED_STAGES
 from attnviz.core.kernel.stages import ALL_STAGES, DEFAULT_RECORD
 from attnviz.core.runs.backed import backed_stages
 from attnviz.core.runs.runner import (
@@ -40,7 +39,7 @@ from attnviz.core.runs.runner import (
     run_stages,
 )
 from attnviz.explain import LATE_EXTRAS, head_score_frames, late_extras, render_extras
-from attnviz.frames import Frames, PoolCache, ViewOptions, render, screen_px, view_stage
+from attnviz.frames import Frames, PoolCache, ViewOptions, render, view_stage
 from attnviz.system import lower_priority, model_threads, set_torch_threads, thread_policy
 from attnviz.ui.maps.layer_feed import LayerFeed
 from attnviz.ui.maps.zoom import ZoomAsk, Zoomer, ZoomFrames
@@ -65,13 +64,6 @@ def window_record(config: RunConfig, needed: frozenset[str]) -> frozenset[str]:
     keeps them: its export would have to write the tokens again."""
     record = DEFAULT_RECORD | needed
     return record if "scores" in needed or generating(config) else record - {"scores"}
-
-
-def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int] | None:
-    """The size a run pools the shown weights to as it makes them (core/kernel/screen.py), when the view draws them."""
-    if view_stage(options.view) not in POOLED_STAGES:
-        return None
-    return screen_px(options.max_px, (config.seq_q, config.lkv), options.scale_mode == "row")
 
 
 def complete_stages(result: RunResult, also: frozenset[str] = frozenset()) -> RunResult:
@@ -653,8 +645,7 @@ class Worker(QObject):
             # a generation's view that its result cannot serve (a panel reading more): the plain forward
             plain = request.config if request.force else request.config.replace(generate=0)
             self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request),
-                                             progress=self._progress_of(request), stages=self._opening_of(request),
-                                             screen_px=kernel_screen_px(request.config, request.options))
+                                             progress=self._progress_of(request), stages=self._opening_of(request))
             self._last_request = request.config
             self._freeze_loaded(request.config)
             self._zoomer.keep_for(self._last)
