@@ -250,13 +250,10 @@ def pool_maps(
     max_px: tuple[int, int] | None,
     signed: bool,
     row: bool = False,
-    shape: tuple[int, int] | None = None,
 ) -> PooledMaps:
     """Pool (N, h, w) maps to at most max_px, keeping which blocks hold data, masked or no-key cells.
 
     allowed: bool (1 or N, h, w), True = may attend; empty_rows: bool (1 or N, h), rows with no key.
-    shape: the maps' own (h, w) where `values` are unsigned maps the kernel pooled for max_px already
-    (screen.ScreenMaps, rows and columns, or for the row scale columns alone): the rest is done here.
     A pooled block shows data if any of its cells is data (the max, or for signed data the value of
     largest magnitude, so single peaks survive), else masked if any cell is masked, else no-key.
     The full maps are read once (twice for signed data); everything after runs on pooled arrays.
@@ -265,7 +262,7 @@ def pool_maps(
     row is normalised, then rows are pooled, so a block shows max over its rows of w_ij / max_j w_ij.
     """
     x = values if isinstance(values, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(values, np.float32))
-    h, w = shape or x.shape[-2:]
+    h, w = x.shape[-2:]
     data = torch.ones((1, h, w), dtype=torch.bool) if allowed is None else torch.from_numpy(allowed.copy())
     if empty_rows is not None and empty_rows.any():
         data = data & ~torch.from_numpy(empty_rows.copy())[..., None]
@@ -540,24 +537,11 @@ def render(result: RunResult, options: ViewOptions, cache: PoolCache | None = No
     return Frames(heads, mean, tensor, options, shared, map_lut, time.perf_counter() - t0, signed, scale)
 
 
-def screen_px(max_px: tuple[int, int] | None, shape: tuple[int, int], row: bool) -> tuple[int, int] | None:
-    """The size a view of (Lq, Lkv) maps asks the kernel to pool them to (core/kernel/screen.py): max_px, or for the row
-    scale (each row divided by its own maximum before the rows are pooled) max_px's columns alone."""
-    if max_px is None:
-        return None
-    return (shape[0], max_px[1]) if row else max_px
-
-
 def _pooled_heads(result: RunResult, stage: str, b: int, options: ViewOptions, allowed, empty,
                   signed: bool) -> PooledMaps:
-    """Batch item b's maps of `stage` pooled for the view: from what the kernel pooled for it where the run did
-    (the same numbers, without reading the whole maps again), else from the maps themselves."""
-    row, shape = options.scale_mode == "row", (result.config.seq_q, result.config.lkv)
-    held = None if result.screen_maps is None else result.screen_maps.serving(
-        stage, shape, screen_px(options.max_px, shape, row))
-    if held is not None:
-        return pool_maps(held[b], allowed, empty, options.max_px, signed, row=row, shape=shape)
-    return pool_maps(getattr(result, stage)[b], allowed, empty, options.max_px, signed, row=row)
+    """Batch item b's maps of `stage` pooled for the view."""
+    return pool_maps(getattr(result, stage)[b], allowed, empty, options.max_px, signed,
+                     row=options.scale_mode == "row")
 
 
 def tensor_kept(result: RunResult, name: str) -> bool:

@@ -13,8 +13,11 @@ A keyword that would change the arithmetic and that this function does not know 
 that call runs the family's own eager function instead and records only the weights it returns,
 with a note saying why (`Recording.notes`).
 
-The stages a forward records go to the `Recording` made current by `recording(...)` (thread-local:
-the app's worker and a test may run models side by side).
+A forward's ForwardContext (core/kernel/context.py: its ablation plan, pooling, slab, progress, and the
+`Recording` its stages go to) travels in the forward's keyword arguments: every family on the interface hands
+its keywords through its layers to the attention function (checked for each in tests/models), so
+`base(**inputs, **rec.kwargs)` reaches this function with the context as CONTEXT_KWARG, on whatever thread
+runs it (the app's worker and a test may run one model side by side).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import functools
 import math
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,10 +33,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.kernel.ablation import knock_out
+from attnviz.core.kernel.context import CONTEXT_KWARG, ForwardContext
 from attnviz.core.kernel.kernel import Trace, attention, merge_heads
 from attnviz.core.kernel.mods import ScoreMod, ScoreRecipe
-from attnviz.core.kernel.pooling import keeps_tokens
 from attnviz.core.kernel.stages import SOFTMAX_STAGES
 from attnviz.core.runs.predictions import Residuals
 
@@ -49,20 +50,25 @@ PASSIVE = frozenset({
 })
 HANDLED = frozenset({"softcap", "s_aux", "position_bias"})
 
-_local = threading.local()
-
 
 @dataclass
 class Recording:
-    """What one forward records: each attention call's Trace, in call order, keyed by the module."""
+    """What one forward records: each attention call's Trace, in call order, keyed by the module. It is the
+    sink of its forward's ForwardContext (`context`), which the forward passes as `**rec.kwargs`."""
 
     record: frozenset[str]
+    context: ForwardContext = field(default_factory=ForwardContext, repr=False)
     calls: list[tuple[nn.Module, Trace]] = field(default_factory=list)
     inputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # each module's inputs (stage x), per call
     outputs: dict[nn.Module, list[Tensor]] = field(default_factory=dict)  # what it returned (stage output)
     notes: list[str] = field(default_factory=list)
     # the residual stream after each layer (its block's output); a long one goes to a file (predictions.Residuals)
     residuals: Residuals = field(default_factory=Residuals)
+
+    @property
+    def kwargs(self) -> dict[str, ForwardContext]:
+        """The keyword a transformers forward carries the context in, down to every attention call."""
+        return {CONTEXT_KWARG: self.context}
 
     def add(self, module: nn.Module, trace: Trace) -> None:
         self.calls.append((module, trace))
@@ -73,19 +79,21 @@ class Recording:
 
 
 @contextmanager
-def recording(record) -> Iterator[Recording]:
-    """Make a new Recording current for this thread while the block runs a forward."""
-    rec, previous = Recording(frozenset(record)), getattr(_local, "current", None)
-    _local.current = rec
+def recording(record, ctx: ForwardContext | None = None) -> Iterator[Recording]:
+    """A new Recording, the sink of `ctx` (the forward's context; a fresh one where None) while the block runs a
+    forward that passes `**rec.kwargs`."""
+    ctx = ctx if ctx is not None else ForwardContext()
+    rec = Recording(frozenset(record), context=ctx)
+    previous, ctx.recording = ctx.recording, rec
     try:
         yield rec
     finally:
-        _local.current = previous
+        ctx.recording = previous
 
 
-def current() -> Recording | None:
-    """The Recording of the forward running on this thread, if any."""
-    return getattr(_local, "current", None)
+def context_in(kwargs: dict) -> ForwardContext | None:
+    """The forward's context among the keywords a module was called with (None: not passed down)."""
+    return kwargs.get(CONTEXT_KWARG)
 
 
 def transformers():
@@ -169,11 +177,13 @@ def _causal(lq: int, lk: int, device: torch.device) -> Tensor:
 def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
                      scaling: float | None = None, dropout: float = 0.0, **kwargs) -> tuple[Tensor, Tensor]:
     """transformers' attention signature on attnviz's kernel: query (B, H, Lq, dh), key/value
-    (B, Hkv, Lk, dh) -> (context (B, Lq, H, dv), weights (B, H, Lq, Lk))."""
-    rec = current()
+    (B, Hkv, Lk, dh) -> (context (B, Lq, H, dv), weights (B, H, Lq, Lk)). The forward's ForwardContext comes
+    in kwargs (CONTEXT_KWARG; a plain call without it)."""
+    ctx = kwargs.pop(CONTEXT_KWARG, None) or ForwardContext()
+    rec = ctx.recording
     unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in PASSIVE | HANDLED)
     if unknown:
-        return _family_eager(module, rec, unknown, query, key, value, attention_mask, scaling, dropout, **kwargs)
+        return _family_eager(module, ctx, unknown, query, key, value, attention_mask, scaling, dropout, **kwargs)
     dtype = query.dtype
     allowed, extra = split_mask(attention_mask)
     bias = kwargs.get("position_bias")
@@ -188,8 +198,8 @@ def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
     context, trace = attention(
         q, k, v, mask=allowed, scale=scale,
         score_mods=_score_mods(bias, softcap), sink=None if sink is None else sink.float(),
-        dropout_p=dropout, training=module.training,
-        record=(rec.record | {"weights"}) if rec and keeps_tokens() else {"weights"})  # pooled: maybe maps alone
+        dropout_p=dropout, training=module.training, ctx=ctx,
+        record=(rec.record | {"weights"}) if rec and ctx.keeps_tokens() else {"weights"})  # pooled: maybe maps alone
     if rec is not None:
         trace.keep("context", merge_heads(context))
         trace.recipe = ScoreRecipe(scale, softcap or None, biased=bias is not None)
@@ -198,8 +208,9 @@ def kernel_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
     return context.transpose(1, 2).contiguous().to(dtype), None if weights is None else weights.to(dtype)
 
 
-def _family_eager(module: nn.Module, rec: Recording | None, unknown: list[str], *args, **kwargs):
+def _family_eager(module: nn.Module, ctx: ForwardContext, unknown: list[str], *args, **kwargs):
     """Run the family's own eager attention for a call with keywords the kernel does not know."""
+    rec = ctx.recording
     family = sys.modules[type(module).__module__]
     eager = getattr(family, "eager_attention_forward", None)
     if eager is None:
@@ -210,7 +221,7 @@ def _family_eager(module: nn.Module, rec: Recording | None, unknown: list[str], 
         mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill_(
             ~mask, torch.finfo(query.dtype).min)
     out, weights = eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs)
-    out = knock_out(out.transpose(1, 2)).transpose(1, 2)  # (B, Lq, H, dv): ablation as the kernel does it
+    out = ctx.knock_out(out.transpose(1, 2)).transpose(1, 2)  # (B, Lq, H, dv): ablation as the kernel does it
     if rec is not None:
         trace = Trace(rec.record & SOFTMAX_STAGES)
         trace.keep("weights", weights.float()), trace.keep("dropped", weights.float())

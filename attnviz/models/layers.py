@@ -5,19 +5,27 @@ attention interface was called with, or, for a family that does not call it, the
 returning each layer's `output_attentions` tensor. Each gets hooks that keep its input (stage x) and
 output. `run_layers` runs one forward under a Recording and returns one Trace per attention module;
 `stack_of` says which stack a module belongs to (encoder, decoder, cross).
+
+The hooks find the forward's Recording in its ForwardContext, among the keywords the family hands its modules
+(hf_attention.py). The families that do not call the interface (gpt_neo, bloom, mpnet) hand their modules no
+keywords, so for their forwards alone run_layers binds the Recording to the thread (`unpassed`): no keyword can
+carry it there.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 
+from attnviz.core.kernel.context import CONTEXT_KWARG, ForwardContext
 from attnviz.core.kernel.kernel import Trace
-from attnviz.core.kernel.pooling import keeps_tokens
 from attnviz.core.kernel.stages import ALL_STAGES, MODULE_IO_STAGES, SOFTMAX_STAGES
-from attnviz.models.hf_attention import current, recording
+from attnviz.models.hf_attention import Recording, context_in, recording
 
 WEIGHTS_ONLY = SOFTMAX_STAGES  # and the attention module's input and output, from its hooks
 HOOKED = MODULE_IO_STAGES  # what the hooks on every attention module record
@@ -32,14 +40,19 @@ def discover(base: nn.Module, interface: bool) -> tuple[list[nn.Module], list[Tr
     with torch.inference_mode():
         if interface:
             with recording(ALL_STAGES) as rec:
-                base(**model_inputs(base, ids))
+                base(**model_inputs(base, ids), **rec.kwargs)
             modules, traces = [m for m, _ in rec.calls], [t for _, t in rec.calls]
         else:
             modules, traces = _modules_returning_weights(base, ids)
+    hook_tokens(modules)
+    return modules, traces
+
+
+def hook_tokens(modules: list[nn.Module]) -> None:
+    """Hooks on each attention module that keep its input (stage x) and output in the forward's Recording."""
     for m in dict.fromkeys(modules):
         m.register_forward_pre_hook(keep_input, with_kwargs=True)
-        m.register_forward_hook(keep_output)
-    return modules, traces
+        m.register_forward_hook(keep_output, with_kwargs=True)
 
 
 def _modules_returning_weights(base: nn.Module, ids: Tensor) -> tuple[list[nn.Module], list[Trace]]:
@@ -82,10 +95,12 @@ def model_inputs(base: nn.Module, ids: Tensor, decoder_ids: Tensor | None = None
 
 
 def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], weights_only: bool,
-               decoder_ids: Tensor | None = None, cache=None, use_cache: bool = False):
-    """One forward: (the last hidden state, one Trace per attention module, the notes of the calls, the residual
-    stream after each layer where keep_residuals hooked the blocks, the KV cache). With use_cache (a generation's
-    step; `cache` None at first) the forward reads the ids over the cache and returns it grown."""
+               decoder_ids: Tensor | None = None, cache=None, use_cache: bool = False,
+               ctx: ForwardContext | None = None):
+    """One forward under `ctx` (its ablation, pooling, slab, progress; None: a plain one): (the last hidden state,
+    one Trace per attention module, the notes of the calls, the residual stream after each layer where
+    keep_residuals hooked the blocks, the KV cache). With use_cache (a generation's step; `cache` None at first)
+    the forward reads the ids over the cache and returns it grown."""
     inputs = model_inputs(base, ids, decoder_ids)
     parameters = inspect.signature(base.forward).parameters
     if use_cache:  # transformers 5.24 names the cache `cache` (past_key_values before)
@@ -93,8 +108,12 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
         inputs.update({name: cache, "use_cache": True})
     elif "use_cache" in parameters:  # else a decoder keeps every layer's keys and values to the end of the
         inputs["use_cache"] = False  # forward (benchmarks/README.md, Behind the code)
-    with recording(record) as rec:
-        out = base(**inputs, output_attentions=True) if weights_only else base(**inputs)
+    with recording(record, ctx) as rec:
+        if weights_only:
+            with unpassed(rec):
+                out = base(**inputs, output_attentions=True)
+        else:
+            out = base(**inputs, **rec.kwargs)
     if weights_only:
         rec.calls = list(zip(modules, weights_only_traces(_all_attentions(out), record)))
     traces = trace_modules(rec)
@@ -107,18 +126,19 @@ def run_layers(base: nn.Module, ids: Tensor, record, modules: list[nn.Module], w
 
 
 def keep_residuals(blocks: list[nn.Module]) -> None:
-    """Hooks that keep each block's output (the residual stream after that layer) in the current Recording."""
-    def keep(module, args, output):
-        rec = current()
+    """Hooks that keep each block's output (the residual stream after that layer) in the forward's Recording."""
+    def keep(module, args, kwargs, output):
+        rec = _recording(kwargs)
         if rec is not None:
             rec.residuals.append(output[0] if isinstance(output, tuple) else output)
     for block in blocks:
-        block.register_forward_hook(keep)
+        block.register_forward_hook(keep, with_kwargs=True)
 
 
-def run_hidden(base: nn.Module, ids: Tensor) -> Tensor:
-    """The last hidden state of a forward outside any Recording: the kernel keeps nothing (head effects)."""
-    return _last_hidden(base(**model_inputs(base, ids)))
+def run_hidden(base: nn.Module, ids: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+    """The last hidden state of a forward outside any Recording (head effects: under `ctx`, its ablation plan)."""
+    keywords = {} if ctx is None else {CONTEXT_KWARG: ctx}
+    return _last_hidden(base(**model_inputs(base, ids), **keywords))
 
 
 def _last_hidden(out) -> Tensor:
@@ -137,15 +157,36 @@ def stack_of(name: str) -> str:
     return "encoder" if "encoder" in parts else "decoder"
 
 
+_unpassed = threading.local()  # the Recording of this thread's forward of a family that passes no keywords down
+
+
+@contextmanager
+def unpassed(rec: Recording) -> Iterator[Recording]:
+    """Bind `rec` to this thread for the hooks while a family that hands its modules no keywords runs a forward."""
+    previous, _unpassed.rec = getattr(_unpassed, "rec", None), rec
+    try:
+        yield rec
+    finally:
+        _unpassed.rec = previous
+
+
+def _recording(kwargs: dict) -> Recording | None:
+    """The Recording of the forward a hook runs in: its context's (from the module's keywords), else the one bound
+    for a family that passes none."""
+    ctx = context_in(kwargs)
+    return ctx.recording if ctx is not None else getattr(_unpassed, "rec", None)
+
+
 def keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
-    rec = current()
-    if rec is not None and "x" in rec.record and keeps_tokens():  # a pooled forward keeps some layers' only
+    rec = _recording(kwargs)
+    # a pooled forward keeps some layers' tokens only
+    if rec is not None and "x" in rec.record and rec.context.keeps_tokens():
         rec.inputs.setdefault(module, []).append(args[0] if args else kwargs.get("hidden_states"))
 
 
-def keep_output(module: nn.Module, args: tuple, output) -> None:
-    rec = current()
-    if rec is not None and "output" in rec.record and keeps_tokens(done=True):
+def keep_output(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
+    rec = _recording(kwargs)
+    if rec is not None and "output" in rec.record and rec.context.keeps_tokens(done=True):
         rec.outputs.setdefault(module, []).append(output[0] if isinstance(output, tuple) else output)
 
 

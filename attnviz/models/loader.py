@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core.kernel import progress
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.value_weighted import value_weighted as weigh_by_values
 from attnviz.core.runs.lru import LRU
@@ -84,15 +85,17 @@ class PretrainedModel:
         return self.tokenizer.decode_prefix(text, self.info.max_positions)
 
     @torch.inference_mode()
-    def forward(self, ids: Tensor, record=(), *, stack: str = "", decoder_ids: Tensor | None = None
-                ) -> tuple[Tensor, list[Trace]]:
+    def forward(self, ids: Tensor, record=(), *, stack: str = "", decoder_ids: Tensor | None = None,
+                ctx: ForwardContext | None = None) -> tuple[Tensor, list[Trace]]:
         """ids (1, L) -> the last hidden state (1, L, d) and the trace of the `record` stages of each layer
-        of `stack` (default: the model's first). An encoder-decoder's decoder reads `decoder_ids` (1, Ld)."""
-        hidden, by_stack, self.notes, _ = self.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        of `stack` (default: the model's first), under the forward's context `ctx`. An encoder-decoder's decoder
+        reads `decoder_ids` (1, Ld)."""
+        hidden, by_stack, self.notes, _ = self.forward_stacks(ids, record, decoder_ids=decoder_ids, ctx=ctx)
         return hidden, by_stack[stack or self.info.stacks[0]]
 
     @torch.inference_mode()
-    def forward_stacks(self, ids: Tensor, record=(), *, decoder_ids: Tensor | None = None):
+    def forward_stacks(self, ids: Tensor, record=(), *, decoder_ids: Tensor | None = None,
+                       ctx: ForwardContext | None = None):
         """One forward: the last hidden state, per stack each layer's trace, the notes of its calls and the
         residual stream after each layer (returned, not kept on this shared model: runs on several threads may
         share it)."""
@@ -105,7 +108,7 @@ class PretrainedModel:
         with self.compute_dtype():
             hidden, traces, notes, residuals, _ = run_layers(
                 self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
-                self.attention_modules, weights_only, decoder_ids)
+                self.attention_modules, weights_only, decoder_ids, ctx=ctx)
         by_stack: dict[str, list[Trace]] = {name: [] for name in self.info.stacks}
         for trace, name in zip(self._value_weighted(traces, record), self.stacks):
             by_stack[name].append(trace)
@@ -118,7 +121,7 @@ class PretrainedModel:
         return traces
 
     @torch.inference_mode()
-    def step(self, ids: Tensor, cache, record=()):
+    def step(self, ids: Tensor, cache, record=(), ctx: ForwardContext | None = None):
         """One generation step (core/runs/generation.py): the new ids over the KV cache (None at first) ->
         (hidden (1, n, d), one Trace per layer, the grown cache, the residual stream after each layer)."""
         record = frozenset(record)
@@ -126,7 +129,7 @@ class PretrainedModel:
         with self.compute_dtype():
             hidden, traces, self.notes, residuals, cache = run_layers(
                 self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
-                self.attention_modules, "scores" not in self.info.stages, cache=cache, use_cache=True)
+                self.attention_modules, "scores" not in self.info.stages, cache=cache, use_cache=True, ctx=ctx)
         return hidden, self._value_weighted(traces, record), cache, residuals or None
 
     @property
@@ -154,10 +157,10 @@ class PretrainedModel:
         with self.compute_dtype():
             return self.side.lens_logits(residual.to(self.device)).float()
 
-    def hidden(self, ids: Tensor) -> Tensor:
-        """The last hidden state of a forward that records nothing (under the thread's ablation plan, if any)."""
+    def hidden(self, ids: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+        """The last hidden state of a forward that records nothing (under ctx's ablation plan, if any)."""
         with torch.inference_mode(), self.compute_dtype():
-            return run_hidden(self.module.base_model, ids.to(self.device))
+            return run_hidden(self.module.base_model, ids.to(self.device), ctx)
 
     def targets(self, ids: list[int]) -> list[int]:
         """A causal LM's next token; a masked LM's own token at each position (what it reconstructs)."""

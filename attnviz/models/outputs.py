@@ -157,7 +157,7 @@ def out_projections(base: nn.Module, attention_modules: list[nn.Module]) -> OutW
     forward on the kernel. Empty for a family that does not call the kernel."""
     linears = [c for c in base.modules() if is_compact(c) or getattr(getattr(c, "weight", None), "ndim", 0) == 2]
     with _Watch(linears) as watch, recording({"context"}) as rec, torch.inference_mode():
-        base(**model_inputs(base, PROBE))
+        base(**model_inputs(base, PROBE), **rec.kwargs)
     contexts = {}
     for module, trace in rec.calls:
         contexts.setdefault(module, trace.get("context"))

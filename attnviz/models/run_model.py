@@ -20,6 +20,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.runs.config import ConfigError
 from attnviz.models.tokens import Encoded
 
@@ -62,10 +63,10 @@ class RunModel:
     def truncate(self, text: str) -> str:
         return self.model.truncate(text)
 
-    def forward(self, ids: Tensor, record=()):
+    def forward(self, ids: Tensor, record=(), ctx: ForwardContext | None = None):
         """The shown stack's (hidden, traces); every other stack's traces go to `other_stacks` (the model view)."""
         decoder_ids = None if self.decoder is None else torch.tensor([list(self.decoder.ids)], dtype=torch.long)
-        hidden, by_stack, notes, residuals = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids)
+        hidden, by_stack, notes, residuals = self.model.forward_stacks(ids, record, decoder_ids=decoder_ids, ctx=ctx)
         self.notes = (*self.model.load_notes, *notes)
         self.other_stacks = {name: t for name, t in by_stack.items() if name != self.stack} or None
         self.residuals = residuals or None
@@ -84,8 +85,8 @@ class RunModel:
     def lens_logits(self):
         return self.model.lens_logits if self.model.side.lens and self.decoder is None else None
 
-    def hidden(self, ids: Tensor) -> Tensor:
-        return self.model.hidden(ids)
+    def hidden(self, ids: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+        return self.model.hidden(ids, ctx)
 
     def targets(self, ids: list[int]) -> list[int]:
         return self.model.targets(ids)
@@ -93,8 +94,8 @@ class RunModel:
     def label(self, token_id: int) -> str:
         return self.model.label(token_id)
 
-    def step(self, ids: Tensor, cache, record=()):
-        return self.model.step(ids, cache, record)
+    def step(self, ids: Tensor, cache, record=(), ctx: ForwardContext | None = None):
+        return self.model.step(ids, cache, record, ctx)
 
     @property
     def stop_ids(self) -> set[int]:

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.masks import is_causal
 from attnviz.core.kernel.stages import ALL_STAGES, STAGE_NAMES
@@ -35,7 +36,7 @@ from attnviz.models.folder import ModelError, ModelFolder, model_name, read_json
 from attnviz.models.hf import ModelInfo
 from attnviz.models.hf_attention import ATTN_NAME, recording, transformers
 from attnviz.models.image_input import Picture
-from attnviz.models.layers import HOOKED, keep_input, keep_output, trace_modules
+from attnviz.models.layers import HOOKED, hook_tokens, trace_modules
 
 PREPROCESSOR = "preprocessor_config.json"
 # Families whose vision code calls the attention interface (transformers 5.24); a folder of one is read here
@@ -94,14 +95,12 @@ def _image_size(config) -> tuple[int, int]:
 def _discover(name: str, module: nn.Module, inputs: dict) -> tuple[list[nn.Module], list[Trace]]:
     """The attention modules one forward of a tower calls (hooked to keep their input and output)."""
     with torch.inference_mode(), recording(ALL_STAGES) as rec:
-        module(**inputs)
+        module(**inputs, **rec.kwargs)
     modules, traces = [m for m, _ in rec.calls], [t for _, t in rec.calls]
     if not modules:
         raise ModelError(name, f"the {name} tower ran no attention layer through attnviz's kernel",
                          "choose a model whose family calls transformers' attention interface", field_name="stack")
-    for m in dict.fromkeys(modules):
-        m.register_forward_pre_hook(keep_input, with_kwargs=True)
-        m.register_forward_hook(keep_output)
+    hook_tokens(modules)
     return modules, traces
 
 
@@ -290,8 +289,9 @@ class VisionView:
                               f"{info.vocab_size} token embeddings", "use the tokenizer saved with this model")
         return tuple(encoded.ids), tuple(encoded.tokens)
 
-    def forward(self, ids: Tensor, record=()):
-        """Every tower with an input, in the model's order -> the shown stack's (hidden, traces)."""
+    def forward(self, ids: Tensor, record=(), ctx: ForwardContext | None = None):
+        """Every tower with an input, in the model's order -> the shown stack's (hidden, traces), under the
+        forward's context `ctx` (one for every tower: the ablation plan counts their calls in order)."""
         record, device = frozenset(record), next(self.module.parameters()).device
         by_stack, notes = {}, []
         for name in self.model.stacks:
@@ -299,8 +299,8 @@ class VisionView:
                 continue
             tower = self.model.towers[name]
             inputs = {k: v.to(device) for k, v in self._inputs[name].items()}
-            with torch.inference_mode(), recording(record) as rec:
-                out = tower.module(**inputs)
+            with torch.inference_mode(), recording(record, ctx) as rec:
+                out = tower.module(**inputs, **rec.kwargs)
             traces = trace_modules(rec)
             if len(traces) != tower.info.layers:
                 raise RuntimeError(f"the {name} tower ran {len(traces)} attention calls, not {tower.info.layers}")

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnviz.core import RunConfig, RunResult, run
-from attnviz.core.kernel.screen import POOLED_STAGES
 from attnviz.core.kernel.stages import ALL_STAGES, DEFAULT_RECORD
 from attnviz.core.runs.backed import backed_stages
 from attnviz.core.runs.runner import run_stages
-from attnviz.frames import Frames, ViewOptions, screen_px, view_stage
+from attnviz.frames import Frames, ViewOptions, view_stage
 
 
 @dataclass(frozen=True)
@@ -79,13 +78,6 @@ def window_record(config: RunConfig, needed: frozenset[str]) -> frozenset[str]:
     keeps them: its export would have to write the tokens again."""
     record = DEFAULT_RECORD | needed
     return record if "scores" in needed or generating(config) else record - {"scores"}
-
-
-def kernel_screen_px(config: RunConfig, options: ViewOptions) -> tuple[int, int] | None:
-    """The size a run pools the shown weights to as it makes them (core/kernel/screen.py), when the view draws them."""
-    if view_stage(options.view) not in POOLED_STAGES:
-        return None
-    return screen_px(options.max_px, (config.seq_q, config.lkv), options.scale_mode == "row")
 
 
 def complete_stages(result: RunResult, also: frozenset[str] = frozenset()) -> RunResult:

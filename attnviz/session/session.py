@@ -33,7 +33,6 @@ from attnviz.session.request import (
     Outcome,
     Request,
     generating,
-    kernel_screen_px,
     needed_stages,
     producible,
     supersedes,
@@ -293,8 +292,7 @@ class Session:
         # a generation's view that its result cannot serve (a panel reading more): the plain forward
         plain = request.config if request.force else request.config.replace(generate=0)
         self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request),
-                                         progress=self._progress_of(request), stages=self._opening_of(request),
-                                         screen_px=kernel_screen_px(request.config, request.options))
+                                         progress=self._progress_of(request), stages=self._opening_of(request))
         self._last_request = request.config
         self._freezer.after(request.config)
         if self._zoomer is not None:
@@ -365,19 +363,19 @@ class Session:
         return cancel
 
     def _progress_of(self, request: Request):
-        """progress(done, total) for run(): the layers finished, as Events.progress of this request (the first at
-        once, then at most every PROGRESS_INTERVAL_S); with request.layers, a pooled forward's finished layers
-        every so often too (Events.layers, from the feed)."""
+        """progress(done, total, pooled) for run(): the layers finished, as Events.progress of this request (the
+        first at once, then at most every PROGRESS_INTERVAL_S); with request.layers, a pooled forward's finished
+        layers every so often too (Events.layers, from the feed)."""
         feed = self._feed() if request.layers and self._feed is not None else None
         sent_at = -math.inf
 
-        def progress(done: int, total: int) -> None:
+        def progress(done: int, total: int, pooled=()) -> None:
             nonlocal sent_at
             now = self._clock()
             if now - sent_at >= PROGRESS_INTERVAL_S:
                 sent_at = now
                 self.events.progress(request.id, done, total)
-            layers = None if feed is None else feed.finished(done, total)
+            layers = None if feed is None else feed.finished(done, total, pooled)
             if layers is not None:
                 self.events.layers(request.id, layers, total)
         return progress

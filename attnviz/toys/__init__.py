@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from attnviz.toys.specs import TOYS, ToySpec
 
 if TYPE_CHECKING:
+    from attnviz.core.kernel.context import ForwardContext
     from attnviz.core.runs.backed import Encoded
 
 # attnviz.core's variant registry reads TOYS from here, so nothing at this module's top level may
@@ -166,14 +167,15 @@ class ToyBacked:
 
         return Encoded(ids, chars, layers)
 
-    def forward(self, ids: Tensor, record: frozenset[str]) -> tuple[Tensor, list]:
+    def forward(self, ids: Tensor, record: frozenset[str], ctx: ForwardContext | None = None) -> tuple[Tensor, list]:
         """The logits stand for the last hidden state (logits() passes them on); the induction toy's residual
-        stream after each layer goes to `residuals` (the input of the next layer's norm, then of ln_f)."""
+        stream after each layer goes to `residuals` (the input of the next layer's norm, then of ln_f). ctx: the
+        forward's ForwardContext (core/kernel/context.py)."""
         module, seen = self.toy.module, []
         norms = [*module.lns[1:], module.ln_f] if hasattr(module, "lns") else []
         hooks = [n.register_forward_pre_hook(lambda m, args: seen.append(args[0])) for n in norms]
         try:
-            logits, traces = module(ids.cpu(), return_trace=record)
+            logits, traces = module(ids.cpu(), return_trace=record, ctx=ctx)
         finally:
             for h in hooks:
                 h.remove()
@@ -190,17 +192,17 @@ class ToyBacked:
 
     has_head = True
 
-    def step(self, ids: Tensor, state, record=frozenset()):
+    def step(self, ids: Tensor, state, record=frozenset(), ctx: ForwardContext | None = None):
         """A generation step (core/runs/generation.py) without a cache: the whole sequence again (the toys take
         milliseconds), each layer's trace cut to the new rows."""
         ids = ids.cpu() if state is None else torch.cat([state, ids.cpu()], dim=1)
-        logits, traces = self.forward(ids, record)
+        logits, traces = self.forward(ids, record, ctx)
         n = ids.shape[1] - (0 if state is None else state.shape[1])
         rows = [_last_rows(t, n) for t in traces]
         return logits[:, -n:], rows, ids, [r[:, -n:] for r in self.residuals] if self.residuals else None
 
-    def hidden(self, ids: Tensor) -> Tensor:
-        return self.toy.module(ids.cpu())
+    def hidden(self, ids: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+        return self.toy.module(ids.cpu(), ctx=ctx)
 
     def logits(self, hidden: Tensor) -> Tensor:
         return hidden

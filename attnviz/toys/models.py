@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.masks import generate_mask
 from attnviz.core.variants.modules import CausalSelfAttention, CrossAttention, SelfAttention
 
@@ -30,8 +31,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(width)
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
-    def forward(self, x: Tensor, record: Any = True) -> tuple[Tensor, Any]:
-        a, trace = self.attn(self.ln_1(x), return_trace=record)
+    def forward(self, x: Tensor, record: Any = True, ctx: ForwardContext | None = None) -> tuple[Tensor, Any]:
+        a, trace = self.attn(self.ln_1(x), return_trace=record, ctx=ctx)
         x = x + a
         return x + self.mlp(self.ln_2(x)), trace
 
@@ -52,19 +53,21 @@ class EncoderDecoder(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab)
 
-    def forward(self, ids: Tensor, return_trace: Any = False) -> Tensor | tuple[Tensor, list]:
-        """return_trace: False, True (the default stages) or the stage names each layer keeps."""
+    def forward(self, ids: Tensor, return_trace: Any = False, ctx: ForwardContext | None = None
+                ) -> Tensor | tuple[Tensor, list]:
+        """return_trace: False, True (the default stages) or the stage names each layer keeps; ctx: the forward's
+        context, passed to every attention layer."""
         record = return_trace or True
         b, length = ids.shape
         pos = torch.arange(length, device=ids.device)
         x = self.tok(ids) + self.pos(pos)  # (B, L, width)
         traces = []
         for block in self.blocks:
-            x, trace = block(x, record)
+            x, trace = block(x, record, ctx)
             traces.append(trace)
         memory = self.ln_enc(x)  # what the decoder reads: keys and values
         q = self.query(pos).expand(b, length, -1)  # (B, L, width)
-        a, trace = self.cross(q, memory, memory, return_trace=record)
+        a, trace = self.cross(q, memory, memory, return_trace=record, ctx=ctx)
         traces.append(trace)
         y = q + a
         y = y + self.mlp(self.ln_dec(y))
@@ -87,15 +90,17 @@ class AttentionOnly(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab)
 
-    def forward(self, ids: Tensor, return_trace: Any = False) -> Tensor | tuple[Tensor, list]:
-        """return_trace: False, True (the default stages) or the stage names each layer keeps."""
+    def forward(self, ids: Tensor, return_trace: Any = False, ctx: ForwardContext | None = None
+                ) -> Tensor | tuple[Tensor, list]:
+        """return_trace: False, True (the default stages) or the stage names each layer keeps; ctx: the forward's
+        context, passed to every attention layer."""
         record = return_trace or True
         x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
         mask = generate_mask(x, causal=True)  # (1, 1, L, L), the seed's helper
         traces = []
         for ln, attn, entering in zip(self.lns, self.attns, self.entering):
             x = entering(x)
-            a, trace = attn(ln(x), mask, return_trace=record)
+            a, trace = attn(ln(x), mask, return_trace=record, ctx=ctx)
             x = x + a
             traces.append(trace)
         logits = self.head(self.ln_f(x))

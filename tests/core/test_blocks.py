@@ -11,7 +11,8 @@ from seeds import Seed002CausalSelfAttention, seed002_generate_mask
 from attnviz.core import CausalSelfAttention, RunConfig, run
 from attnviz.core.kernel import blocks as blocks_module
 from attnviz.core.kernel import kernel
-from attnviz.core.kernel.blocks import KeySpans
+from attnviz.core.kernel.block_mask import KeySpans
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import attention
 from attnviz.core.kernel.stages import ALL_STAGES
 
@@ -102,34 +103,38 @@ def test_blocked_seed_module_matches_the_tutorial(block_bytes):
 
 
 def test_calls_given_the_same_mask_share_its_work_and_a_changed_mask_gets_its_own(block_bytes):
-    """A model's layers pass one mask: its key spans and bias are worked out once (MaskWork). Another mask,
-    or the same one changed in place, is worked out again, and every call's maps and context stay exact."""
+    """A model's layers pass one mask: the calls of one forward (one ForwardContext) share its BlockMask (key
+    spans, bias). Another mask, or the same one changed in place, is analysed again, and every call's maps and
+    context stay exact."""
     block_bytes(TINY_BLOCKS)
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8)
     i, j = torch.arange(40).view(-1, 1), torch.arange(40).view(1, -1)
     causal = (j <= i)[None, None].clone()
-    assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is not \
-        blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)  # shared only inside a forward
-    with blocks_module.sharing_masks():
-        _shares_the_work_of_one_mask(causal, q, k, v, i, j)
+    assert ForwardContext().block_mask(causal, 40) is not ForwardContext().block_mask(causal, 40)  # per forward
+    with ForwardContext() as ctx:
+        work = _shares_the_work_of_one_mask(ctx, causal, q, k, v, i, j)
+        assert ctx.block_mask(causal, 40) is work
+    assert ctx.block_mask(causal, 40) is not work  # let go on exit: nothing is held past the forward
 
 
-def _shares_the_work_of_one_mask(causal, q, k, v, i, j) -> None:
-    work = blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)
-    assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is work
-    assert blocks_module.mask_work(causal.clone(), 40, torch.float32, True, kernel.mask_bias) is not work
+def _shares_the_work_of_one_mask(ctx, causal, q, k, v, i, j):
+    work = ctx.block_mask(causal, 40)
+    assert ctx.block_mask(causal, 40) is work
+    assert ctx.block_mask(causal.clone(), 40) is not work
     for allowed in (causal, causal, (j <= i) & (i - j <= 3)):  # the same mask twice, then another
-        context, _ = attention(q, k, v, mask=allowed if allowed.dim() == 4 else allowed[None, None])
+        context, _ = attention(q, k, v, mask=allowed if allowed.dim() == 4 else allowed[None, None], ctx=ctx)
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         torch.testing.assert_close(context, expected, atol=1e-5, rtol=1e-5)
-    work = blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias)  # held again
-    attention(q, k, v, mask=causal)
+    work = ctx.block_mask(causal, 40)  # held again (two masks are held: a third one let it go)
+    attention(q, k, v, mask=causal, ctx=ctx)
+    assert ctx.block_mask(causal, 40) is work  # the call read that one
     causal[..., 30:, :25] = False  # changed in place: the spans of the old mask no longer hold
-    assert blocks_module.mask_work(causal, 40, torch.float32, True, kernel.mask_bias) is not work
-    context, _ = attention(q, k, v, mask=causal)
+    assert ctx.block_mask(causal, 40) is not work
+    context, _ = attention(q, k, v, mask=causal, ctx=ctx)
     torch.testing.assert_close(context, F.scaled_dot_product_attention(q, k, v, attn_mask=causal),
                                atol=1e-5, rtol=1e-5)
+    return ctx.block_mask(causal, 40)
 
 
 def test_key_spans_are_the_keys_some_row_may_see():
@@ -202,7 +207,7 @@ def test_a_models_forward_writes_the_whole_maps_into_its_slab(name, record, bloc
     """In a model's forward (a slab current) one batch item's map is written into the slab: in blocks of whole
     heads where no mask leaves keys out, else in blocks of rows that compute only the keys they may see (a
     causal map's lower triangle). The numbers are the one-block path's, the context SDPA's."""
-    from attnviz.core.kernel.slab import MapSlab, slab
+    from attnviz.core.kernel.slab import MapSlab
 
     q, k, v, options = _head_case(HEAD_CASES[name])
     with torch.no_grad():
@@ -211,9 +216,10 @@ def test_a_models_forward_writes_the_whole_maps_into_its_slab(name, record, bloc
         block_bytes(TINY_BLOCKS)  # one head's 32 x 32 map per block, 8 rows per block of rows
         calls = []
         head_blocks = blocks_module._head_blocks
-        with slab(MapSlab(1)) as maps, pytest.MonkeyPatch.context() as patch:
+        maps = MapSlab(1)
+        with ForwardContext(slab=maps) as ctx, pytest.MonkeyPatch.context() as patch:
             patch.setattr(blocks_module, "_head_blocks", lambda *a: calls.append(a) or head_blocks(*a))
-            context, got = attention(q, k, v, record=record, **options)
+            context, got = attention(q, k, v, record=record, ctx=ctx, **options)
     assert len(calls) == (1 if options["mask"] is None else 0)
     assert got["weights"].data_ptr() == maps.tensor.data_ptr()  # written in place, no copy of its own
     for stage in record:
@@ -229,7 +235,7 @@ def test_a_models_forward_writes_the_whole_maps_into_its_slab(name, record, bloc
 def test_a_per_head_sink_or_score_mod_keeps_blocks_of_rows_in_a_models_forward(per_head, block_bytes):
     """A head's map that depends on its index (a sink logit, ALiBi's slope) needs every head in each block."""
     from attnviz.core.kernel.mods import alibi
-    from attnviz.core.kernel.slab import MapSlab, slab
+    from attnviz.core.kernel.slab import MapSlab
 
     q, k, v, options = _head_case(HEAD_CASES["causal"])
     extra = dict(sink=torch.linspace(-1, 1, 4)) if per_head == "sink" else dict(score_mods=[alibi(4)])
@@ -237,21 +243,6 @@ def test_a_per_head_sink_or_score_mod_keeps_blocks_of_rows_in_a_models_forward(p
         block_bytes(WHOLE)
         _, want = attention(q, k, v, record={"weights"}, **options, **extra)
         block_bytes(TINY_BLOCKS)
-        with slab(MapSlab(1)):
-            _, got = attention(q, k, v, record={"weights"}, **options, **extra)
+        with ForwardContext(slab=MapSlab(1)) as ctx:
+            _, got = attention(q, k, v, record={"weights"}, ctx=ctx, **options, **extra)
     same(got["weights"], want["weights"])
-
-
-def test_blocks_of_whole_heads_pool_the_screen_maps_as_max_pool2d(block_bytes):
-    from attnviz.core.kernel.screen import planned, screen_pooling
-    from attnviz.core.kernel.slab import MapSlab, slab
-
-    q, k, v, options = _head_case(HEAD_CASES["causal"])
-    block_bytes(TINY_BLOCKS)
-    shown = planned((10, 7), (32, 32), signed=False)
-    with torch.no_grad(), slab(MapSlab(1)), screen_pooling(shown):
-        _, trace = attention(q, k, v, record={"weights"}, **options)
-    fq, fk = shown.factors
-    assert (fq, fk) == (4, 5)
-    torch.testing.assert_close(shown.maps["weights"], F.max_pool2d(trace.weights, (fq, fk), ceil_mode=True),
-                               atol=0, rtol=0)

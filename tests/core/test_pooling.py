@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from attnviz.core import ConfigError, RunConfig, run
 from attnviz.core.analysis.stats import head_stats, row_keys
 from attnviz.core.kernel import pooling as pooling_module
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.runs.runner import MemoryBudgetError
 
 
@@ -126,8 +127,8 @@ def test_a_heads_row_with_no_key_under_safe_softmax_weighs_nothing_in_the_pooled
     _, exact = attention(q, k, v, mask=mask, safe_softmax=True, record={"weights"})
     with torch.inference_mode():
         pool = pooling_module.Pooling(target=16)
-        with pooling_module.pooling(pool):
-            attention(q, k, v, mask=mask, safe_softmax=True)
+        with ForwardContext(pooling=pool) as ctx:
+            attention(q, k, v, mask=mask, safe_softmax=True, ctx=ctx)
     got = pool.calls[0].stat_arrays()["max_weight"][0]
     keys = mask[0].sum(-1).numpy()  # (H, Lq): head 1's row 3 is left out, head 0's counts
     np.testing.assert_allclose(got, head_stats(exact.weights[0].numpy(), keys=keys)["max_weight"], rtol=1e-6)

@@ -56,10 +56,11 @@ def test_an_ablated_generation_ablates_every_step(tiny_models):
 
     model = load_model(folder)
     with torch.inference_mode():
-        from attnviz.core.kernel.ablation import Plan, ablating
+        from attnviz.core.kernel.ablation import Plan
+        from attnviz.core.kernel.context import ForwardContext
 
-        with ablating(Plan.of_layers({1: (0,)}, "zero")):
-            _, traces = model.forward(torch.tensor([text_ids]), {"weights"})
+        with ForwardContext(plan=Plan.of_layers({1: (0,)}, "zero")) as ctx:
+            _, traces = model.forward(torch.tensor([text_ids]), {"weights"}, ctx=ctx)
     for layer, trace in enumerate(traces):
         np.testing.assert_allclose(generated.layer_weights[layer, 0], trace.weights[0].numpy(), atol=1e-5)
 

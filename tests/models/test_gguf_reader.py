@@ -128,17 +128,17 @@ def test_the_undamaged_file_opens(tiny_gguf_path):
 def test_opening_reports_its_steps_and_cancel_stops_it(tiny_gguf_path, tmp_path):
     import shutil
 
-    from attnviz.core.kernel.progress import Cancelled, Watch, watching
+    from attnviz.core.kernel.progress import Cancelled, Watch, opening
 
     path = tmp_path / "fresh.gguf"  # not in the model cache
     shutil.copy(tiny_gguf_path, path)
     heard: list[tuple[str, int, int]] = []
-    with watching(Watch(cancel=lambda: len(heard) >= 5, on_stage=lambda *s: heard.append(s))), \
+    with opening(Watch(cancel=lambda: len(heard) >= 5, on_stage=lambda *s: heard.append(s))), \
             pytest.raises(Cancelled):
         load_model(path)
     assert heard == [("tensors", n, 21) for n in range(1, 6)]  # stopped between two tensors
     heard.clear()
-    with watching(Watch(on_stage=lambda *s: heard.append(s))):
+    with opening(Watch(on_stage=lambda *s: heard.append(s))):
         model = load_model(path)  # nothing half-built was kept
     assert heard == [("tensors", n, 21) for n in range(1, 22)] + [("tokenizer", 0, 1), ("tokenizer", 1, 1)]
     assert model.info.layers == 2

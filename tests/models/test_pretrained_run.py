@@ -115,7 +115,7 @@ class ToyLike:
         words = text.split()
         return SimpleNamespace(ids=[len(w) for w in words], tokens=words)
 
-    def forward(self, ids, record):
+    def forward(self, ids, record, ctx=None):
         from attnviz.core.kernel.kernel import attention
         from attnviz.core.kernel.masks import causal_mask
 
@@ -125,7 +125,7 @@ class ToyLike:
         traces = []
         for _ in range(self.info.layers):
             q, k, v = (torch.randn(1, 2, n, 4, generator=g) for _ in range(3))
-            out, trace = attention(q, k, v, mask=causal_mask(n), record=record)
+            out, trace = attention(q, k, v, mask=causal_mask(n), record=record, ctx=ctx)
             trace.keep("output", out)
             traces.append(trace)
         return None, traces

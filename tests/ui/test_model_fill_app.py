@@ -42,8 +42,8 @@ class SlowLayers:
     def __call__(self, config, cancel=None, progress=None, **kwargs):
         self.threads.append(threading.current_thread())
 
-        def slow(done, total):
-            progress(done, total)
+        def slow(done, total, pooled=()):
+            progress(done, total, pooled)
             time.sleep(0.3)
         return run(config, cancel=cancel, progress=None if progress is None else slow, **kwargs)
 

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from attnviz.core.analysis.stats import layer_stats, row_keys
-from attnviz.core.kernel.ablation import Plan, ablating
+from attnviz.core.kernel.ablation import Plan
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.runs.backed import check_ablation_mode, check_kernel_ran, placed_model
 from attnviz.core.runs.config import ConfigError, RunConfig
 from attnviz.core.runs.predictions import target_log_probs
@@ -180,8 +181,8 @@ def head_effects(config: RunConfig, position: int | None = None, ablation: str =
         plan = Plan(ablation)
         for row, (layer, head) in enumerate(chunk):
             plan.knocked.setdefault(call_of(layer), []).append((row, head))
-        with torch.inference_mode(), ablating(plan):
-            after = _target_log_probs(model, ids_t.expand(len(chunk), -1), rows, wanted)
+        with torch.inference_mode(), ForwardContext(plan=plan) as ctx:
+            after = _target_log_probs(model, ids_t.expand(len(chunk), -1), rows, wanted, ctx)
         check_kernel_ran(plan, config, info)
         effects[start:start + len(chunk)] = (base - after).mean(-1).cpu().numpy()
         if progress is not None:
@@ -203,11 +204,12 @@ def _effect_rows(targets: np.ndarray, position: int | None, config: RunConfig) -
     return np.asarray([position])
 
 
-def _target_log_probs(model, ids: torch.Tensor, rows: np.ndarray, targets: torch.Tensor) -> torch.Tensor:
+def _target_log_probs(model, ids: torch.Tensor, rows: np.ndarray, targets: torch.Tensor,
+                      ctx: ForwardContext | None = None) -> torch.Tensor:
     """(B, P) log-probabilities of the targets at `rows`, from a forward that records nothing. The logits are
     made LOGIT_BYTES at a time: a whole batch's (B, P, vocab) would be hundreds of MB, and mapping and
     unmapping that much memory stalls every thread of the process (the window's too)."""
-    hidden = model.hidden(ids)[:, torch.as_tensor(rows, device=ids.device)]  # (B, P, d)
+    hidden = model.hidden(ids, ctx)[:, torch.as_tensor(rows, device=ids.device)]  # (B, P, d), under ctx's plan
     flat, wanted = hidden.reshape(-1, 1, hidden.shape[-1]), targets.expand(hidden.shape[0], -1).reshape(-1)
     step = max(1, LOGIT_BYTES // (4 * max(1, getattr(model.info, "vocab_size", hidden.shape[-1]))))
     out = [target_log_probs(model.logits(flat[i:i + step].transpose(0, 1))[0], wanted[i:i + step])

@@ -3,9 +3,9 @@
 A spec is a tuple of "layer.head" strings ("3.5"; "4.*" = every head of layer 4). A `Plan` says, per
 attention call of one forward (call index = the order the kernel is called in), which heads are knocked
 out in which batch rows: "zero" sets the head's context to 0, "mean" to its mean over the query positions.
-`ablating(plan)` makes a plan current for this thread; `attention()` (kernel.py) asks `knock_out` for
-every call, so every module built on the kernel (the seed modules, the toys, every transformers family on
-the kernel path) ablates the same way.
+A forward's plan travels in its ForwardContext (context.py); `attention()` (kernel.py) asks it to knock out
+every call's heads, so every module built on the kernel (the seed modules, the toys, every transformers
+family on the kernel path) ablates the same way.
 """
 
 from __future__ import annotations
@@ -15,10 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-
-from attnviz.core.kernel.current import ThreadCurrent
-
-_current = ThreadCurrent()
 
 
 def parse(specs: Sequence[str], layers: int, heads: int) -> dict[int, tuple[int, ...]]:
@@ -67,14 +63,3 @@ class Plan:
         if self.mode == "mean":
             return torch.where(keep, context, context.mean(dim=2, keepdim=True))
         return context * keep.to(context.dtype)
-
-
-def ablating(plan: Plan | None):
-    """Make `plan` current for this thread while the block runs one forward (None: no ablation)."""
-    return _current.using(plan)
-
-
-def knock_out(context: Tensor) -> Tensor:
-    """The kernel's hook: the current plan applied to this call's context (unchanged without a plan)."""
-    plan = _current.value
-    return context if plan is None else plan.knock_out(context)

@@ -16,13 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnviz.core.kernel import progress
-from attnviz.core.kernel.ablation import knock_out
 from attnviz.core.kernel.blocks import blocked_attention
 from attnviz.core.kernel.buffers import Scratch
+from attnviz.core.kernel.context import ForwardContext, context_of
 from attnviz.core.kernel.kinds import nearest_heads
 from attnviz.core.kernel.mods import ScoreRecipe
-from attnviz.core.kernel.pooling import SoftmaxStats, current_pooling, grouped_matmul, softmax_stats
+from attnviz.core.kernel.pooling import SoftmaxStats, grouped_matmul, softmax_stats
 from attnviz.core.kernel.stages import DEFAULT_RECORD
 
 
@@ -115,14 +114,17 @@ def attention(
     training: bool = False,
     safe_softmax: bool = False,
     record=(),  # the stage names to keep in the trace
+    ctx: ForwardContext | None = None,  # the forward's context (context.py); None: a plain call
 ) -> tuple[Tensor, Trace]:
     """One attention call: rotate -> Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
     dropout -> @ V. Returns the per-head context (B, H, Lq, dv) and the trace of the stages asked for.
 
     A row with no key to attend to gives NaN as the seeds' softmax does, or 0 with safe_softmax
     (what F.scaled_dot_product_attention returns). Ops run in place only on tensors the trace does
-    not keep.
+    not keep. `ctx` picks the path (pooled, blocks of rows or heads, whole map) and takes the call's
+    progress and ablation.
     """
+    ctx = context_of(ctx)
     trace = Trace(record)
     if rotate is not None:
         trace.keep("q_proj", q), trace.keep("k_proj", k)
@@ -131,31 +133,30 @@ def attention(
     dropout_p = dropout_p if training else 0.0
     options = dict(scale=scale, score_mods=score_mods, sink=sink, combine=combine, safe_softmax=safe_softmax)
     mask = as_allowed(mask)
-    pool = current_pooling()
-    if pool is not None:  # a long run: the maps in blocks of query rows, reduced at once (pooling.py)
+    if ctx.pooling is not None:  # a long run: the maps in blocks of query rows, reduced at once (pooling.py)
         # the entropy comes from the scores where the map is a plain softmax of them
         scored = sink is None and combine is None and dropout_p == 0.0
-        context = pool.attend(q, k, v, mask, partial(_pooled_map, k=k, dropout_p=dropout_p, scored=scored,
-                                                     **options), repeat_kv, mask_bias, signed=combine is not None)
-        progress.call_done()
-        return knock_out(context), trace
-    context = None
+        rows = partial(_pooled_map, k=k, dropout_p=dropout_p, scored=scored, **options)
+        out = ctx.pooling.attend(q, k, v, mask, rows, repeat_kv, mask_bias, ctx, signed=combine is not None)
+        return ctx.finished(out), trace
+    out = None
     # dropout draws its random numbers in the whole map's order: that path only; one query row (a generation's
     # step) is one block whatever the blocks' size
     if dropout_p == 0.0 and q.shape[2] > 1:
-        context = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv, mask_bias,
-                                    heads_apart=combine is None and sink is None and not score_mods)
-    if context is None:
-        dropped, mask = _map(q, k, mask, trace=trace, dropout_p=dropout_p, **options)
+        out = blocked_attention(q, k, v, mask, trace, partial(_map, k=k, **options), repeat_kv, mask_bias, ctx,
+                                heads_apart=combine is None and sink is None and not score_mods)
+    if out is None:
+        # a model's layers share one mask: its bias is made once per forward (None: every key allowed)
+        bias = None if mask is None else ctx.block_mask(mask, k.shape[2]).additive(q.dtype, mask_bias)
+        dropped, mask = _map(q, k, mask, trace=trace, dropout_p=dropout_p, bias=bias, **options)
         # grouped-query heads read their value head in place (v is not repeated to every query head)
-        context = grouped_matmul(dropped, v, repeat_kv)
+        out = grouped_matmul(dropped, v, repeat_kv)
     if trace.record:
         trace["mask"] = mask if mask is not None else torch.ones(1, 1, q.shape[2], k.shape[2], dtype=torch.bool,
                                                                  device=q.device)
-    trace.context_sum = context.sum()  # a 0-d tensor: no wait for the device here
-    progress.call_done()
-    # an ablated head's context is knocked out here, before any output projection (ablation.py)
-    return knock_out(context), trace
+    trace.context_sum = out.sum()  # a 0-d tensor: no wait for the device here
+    # progress, then an ablated head's context knocked out here, before any output projection (ablation.py)
+    return ctx.finished(out), trace
 
 
 def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -164,25 +165,6 @@ def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     code)."""
     return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device),
                        torch.full((), -math.inf, dtype=dtype, device=mask.device))
-
-
-# The last few masks the whole path saw, with their bias (None: every key allowed, nothing to add): a model's
-# layers share one mask per forward (two with sliding-window layers), so a generation's step makes its bias
-# once, not once per layer. Only small masks are held (a step's (1, 1, n, L)); the mask itself is held so its
-# identity stays its own.
-_BIASES: list[tuple[Tensor, torch.dtype, Tensor | None]] = []
-HELD_MASK_CELLS = 1 << 16
-
-
-def cached_bias(mask: Tensor, dtype: torch.dtype) -> Tensor | None:
-    """mask_bias(mask, dtype), or None where the mask allows every key (adding zeros changes no score)."""
-    for held, held_dtype, bias in tuple(_BIASES):
-        if held is mask and held_dtype == dtype:
-            return bias
-    bias = None if bool(mask.all()) else mask_bias(mask, dtype)
-    if mask.numel() <= HELD_MASK_CELLS:
-        _BIASES[:] = [(mask, dtype, bias), *_BIASES[:1]]
-    return bias
 
 
 def exact_scale(scale: float | None, d_head: int) -> float | None:
@@ -244,8 +226,6 @@ def _scores(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, tra
     arguments as _map's (scratch: as _fused_scores')."""
     keys_t = k.transpose(-2, -1) if keys_t is None else keys_t  # grouped keys are repeated only where needed
     mask = as_allowed(mask)
-    if mask is not None and bias is None:
-        bias = cached_bias(mask, q.dtype)
     alpha = exact_scale(scale, q.shape[-1])
     if alpha is not None and not score_mods and not trace.record & {"qk", "scaled"}:
         return _masked(_fused_scores(q, keys_t, alpha, scratch), bias, bias_col, trace), mask
@@ -261,7 +241,8 @@ def _map(q: Tensor, k: Tensor, mask: Tensor | None, *, scale, score_mods, sink, 
     """The attention map of q's rows against k's keys (the rows row0.. and keys col0.. of the whole map: ALiBi
     and the like need the true positions): Q·Kᵀ -> scale -> bias -> cap -> mask -> softmax -> combine ->
     dropout. keys_t: k already repeated to q's heads and transposed; bias: mask_bias(mask), made once for
-    many blocks, of the columns bias_col.. (those that hold a masked cell; None with a mask: all of them).
+    many blocks, of the columns bias_col.. (those that hold a masked cell; None: nothing is added, the caller
+    found every key allowed).
     Returns the map that multiplies V and the mask as bool. Ops run in place only on tensors the trace does
     not keep. scratch: the memory a block's scores and weights are written to (blocks.py copies what it keeps
     before the next block)."""

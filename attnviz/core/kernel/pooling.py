@@ -7,24 +7,21 @@ signed map keeps the value of largest magnitude), which blocks hold a key that m
 per-head statistics (stats.StatSums: exact), and optionally one exact region of the map. The layer's output
 is exact: each block's weights multiply V before they are dropped.
 
-`pooling(Pooling(...))` makes a pooling current for this thread (as ablation.ablating does); the kernel asks
-`current_pooling()` on every call.
+A pooled forward holds its Pooling in its ForwardContext (context.py); the kernel takes this path for every
+call of a forward that has one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnviz.core.kernel import progress
+from attnviz.core.kernel.block_mask import PooledBlock
 from attnviz.core.kernel.buffers import Scratch, reusable
-from attnviz.core.kernel.current import ThreadCurrent
-from attnviz.core.kernel.mask_blocks import MaskBlock, MaskBlocks
 from attnviz.core.kernel.maxpool import max_pool
 from attnviz.core.kernel.stat_sums import StatSums
 
@@ -36,9 +33,6 @@ MIN_TARGET = 256  # ... but a map keeps at least this many cells a side (a grid 
 # whole-map path's blocks to the CPU's caches: a pooled block is reduced and dropped, never kept.
 POOLED_BLOCK_BYTES = 16 << 20
 AUTO_BYTES = 1 << 30  # auto pools past this much of every layer's maps
-
-_current = ThreadCurrent()
-
 
 def factor(length: int, target: int = 0) -> int:
     """The pooling block of a map side: the fewest positions per cell that fit `target` (TARGET) cells."""
@@ -99,7 +93,6 @@ class Pooling:
     calls_expected: int = 0
     token_calls: frozenset[int] | None = None
     _slab: Tensor | None = field(default=None, repr=False)
-    _masks: MaskBlocks | None = field(default=None, repr=False)  # the last mask's
     scratch: Scratch = field(default_factory=Scratch, repr=False)  # every call's statistics' temporary
     # every block's scores and map (kernel._pooled_map)
     blocks: tuple[Scratch, Scratch] = field(default_factory=lambda: (Scratch(), Scratch()), repr=False)
@@ -109,14 +102,15 @@ class Pooling:
         return stacked(self.calls)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, map_rows: Callable,
-               repeat: Callable[[Tensor, int], Tensor], bias_of: Callable, signed: bool = False) -> Tensor:
+               repeat: Callable[[Tensor, int], Tensor], bias_of: Callable, ctx, signed: bool = False) -> Tensor:
         """q (B, H, Lq, dh) in blocks of rows, each against the keys some of its rows may see (blocks.KeySpans,
         widened to whole pooled cells), as blocks.blocked_attention (map_rows: kernel._pooled_map, which also
         returns the softmax's SoftmaxStats, or None; repeat: kernel.repeat_kv; bias_of: kernel.mask_bias).
         Keys and values keep their own heads (grouped-query attention: each key head's query heads go through
-        one matmul). Returns the whole context (B, H', Lq, dv); appends the PooledCall."""
+        one matmul). ctx: the forward's ForwardContext (its analysed masks, its Cancel). Returns the whole context
+        (B, H', Lq, dv); appends the PooledCall."""
         lq, lkv = q.shape[2], k.shape[2]
-        masks = self._mask_blocks(mask, lkv)
+        masks = ctx.block_mask(mask, lkv)  # the mask's blocks, shared by every call given that very mask
         fq, fk = factor(lq, self.target or TARGET), factor(lkv, self.target or TARGET)
         keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, dh, Lkv): BLAS reads it fastest laid out so
         scratch = self.blocks if reusable() else (None, None)
@@ -125,9 +119,9 @@ class Pooling:
             held.reserve(q.shape[0] * q.shape[1] * self._rows(q, lkv) * lkv, torch.float32, q.device)
         call, context, r0 = None, None, 0
         while r0 < lq:
-            progress.checkpoint()  # Cancel stops within one attention call
+            ctx.checkpoint()  # Cancel stops within one attention call
             r1 = min(lq, r0 + self._rows(q, lkv))
-            cells = masks.block(r0, r1, fq, fk, q.shape[0])
+            cells = masks.pooled(r0, r1, fq, fk, q.shape[0])
             k0, k1 = cells.keys
             bias = {} if mask is None else {"bias": bias_of(mask[cells.cells][..., slice(*cells.masked)], q.dtype),
                                             "bias_col": cells.masked[0]}
@@ -143,13 +137,6 @@ class Pooling:
             r0 = r1
         self.calls.append(call)
         return context
-
-    def _mask_blocks(self, mask: Tensor | None, lkv: int) -> MaskBlocks:
-        """The mask's MaskBlocks, kept for every call given that very mask (a model's layers share one: reading
-        a long mask once a layer is slow, benchmarks/README.md, Behind the code)."""
-        if self._masks is None or not self._masks.serves(mask, lkv):
-            self._masks = MaskBlocks(mask, lkv)
-        return self._masks
 
     def _rows(self, q: Tensor, lkv: int) -> int:
         """Query rows per block: a multiple of the row factor, the block's scores within POOLED_BLOCK_BYTES."""
@@ -176,12 +163,17 @@ class Pooling:
             return self._slab[index]
         return torch.empty(shape)
 
+    def release_scratch(self) -> None:
+        """Let go of the statistics' and the blocks' temporaries (the forward has ended)."""
+        for scratch in (self.scratch, *self.blocks):
+            scratch.release()
+
     def keeps_tokens(self, done: bool = False) -> bool:
         """Whether the attention call now running (done: the one that has just returned) keeps its per-token
         stages."""
         return self.token_calls is None or len(self.calls) - int(done) in self.token_calls
 
-    def _add(self, call: PooledCall, block: Tensor, cells: MaskBlock, r0: int, signed: bool,
+    def _add(self, call: PooledCall, block: Tensor, cells: PooledBlock, r0: int, signed: bool,
              softmax: SoftmaxStats | None = None) -> None:
         """Pool a block of rows r0.. (its keys and mask: `cells`) into the call; the keys it left out hold 0
         (masked). softmax: what the softmax that made the block gives its statistics (the entropy, each row's
@@ -307,27 +299,3 @@ def pooled_parts(stages: dict[str, np.ndarray], call: PooledCall, heads: int) ->
     pooled = {"pool_factor": call.factors, "exact_stats": call.stat_arrays(),
               "region": None if call.region is None else call.region.numpy()}
     return {**stages, "weights": weights, "dropped": weights}, allowed, rows, pooled
-
-
-@contextmanager
-def pooling(pool: Pooling | None) -> Iterator[Pooling | None]:
-    """Make `pool` current for this thread while the block runs one forward (None: whole maps); the statistics'
-    block-sized temporary goes when it ends."""
-    try:
-        with _current.using(pool):
-            yield pool
-    finally:
-        if pool is not None:
-            for scratch in (pool.scratch, *pool.blocks):
-                scratch.release()
-
-
-def current_pooling() -> Pooling | None:
-    return _current.value
-
-
-def keeps_tokens(done: bool = False) -> bool:
-    """Whether this thread's attention call now running (done: the one just returned) keeps its per-token
-    stages: always but in a pooled forward that keeps them for some calls only (Pooling.token_calls)."""
-    pool = _current.value
-    return pool is None or pool.keeps_tokens(done)

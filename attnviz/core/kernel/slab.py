@@ -2,23 +2,17 @@
 after layer, so the every-layer array the views read is no second copy (at 512 tokens of a 30-layer model
 the copy was 283 MB, much of an edit's time, most of it the fresh pages: benchmarks/README.md, Behind the code).
 
-`slab(MapSlab(layers))` makes one current for this thread while a forward runs; blocks.blocked_attention asks
-it for each call's weights buffer (`take`), and a call whose map has another shape (an encoder-decoder's
-stacks) gets none and keeps its own.
+A model's forward holds one in its ForwardContext (context.py); blocks.blocked_attention asks it for each call's
+weights buffer (`take`), and a call whose map has another shape (an encoder-decoder's stacks) gets none and
+keeps its own.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
 from attnviz.core.kernel import buffers
-from attnviz.core.kernel.current import ThreadCurrent
-
-_current = ThreadCurrent()
 
 
 class MapSlab:
@@ -46,20 +40,3 @@ class MapSlab:
         if any(w.data_ptr() != t[i].data_ptr() or w.shape != t.shape[1:] for i, w in enumerate(weights)):
             return None
         return t
-
-
-@contextmanager
-def slab(value: MapSlab | None) -> Iterator[MapSlab | None]:
-    with _current.using(value):
-        yield value
-
-
-def take(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor | None:
-    """This thread's slab's next place for a map (None without a slab, or where it does not fit)."""
-    current = _current.value
-    return None if current is None else current.take(shape, dtype, device)
-
-
-def active() -> bool:
-    """Whether a slab is current for this thread (a model's forward is running here)."""
-    return _current.value is not None

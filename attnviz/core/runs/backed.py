@@ -33,19 +33,18 @@ import torch
 from torch import Tensor
 
 from attnviz.core.kernel import buffers
-from attnviz.core.kernel.ablation import Plan, ablating
+from attnviz.core.kernel.ablation import Plan
 from attnviz.core.kernel.ablation import parse as parse_ablation
-from attnviz.core.kernel.blocks import sharing_masks
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kinds import ABLATIONS
 from attnviz.core.kernel.masks import identify
 from attnviz.core.kernel.pooling import (
     Pooling,
     fitting_target,
-    pooling,
     stacked,
 )
-from attnviz.core.kernel.progress import Watch, watching
-from attnviz.core.kernel.slab import MapSlab, slab
+from attnviz.core.kernel.progress import Watch, opening
+from attnviz.core.kernel.slab import MapSlab
 from attnviz.core.kernel.stages import (
     ALWAYS_KEPT,
     BY_NAME,
@@ -264,7 +263,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
     steps (a GGUF file: "tensors", 12, 272; "tokenizer", 1, 1), and `cancel` stops it between two."""
     started = time.perf_counter()
     device = resolve_device(config.device)
-    with watching(Watch(cancel, on_stage=stages)):  # a GGUF's tensors: Cancel between two of them
+    with opening(Watch(cancel, on_stage=stages)):  # a GGUF's tensors: Cancel between two of them
         model = config.spec.load(config, memory_budget)
     check_layer(config, model.info)
     encoded = model.encode(config.text)
@@ -288,14 +287,7 @@ def run_forward(config: RunConfig, *, memory_budget: int | None = None, cancel: 
             return _model_forward(config, model, ran, keep, device, time.perf_counter() - t0, started, plan)
         ran = generated_run(config, model, encoded, count, keep, plan, device, cancel, on_step, build)
     else:
-        calls = len(getattr(model, "attention_modules", ())) or model.info.layers
-        report = None if progress is None else (lambda n: progress(min(n, calls), calls))
-        # the kernel writes the maps into one tensor (not an encoder-decoder's: its stacks' maps differ)
-        one_stack = getattr(model, "forward_layers", model.info.layers) == model.info.layers
-        maps = MapSlab(calls) if pool is None and one_stack else None
-        with pooling(pool), slab(maps), watching(Watch(cancel, report)):  # per layer; Cancel within one
-            ran = _forward_once(model, encoded, keep, plan, device)
-        ran = pooled_ran(ran, pool) if pool is not None else _slab_ran(ran, maps) if maps is not None else ran
+        ran = _model_run(model, encoded, keep, plan, pool, device, cancel, progress)
     compute = time.perf_counter() - t0
     if plan is not None:
         check_kernel_ran(plan, config, model.info)
@@ -348,10 +340,25 @@ def _slab_ran(ran: Ran, maps: MapSlab) -> Ran:
     return ran
 
 
-def _forward_once(model, encoded, keep: frozenset[str], plan: Plan | None, device: torch.device) -> Ran:
+def _model_run(model, encoded, keep: frozenset[str], plan: Plan | None, pool: Pooling | None, device: torch.device,
+               cancel: Callable[[], bool] | None, progress: Callable | None) -> Ran:
+    """One forward of every layer under its ForwardContext: the plan, the pooling or the slab the kernel writes
+    the maps into, progress per layer (with the pooled layers so far) and Cancel within one."""
+    calls = len(getattr(model, "attention_modules", ())) or model.info.layers
+    report = None if progress is None else (
+        lambda n: progress(min(n, calls), calls, () if pool is None else tuple(pool.calls)))
+    # the kernel writes the maps into one tensor (not an encoder-decoder's: its stacks' maps differ)
+    one_stack = getattr(model, "forward_layers", model.info.layers) == model.info.layers
+    maps = MapSlab(calls) if pool is None and one_stack else None
+    with ForwardContext(plan=plan, pooling=pool, slab=maps, watch=Watch(cancel, report)) as ctx:
+        ran = _forward_once(model, encoded, keep, device, ctx)
+    return pooled_ran(ran, pool) if pool is not None else _slab_ran(ran, maps) if maps is not None else ran
+
+
+def _forward_once(model, encoded, keep: frozenset[str], device: torch.device, ctx: ForwardContext) -> Ran:
     ids = torch.tensor([list(encoded.ids)], dtype=torch.long, device=device)
-    with torch.inference_mode(), ablating(plan), sharing_masks():
-        hidden, traces = model.forward(ids, keep)
+    with torch.inference_mode():
+        hidden, traces = model.forward(ids, keep, ctx=ctx)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     return Ran(traces, hidden, getattr(model, "residuals", None), list(encoded.ids), tuple(encoded.tokens),

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnviz.core.kernel.ablation import Plan, ablating
+from attnviz.core.kernel.ablation import Plan
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.stages import KEY_TOKEN_STAGES, QUERY_TOKEN_STAGES
 from attnviz.core.runs.result import Cancelled
@@ -110,8 +111,8 @@ def generate(model, prompt: list[int], count: int, *, temperature: float = 0.0, 
                 raise Cancelled
             if plan is not None:
                 plan.calls = 0  # the plan names each layer's call within one forward
-            with torch.inference_mode(), ablating(plan):
-                hidden, traces, state, residuals = model.step(torch.tensor([new], device=device), state, record)
+            with torch.inference_mode(), ForwardContext(plan=plan) as ctx:  # one per step: each step is a forward
+                hidden, traces, state, residuals = model.step(torch.tensor([new], device=device), state, record, ctx)
             steps.append((hidden, traces, residuals))
             threads.after_step()
             if done:  # the last token has its row now

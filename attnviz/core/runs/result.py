@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from attnviz.core.kernel.progress import Cancelled
-from attnviz.core.kernel.screen import ScreenMaps
 from attnviz.core.runs.config import RunConfig
 
 __all__ = ["Cancelled", "NonFiniteResult", "RunResult"]  # Cancelled is defined with the kernel's checkpoints
@@ -49,7 +48,6 @@ class RunResult:
     pool_factor: tuple[int, int] | None = None
     exact_stats: dict[str, np.ndarray] | None = None
     region: np.ndarray | None = None
-    screen_maps: ScreenMaps | None = None  # the shown weights max-pooled by the kernel to a view's size
     score_recipe: Any = None  # a model's layer: how its scores were made (mods.ScoreRecipe), for hover
     opened: str = ""  # maps read from a file (saved.py): its path; nothing can be computed again for it
     model_name: str = ""  # maps read from a file: the model's name as titles gave it (no source to ask)

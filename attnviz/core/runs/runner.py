@@ -12,17 +12,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnviz.core.kernel import screen
-from attnviz.core.kernel.ablation import ablating
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.masks import build_kind
 from attnviz.core.kernel.pooling import (
     Pooling,
     fitting_target,
     pool_note,
     pooled_parts,
-    pooling,
 )
-from attnviz.core.kernel.progress import Watch, watching
+from attnviz.core.kernel.progress import Watch
 from attnviz.core.kernel.stages import (
     ALWAYS_KEPT,
     BY_NAME,
@@ -162,7 +160,7 @@ def run(
     config: RunConfig, *, memory_budget: int | None = None, cancel: Callable[[], bool] | None = None,
     record: Iterable[str] | None = None, on_step: Callable[[int, Callable[[], RunResult]], None] | None = None,
     region: tuple[int, int, int, int] | None = None, progress: Callable[[int, int], None] | None = None,
-    screen_px: tuple[int, int] | None = None, stages: Callable[[str, int, int], None] | None = None,
+    stages: Callable[[str, int, int], None] | None = None,
 ) -> RunResult:
     """Build the variant's module and inputs from the seed, run the traced forward, return NumPy.
 
@@ -176,11 +174,10 @@ def run(
     after each, build() giving the RunResult of what has run so far (assembling it costs: call it only as often as
     it is shown). Long runs pool their maps (config.pool, pooling.py): result.pool_factor says by how much,
     result.exact_stats holds the per-head statistics of the exact maps, and `region` (q0, q1, k0, k1) keeps that
-    block of the exact map as result.region. progress(attention calls done, of how many) is called after each (a
-    model: one per layer), and `cancel` is also polled between the blocks of a call (progress.py). screen_px: the
-    (rows, cols) a view shows the weights at; a seed run then also keeps them max-pooled to that size
-    (result.screen_maps, screen.py), pooled while the kernel's blocks are in the cache. stages(step, done, total)
-    hears a model's opening steps (a GGUF: "tensors", 12, 272).
+    block of the exact map as result.region. progress(attention calls done, of how many, the finished calls'
+    pooling.PooledCall: a tuple, empty unless the maps are pooled) is called after each (a model: one per layer),
+    and `cancel` is also polled between the blocks of a call (progress.py). stages(step, done, total) hears a
+    model's opening steps (a GGUF: "tensors", 12, 272).
     """
 
     record, region = checked_arguments(record, region)
@@ -190,19 +187,23 @@ def run(
         stream = None if on_step is None else (lambda n, build: on_step(n, lambda: build().result(config.layer)))
         return run_forward(config, memory_budget=memory_budget, cancel=cancel, record=record,
                            on_step=stream, region=region, progress=progress, stages=stages).result(config.layer)
+    return _run_seed(config, memory_budget, cancel, record, region, progress)
 
+
+def _run_seed(config: RunConfig, memory_budget: int | None, cancel: Callable[[], bool] | None,
+              record: frozenset[str] | None, region: tuple[int, int, int, int] | None,
+              progress: Callable | None) -> RunResult:
+    """run() of a seed variant: its module built from the seed, one forward under its ForwardContext."""
     started = time.perf_counter()
     files = prepare(config)  # your own weights and inputs (cached reads); the config takes their shapes
     config = files.config
     device = resolve_device(config.device)
     keep, pool = _planned(config, device, memory_budget, record, region)
-    shown = None if pool is not None else screen.planned(screen_px, (config.seq_q, config.lkv),
-                                                         config.spec.head_factor > 1)
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
+    report = None if progress is None else (lambda n: progress(n, 1, () if pool is None else tuple(pool.calls)))
     with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
-        with watching(Watch(cancel, None if progress is None else (lambda n: progress(n, 1)))), \
-                screen.screen_pooling(shown):
-            trace, compute = _seed_forward(config, files, device, keep, pool, cancel)
+        with ForwardContext(plan=_seed_plan(config), pooling=pool, watch=Watch(cancel, report)) as ctx:
+            trace, compute = _seed_forward(config, files, device, keep, ctx)
         if pool is not None:
             stages, allowed, rows, pooled = pooled_parts(_stage_arrays(trace), pool.calls[0], config.heads)
         else:
@@ -217,15 +218,8 @@ def run(
             device=str(device if device.type == "cpu" else torch.device("cuda", device.index or 0)),
             compute_time_s=compute, total_time_s=time.perf_counter() - started,
             notes=tuple(notes) + ((pool_note(pool.calls[0]),) if pool is not None else ()),
-            files=files.records, screen_maps=_screen_maps(shown), **pooled)
+            files=files.records, **pooled)
     return result
-
-
-def _screen_maps(shown: screen.ScreenPooling | None) -> screen.ScreenMaps | None:
-    """What the kernel pooled for the view, as NumPy."""
-    if shown is None or not shown.maps:
-        return None
-    return screen.ScreenMaps(shown.factors, _shared_numpy(shown.maps))
 
 
 def _planned(config: RunConfig, device: torch.device, budget: int | None, record: Iterable[str] | None,
@@ -240,13 +234,9 @@ def _planned(config: RunConfig, device: torch.device, budget: int | None, record
     return frozenset(n for n in keep if not BY_NAME[n].is_map), pool  # only the per-token stages kept whole
 
 
-def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozenset[str], pool: Pooling | None,
-                  cancel: Callable[[], bool] | None):
-    """(trace, forward seconds) of a seed module: weights then inputs drawn from the seed on the CPU, then moved."""
-    def checkpoint() -> None:
-        if cancel is not None and cancel():
-            raise Cancelled
-
+def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozenset[str], ctx: ForwardContext):
+    """(trace, forward seconds) of a seed module: weights then inputs drawn from the seed on the CPU, then moved;
+    its forward runs under `ctx` (ablation, pooling, progress and Cancel)."""
     dtype = getattr(torch, config.dtype)
     _seed(config.seed, device)
     if files.state is None and files.inputs is None:  # the draws of a configuration used lately are kept
@@ -260,16 +250,15 @@ def _seed_forward(config: RunConfig, files, device: torch.device, keep: frozense
     inputs = [x.to(device=device, dtype=dtype) for x in inputs]
     module = module.to(device=device, dtype=dtype).train(config.train)
     mask = build_mask(config, device)
-    checkpoint()
+    ctx.checkpoint()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
-    with ablating(_seed_plan(config)), pooling(pool):
-        _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep)
+    _, trace = module(*inputs, mask=mask, safe_softmax=config.safe_softmax, return_trace=keep, ctx=ctx)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     compute = time.perf_counter() - t0
-    checkpoint()
+    ctx.checkpoint()
     return trace, compute
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import Trace, attention, check_heads, merge_heads, split_heads
 from attnviz.core.kernel.mods import AttentionOptions
 from attnviz.core.variants.modules import finish_trace, kv_projection_width, record_of
@@ -54,7 +55,7 @@ class DifferentialAttention(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, safe_softmax: bool = False,
-        return_trace: bool | Iterable[str] = False,
+        return_trace: bool | Iterable[str] = False, ctx: ForwardContext | None = None,
     ) -> Tensor | tuple[Tensor, Trace]:
         heads = self.num_heads
         lam = self.lambdas().to(x.dtype).view(1, heads, 1, 1)
@@ -66,7 +67,7 @@ class DifferentialAttention(nn.Module):
         context, trace = attention(
             split_heads(self.q_proj(x), 2 * heads), split_heads(self.k_proj(x), 2 * self.kv_heads),
             split_heads(self.v_proj(x), self.kv_heads), mask=mask, **self.attn.kernel_args(2 * heads),
-            combine=combine, safe_softmax=safe_softmax, record=record_of(return_trace),
+            combine=combine, safe_softmax=safe_softmax, record=record_of(return_trace), ctx=ctx,
         )
         trace.keep("x", x)
         context = trace.keep("context", merge_heads(self.subln(context) * (1 - self.lambda_init)))

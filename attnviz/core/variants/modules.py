@@ -2,7 +2,8 @@
 (so identical state_dict keys) and numbers. Each is its projections plus the one kernel.
 
 Superset of the seeds: every forward takes a general `mask` (True / nonzero = may attend),
-`safe_softmax` and `return_trace`; calls written for the seed classes work unchanged.
+`safe_softmax`, `return_trace` and the forward's context `ctx` (core/kernel/context.py); calls written for the
+seed classes work unchanged.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import Trace, attention, check_heads, merge_heads, split_heads
 from attnviz.core.kernel.masks import causal_mask, generate_mask
 from attnviz.core.kernel.mods import AttentionOptions
@@ -63,9 +65,11 @@ def _sinks(heads: int, sink_logit: float) -> nn.Parameter | None:
 def attend(
     module: nn.Module, x: Tensor | None, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *,
     heads: int, safe_softmax: bool, return_trace: bool | Iterable[str], dropout_p: float = 0.0,
+    ctx: ForwardContext | None = None,
 ) -> tuple[Tensor, Trace]:
     """Split projected q (B, Lq, d), k, v (B, Lkv, kv_width) into heads, run the kernel with the
-    module's options (`attn`, `kv_heads`, `sinks`), merge heads. Returns the context and the trace."""
+    module's options (`attn`, `kv_heads`, `sinks`) under the forward's context `ctx`, merge heads. Returns the
+    context and the trace."""
     kv = module.kv_heads or heads
     record = record_of(return_trace)
     v_heads = split_heads(v, kv)
@@ -73,6 +77,7 @@ def attend(
         split_heads(q, heads), split_heads(k, kv), v_heads, mask=mask,
         **module.attn.kernel_args(heads), sink=module.sinks, dropout_p=dropout_p, training=module.training,
         safe_softmax=safe_softmax, record=record | ({"weights"} if "value_weighted" in record else set()),
+        ctx=ctx,
     )
     if x is not None:
         trace.keep("x", x)
@@ -122,10 +127,12 @@ class CrossAttention(nn.Module):
         *,
         safe_softmax: bool = False,
         return_trace: bool | Iterable[str] = False,
+        ctx: ForwardContext | None = None,
     ) -> Tensor | tuple[Tensor, Trace]:
         context, trace = attend(
             self, queries, self.W_query(queries), self.W_key(keys), self.W_value(values), mask,
             heads=self.num_heads, dropout_p=self.dropout.p, safe_softmax=safe_softmax, return_trace=return_trace,
+            ctx=ctx,
         )
         return finish_trace(self.out_proj(context), trace, return_trace)  # (B, Lq, d_out)
 
@@ -153,12 +160,13 @@ class SelfAttention(nn.Module):
         *,
         safe_softmax: bool = False,
         return_trace: bool | Iterable[str] = False,
+        ctx: ForwardContext | None = None,
     ) -> Tensor | tuple[Tensor, Trace]:
         length = x.shape[1]
         causal = _causal(length, x.device) if causal_mask else None  # the argument shadows the builder
         q, k, v = self.in_proj(x).split(self.split, dim=-1)  # the seed's chunk(3) when kv_heads = 0
         context, trace = attend(self, x, q, k, v, _combine(causal, mask), heads=self.n_heads,
-                                safe_softmax=safe_softmax, return_trace=return_trace)
+                                safe_softmax=safe_softmax, return_trace=return_trace, ctx=ctx)
         return finish_trace(self.out_proj(context), trace, return_trace)
 
 
@@ -188,9 +196,10 @@ class ContextCrossAttention(nn.Module):
         *,
         safe_softmax: bool = False,
         return_trace: bool | Iterable[str] = False,
+        ctx: ForwardContext | None = None,
     ) -> Tensor | tuple[Tensor, Trace]:
         context, trace = attend(self, x, self.q_proj(x), self.k_proj(y), self.v_proj(y), mask, heads=self.n_heads,
-                                safe_softmax=safe_softmax, return_trace=return_trace)
+                                safe_softmax=safe_softmax, return_trace=return_trace, ctx=ctx)
         return finish_trace(self.out_proj(context), trace, return_trace)
 
 
@@ -220,9 +229,10 @@ class CausalSelfAttention(nn.Module):
         *,
         safe_softmax: bool = False,
         return_trace: bool | Iterable[str] = False,
+        ctx: ForwardContext | None = None,
     ) -> Tensor | tuple[Tensor, Trace]:
         out = self.get_attention_scores(self.query(x), self.key(x), self.value(x), mask,
-                                        safe_softmax=safe_softmax, return_trace=return_trace)
+                                        safe_softmax=safe_softmax, return_trace=return_trace, ctx=ctx)
         if return_trace:
             out[1].keep("x", x)
         return out
@@ -230,7 +240,8 @@ class CausalSelfAttention(nn.Module):
     def get_attention_scores(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
         safe_softmax: bool = False, return_trace: bool | Iterable[str] = False,
+        ctx: ForwardContext | None = None,
     ) -> Tensor | tuple[Tensor, Trace]:
         context, trace = attend(self, None, q, k, v, mask, heads=self.n_heads, dropout_p=self.dropout.p,
-                                safe_softmax=safe_softmax, return_trace=return_trace)
+                                safe_softmax=safe_softmax, return_trace=return_trace, ctx=ctx)
         return finish_trace(self.output(context), trace, return_trace)

@@ -1,20 +1,17 @@
 """The layers of a long forward as they finish, for the model view.
 
 A pooled forward (core/kernel/pooling.py) reduces each layer's maps as soon as that layer has run: its PooledCall
-holds the layer's pooled map. The kernel reports each finished call through the progress watch
-(core/kernel/progress.py) on the thread running the forward, with the forward's Pooling current there; so the
-worker's progress callback reads the finished layers from it (`LayerFeed.finished`) and hands them to the
-window, at most every FEED_INTERVAL_S. The model view composes their tiles off the GUI thread.
+holds the layer's pooled map. run()'s progress callback hears each finished call with the PooledCalls finished
+so far (progress(done, total, pooled)); the worker's callback hands them to `LayerFeed.finished`, which gives the
+window the finished layers at most every FEED_INTERVAL_S. The model view composes their tiles off the GUI thread.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
-
-from attnviz.core.kernel.pooling import current_pooling
 
 FEED_INTERVAL_S = 0.3  # a few partial model views a second at most: each composes tiles and repaints the view
 
@@ -32,17 +29,17 @@ class LayerFeed:
         self._sent_at = -float("inf")
         self._layers: list[Layer] = []  # those converted so far, in call order
 
-    def finished(self, done: int, total: int) -> tuple[Layer, ...] | None:
-        """The finished layers when a partial view is due (None: not now, not a pooled model forward, or the
-        last layer, whose whole result follows at once)."""
-        pool = current_pooling()
-        if pool is None or total <= 1 or done >= total or len(pool.calls) <= len(self._layers):
+    def finished(self, done: int, total: int, pooled: Sequence = ()) -> tuple[Layer, ...] | None:
+        """The finished layers when a partial view is due, from `pooled`, the PooledCalls the forward has finished
+        so far (None: not now, not a pooled model forward, or the last layer, whose whole result follows at
+        once)."""
+        if total <= 1 or done >= total or len(pooled) <= len(self._layers):
             return None
         now = self.clock()
         if now - self._sent_at < self.interval_s:
             return None
         self._sent_at = now
-        self._layers += [layer_of(call) for call in pool.calls[len(self._layers):]]
+        self._layers += [layer_of(call) for call in pooled[len(self._layers):]]
         return tuple(self._layers)
 
 
