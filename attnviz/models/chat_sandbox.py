@@ -67,11 +67,20 @@ def environment():
         def _render(self, caller):
             return caller()
 
+    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals.update(_template_globals(jinja2))
+    return env
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _template_globals(jinja2) -> dict:
+    """The names transformers gives a chat template: raise_exception, strftime_now, dict, namespace."""
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     class TemplateDict:
         def __call__(self, *args, **kwargs):
@@ -96,11 +105,8 @@ def environment():
         if isinstance(name, str) and name.startswith("_"):
             raise jinja2.exceptions.SecurityError(f"a namespace cannot hold the underscore name {name!r}")
 
-    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f),
-                       dict=TemplateDict(), namespace=TemplateNamespace)
-    return env
+    return dict(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f),
+                dict=TemplateDict(), namespace=TemplateNamespace)
 
 
 def _check_repeat(sequence, times) -> None:
