@@ -164,13 +164,13 @@ def test_which_heads_matter_shows_the_core_effects_and_opens_a_head(toy, qtbot):
 def test_head_effects_are_cached_per_config_and_run_off_the_gui_thread(toy, qtbot):
     effects = toy.explain.effects
     calls = []
-    real = effects.job.compute
+    real = effects.compute
 
     def counting(config, *args, **kwargs):
         calls.append((config.text, threading.current_thread() is threading.main_thread()))
         return real(config, *args, **kwargs)
 
-    effects.job.compute = counting
+    effects.compute = counting
     open_dock(toy, qtbot, "headEffectsDock")
     qtbot.waitUntil(lambda: effects.effects is not None, timeout=30000)
     assert len(calls) == 1 and not calls[0][1]
@@ -199,7 +199,7 @@ def test_head_effects_show_progress_and_cancel(toy, qtbot):
             threading.Event().wait(0.01)
         raise Cancelled
 
-    effects.job.compute = slow
+    effects.compute = slow
     open_dock(toy, qtbot, "headEffectsDock")
     qtbot.waitUntil(lambda: effects.progress.value() == 1 and effects.progress.maximum() == 8)
     assert effects.progress.isVisible() and effects.cancelButton.text() == "Cancel"

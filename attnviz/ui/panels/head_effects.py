@@ -2,25 +2,21 @@
 target's log-probability when that head alone is ablated (core.head_effects: one forward per head,
 batched), for one chosen position or the mean over every position with a target.
 
-It runs on its own background thread (not the map worker's: a minute of forwards must not hold up
-the maps), with a progress bar and Cancel, and is cached per (forward config, position, ablation):
-showing the same result again computes nothing. Click a cell to open that head.
+It runs on its own background thread (circuit_job.Job, as the circuit panels do; not the map worker's: a
+minute of forwards must not hold up the maps), with a progress bar and Cancel, and is cached per (forward
+config, position, ablation): showing the same result again computes nothing. Click a cell to open that head.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from attnviz import colormaps
 from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
-from attnviz.session.memory import freeze_alive
-from attnviz.system import lower_priority, model_threads, set_torch_threads
+from attnviz.ui.panels.circuit_job import Job
 from attnviz.ui.panels.heat_table import HeatTable
 from attnviz.ui.widgets.basic import named
 
@@ -33,54 +29,6 @@ def default_effects(config, position=None, ablation="zero", *, cancel=None, prog
     return head_effects(config, position, ablation, cancel=cancel, progress=progress)
 
 
-class EffectsJob(QObject):
-    """One background computation at a time; a newer start cancels the one running."""
-
-    sigProgress = Signal(object, int, int)  # key, done, total
-    sigDone = Signal(object, object)  # key, (layers, heads) array
-    sigFailed = Signal(object, str)  # key, message
-
-    def __init__(self, compute=default_effects, parent: QObject | None = None):
-        super().__init__(parent)
-        self.compute = compute
-        self.key = None  # what is running (None: nothing)
-        self._cancel: threading.Event | None = None
-
-    def start(self, key, config, position, ablation) -> None:
-        self.cancel()
-        # The run's forwards make Python objects fast enough for a full garbage collection every ~45 s, and it ran on
-        # the GUI thread over everything alive, the loaded model and transformers' modules included (the window freezes
-        # only what start-up made): the run's longest stalls (benchmarks/README.md, Behind the code).
-        # What is alive now lives on past the run; leave it out of the collector's passes, as at start-up.
-        freeze_alive()
-        self.key, flag = key, threading.Event()
-        self._cancel = flag
-        threading.Thread(target=self._body, args=(key, config, position, ablation, flag),
-                         name="attnviz-head-effects", daemon=True).start()
-
-    def cancel(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-        self.key, self._cancel = None, None
-
-    def _body(self, key, config, position, ablation, flag: threading.Event) -> None:
-        from attnviz.core.runs.runner import Cancelled
-
-        lower_priority()  # the GUI thread wins the CPU, as over the map worker
-        set_torch_threads(model_threads(os.cpu_count() or 1))
-        try:
-            effects = self.compute(config, position, ablation, cancel=flag.is_set,
-                                   progress=lambda done, total: self.sigProgress.emit(key, done, total))
-        except Cancelled:
-            return
-        except Exception as exc:  # never the app: the panel says it
-            if not flag.is_set():
-                self.sigFailed.emit(key, str(exc) or type(exc).__name__)
-            return
-        if not flag.is_set():
-            self.sigDone.emit(key, np.asarray(effects, np.float64))
-
-
 class HeadEffectsView(QWidget):
     """The panel. `show_result(result)` (GUI thread) starts or reuses a computation for that result."""
 
@@ -89,11 +37,12 @@ class HeadEffectsView(QWidget):
     def __init__(self, compute=default_effects, parent: QWidget | None = None):
         super().__init__(parent)
         named(self, "headEffects")
-        self.job = EffectsJob(compute, self)
+        self.compute = compute  # (config, position, ablation, *, cancel, progress) -> (layers, heads) effects
+        self.job = Job("head-effects", self)
+        self.job.cache = self.cache = LRU(CACHED)  # the job fills it; refresh reads it
         self.job.sigProgress.connect(self._progress)
         self.job.sigDone.connect(self._done)
         self.job.sigFailed.connect(self._failed)
-        self.cache: LRU[np.ndarray] = LRU(CACHED)
         self.effects: np.ndarray | None = None  # what the table shows
         self.shown_key = None
         self._config = None  # the forward config of the last result shown
@@ -169,7 +118,11 @@ class HeadEffectsView(QWidget):
             self._start(key)
 
     def _start(self, key) -> None:
-        self.job.start(key, key[0], key[1], key[2])
+        config, position, ablation = key
+
+        def compute(cancel, progress) -> np.ndarray:
+            return np.asarray(self.compute(config, position, ablation, cancel=cancel, progress=progress), np.float64)
+        self.job.start(key, compute)
         self.progress.setRange(0, 0)
         self.progress.show()
         self.cancelButton.setText("Cancel")
@@ -217,16 +170,13 @@ class HeadEffectsView(QWidget):
             self.progress.setValue(done)
 
     def _failed(self, key, message: str) -> None:
-        if key == self.job.key:
-            self.job.key = None
+        if self.job.finished(key):
             self._stopped(f"Not computed: {message}")
             self.table.heat.clear()
             self.effects = None
 
     def _done(self, key, effects: np.ndarray) -> None:
-        self.cache.put(key, effects)
-        if key == self.job.key:
-            self.job.key = None
+        if self.job.finished(key):  # (the job has cached it)
             self._show(key, effects)
 
     def _show(self, key, effects: np.ndarray) -> None:
