@@ -105,8 +105,10 @@ def fill(table: HeatTable, values: np.ndarray, rows: list[str], cols: list[str],
     table.heat.set_cells(texts, signed_cells(values), colormaps.lut(colormaps.DEFAULT_DIVERGING), rows, cols, tip)
 
 
-def progress_row(prefix: str) -> tuple[QProgressBar, QPushButton]:
-    """A progress bar that keeps its place while hidden, and a Cancel / Compute button."""
+def progress_row(prefix: str, button_text: str = "Compute") -> tuple[QProgressBar, QPushButton]:
+    """A progress bar that keeps its place while hidden, and a Cancel / Compute button (objectName
+    `prefix`Progress and `prefix``button_text`Button). Showing or hiding the bar, or the button's text changing,
+    keeps the row's geometry: a relayout would move the table below and paint it again."""
     bar = named(QProgressBar(), f"{prefix}Progress")
     bar.setToolTip("Batched forwards done")
     bar.setMaximumWidth(160)
@@ -114,7 +116,9 @@ def progress_row(prefix: str) -> tuple[QProgressBar, QPushButton]:
     policy.setRetainSizeWhenHidden(True)
     bar.setSizePolicy(policy)
     bar.hide()
-    button = named(QPushButton("Compute"), f"{prefix}ComputeButton")
+    button = named(QPushButton(button_text), f"{prefix}{button_text}Button")
     button.setToolTip("Compute (Cancel stops a computation that runs)")
-    button.setMinimumWidth(button.sizeHint().width() + 12)
+    metrics = button.fontMetrics()
+    widest = max(metrics.horizontalAdvance(t) for t in ("Cancel", "Compute"))
+    button.setMinimumWidth(button.sizeHint().width() - metrics.horizontalAdvance(button_text) + widest + 12)
     return bar, button

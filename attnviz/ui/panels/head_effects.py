@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from attnviz import colormaps
 from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
-from attnviz.ui.panels.circuit_job import Job
+from attnviz.ui.panels.circuit_job import Job, progress_row
 from attnviz.ui.panels.heat_table import HeatTable
 from attnviz.ui.widgets.basic import named
 
@@ -66,22 +66,8 @@ class HeadEffectsView(QWidget):
                                       "with a target")
         self.positionCombo.addItem("all positions", None)
         self.positionCombo.currentIndexChanged.connect(self._position_changed)
-        self.progress = named(QProgressBar(), "headEffectsProgress")
+        self.progress, self.cancelButton = progress_row("headEffects", "Cancel")
         self.progress.setToolTip("Forwards done: one per head, batched")
-        self.progress.setMaximumWidth(160)
-        # showing or hiding the bar, or the button's text changing, keeps the row's geometry: a relayout
-        # would move the table and paint it again (the GUI thread's costliest moment of a run)
-        policy = self.progress.sizePolicy()
-        policy.setRetainSizeWhenHidden(True)
-        self.progress.setSizePolicy(policy)
-        self.progress.hide()
-        self.cancelButton = named(QPushButton("Cancel"), "headEffectsCancelButton")
-        self.cancelButton.setToolTip("Stop computing (Compute starts again)")
-        metrics = self.cancelButton.fontMetrics()
-        widest = max(metrics.horizontalAdvance(t) for t in ("Cancel", "Compute"))
-        self.cancelButton.setMinimumWidth(max(self.cancelButton.sizeHint().width(),
-                                              widest + self.cancelButton.sizeHint().width()
-                                              - metrics.horizontalAdvance("Cancel")))
         self.cancelButton.clicked.connect(self._cancel_or_compute)
         self.infoLabel = named(QLabel("Open a trained toy or a language model"), "headEffectsInfo")
         self.infoLabel.setWordWrap(True)
