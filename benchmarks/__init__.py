@@ -1,4 +1,4 @@
-"""attnviz benchmarks (issue 5): `python -m benchmarks --help`.
+"""attnviz benchmarks: `python -m benchmarks --help`.
 
 Importing this package imports neither torch nor Qt; the measurement modules do, when run.
 """

@@ -1,5 +1,5 @@
 """Check against transformers on the real GGUF files: max |diff| per layer of attnviz's maps (float32 weights and
-compact blocks) against transformers' own GGUF load dequantised to float32, and what the check costs (issue 43).
+compact blocks) against transformers' own GGUF load dequantised to float32, and what the check costs.
 
     python -m benchmarks.check                 # both real files, float32 and compact weights
     python -m benchmarks.check --tokens 128

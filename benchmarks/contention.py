@@ -1,4 +1,4 @@
-"""Contention (issue 9): seed-change latency with the machine idle vs with one other CPU-bound
+"""Contention: seed-change latency with the machine idle vs with one other CPU-bound
 process, interleaved, per worker thread policy; and the 300-change storm stall with the busy process.
 
     python -m benchmarks.contention                                 # S,M,L; policies adaptive,all@10
@@ -8,7 +8,7 @@ A policy is `threads[@nice]`: threads = adaptive (cores other programs leave fre
 each run; attnviz's default), all (one per core: torch's default) or a number; nice = how much nicer
 than the GUI both compute lanes run, or "QUIET/BUSY" (e.g. 10/3: 10 with every core free, 3 when
 other programs hold some). Without @nice: attnviz's rule, 10/4 (attnviz/system.py, ThreadPolicy).
-"all@10" is the policy before issue 9. One size's window is reused for all policies;
+"all@10" is the policy before the thread policy (every core at nice 10). One size's window is reused for all policies;
 rounds alternate busy-first and idle-first; each block records /proc/loadavg and the CPU share other
 processes used (from /proc/stat) so a noisy "idle" is visible. Target: busy/idle p50 <= 2.0.
 """

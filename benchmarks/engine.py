@@ -8,7 +8,7 @@ Contenders, timed side by side:
   traced_forward  attnviz CausalSelfAttention(x, mask, return_trace=True)
   run             attnviz.core.run(config): build + init + inputs + traced forward + NumPy views
   seed_script     what run() replaces: manual_seed, build the seed module, randn, generate_mask, forward
-  variant_plain   the same module with GQA (kv_heads = heads / 4) and RoPE, untraced (issue 10)
+  variant_plain   the same module with GQA (kv_heads = heads / 4) and RoPE, untraced
   variant_traced  that module traced (return_trace=True): the default stages
 """
 

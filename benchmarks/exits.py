@@ -1,4 +1,4 @@
-"""Clean exits (issue 9): scripts that create MainWindow and end, with and without close(),
+"""Clean exits: scripts that create MainWindow and end, with and without close(),
 idle and while a forward runs; each must exit 0, and close() must return within 2 s.
 
     python -m benchmarks.exits                  # 20 runs of each of the 4 cases -> table

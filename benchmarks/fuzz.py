@@ -1,4 +1,4 @@
-"""Fuzz (issue 9): 1,000 random changes of every kind through the window's widgets, with a 5 ms
+"""Fuzz: 1,000 random changes of every kind through the window's widgets, with a 5 ms
 GUI-thread timer recording the longest stall, the slowest GUI-thread methods, RSS growth, and
 whether the final view matches the final parameters.
 

@@ -1,4 +1,4 @@
-"""GGUF open time and peak memory: attnviz's own reader against transformers' GGUF load (issue 43).
+"""GGUF open time and peak memory: attnviz's own reader against transformers' GGUF load.
 
     python -m benchmarks.gguf              # both real files, 2 interleaved rounds each
     python -m benchmarks.gguf --rounds 3

@@ -1,5 +1,5 @@
 """Llama-3-shaped Q4_0 GGUFs with random weights: open time, one 128-token forward with every layer's maps,
-peak RSS, against issue 43's targets (8B: open <= 60 s, peak RSS <= 8 GB on a 24 GB machine).
+peak RSS, against the targets (8B: open <= 60 s, peak RSS <= 8 GB on a 24 GB machine).
 
     python -m benchmarks.gguf_shaped                    # the 8B shape (~4.6 GB file under /tmp)
     python -m benchmarks.gguf_shaped --shapes 1b 3b 8b  # the Llama 3.2 1B and 3B shapes too

@@ -18,7 +18,7 @@ written with transformers; max_position_embeddings 8,192) per length, in one pro
 Then `seed`: in a fresh process, the causal seed variant at 16,384 tokens (16 heads, width 1,024; pooled: auto)
 + frames.render: whole-process peak RSS (`--seed-tokens 0` skips it).
 
-Targets (issue 25): window / transformers <= 2.0; peak RSS <= weights + 1.5 GB; longest stall <= 50 ms; the
+Targets: window / transformers <= 2.0; peak RSS <= weights + 1.5 GB; longest stall <= 50 ms; the
 seed case completes pooled with peak RSS <= 3 GB.
 """
 

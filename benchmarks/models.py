@@ -1,4 +1,4 @@
-"""Pretrained-model benchmarks (issue 11), on random weights written here (never committed).
+"""Pretrained-model benchmarks, on random weights written here (never committed).
 
     python -m benchmarks.models            # table on stdout, benchmarks/results-models.json
     python -m benchmarks.models --quick    # fewer rounds

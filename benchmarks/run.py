@@ -1,4 +1,4 @@
-"""The benchmark command: runs the six measurements of issue 5, prints a table, writes JSON.
+"""The benchmark command: runs the six measurements, prints a table, writes JSON.
 
     python -m benchmarks                       # sizes S, M, L; writes benchmarks/results.json
     python -m benchmarks --xl                  # ... and XL (heavy: minutes, ~16 GiB at its peak)
@@ -249,7 +249,7 @@ def _merge(old: dict, new: dict) -> dict:
 
 
 def checks(doc: dict) -> list[dict]:
-    """One row per target of issue 5 that was measured: value, target, pass."""
+    """One row per target that was measured: value, target, pass."""
     rows = []
 
     def add(measure, size, value, target, ok):

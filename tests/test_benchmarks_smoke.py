@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark machinery (benchmarks/, issue 5) on a tiny size.
+"""Smoke test of the benchmark machinery (benchmarks/) on a tiny size.
 
 Runs all six measurements once, through the same Python API the command uses, and checks the
 results document's shape and that its numbers are sane. No timing assertions: timings belong

@@ -1,6 +1,6 @@
 """The thread policy: how many torch threads a forward gets, and on which lane it runs.
 
-The policy itself is attnviz.system's ThreadPolicy (issue 9; numbers in benchmarks/README.md, "Contention").
+The policy itself is attnviz.system's ThreadPolicy (numbers in benchmarks/README.md, "Contention").
 Before each request the session measures the cores other programs used since the last one (cpushare). All
 cores free: the forward runs with one torch thread per core on the `quiet` lane, quiet_nice nicer than the GUI.
 Some cores busy: it runs with the cores left on the `busy` lane, busy_nice nicer (lanes.py).

@@ -96,7 +96,7 @@ def test_a_fixed_thread_count_in_the_policy_is_what_a_forward_gets():
 @linux_only
 def test_a_new_session_s_lanes_take_the_policy_s_niceness():
     """The lane used when every core is free runs quiet_nice nicer than the thread that made it; the one used
-    when other programs hold cores busy_nice nicer (issue 9: nice 10 starved it there)."""
+    when other programs hold cores busy_nice nicer (nice 10 starved it there)."""
     gui = nice_of(threading.get_native_id())
     with using_thread_policy(quiet_nice=2, busy_nice=1):
         session = Session(run, sync=True)
