@@ -360,7 +360,7 @@ def test_the_model_view_masks_each_layer_with_its_own_mask(tiny_models):
     """Gemma 3 alternates a sliding window (layer 0) and full attention (layer 1): each layer's tiles are
     masked by that layer's mask, not by the shown layer's."""
     from attnviz.colormaps import MASKED_INDEX
-    from attnviz.frames import _square_tiles
+    from attnviz.model_mosaic import _square_tiles
 
     result = run(RunConfig(variant="pretrained", model=str(tiny_models("gemma3_text")), text=SENTENCE, layer=1))
     ((_, weights, allowed),) = result.source.blocks()
