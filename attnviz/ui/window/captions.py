@@ -31,7 +31,7 @@ def caption_for(result) -> tuple[str, bool]:
         stacks = getattr(info, "stacks", ())
         stack = f" {STACK_CAPTIONS[config.stack or stacks[0]]}," if len(stacks) > 1 else ""
         return (f"Pretrained {info.name} ({info.model_type}) on your text:{stack} layer {config.layer} of "
-                f"{info.layers} (0-{info.layers - 1}){lacking}. Hover a cell for the token pair and its weight."), False
+                f"{info.layers} (0-{info.layers - 1}){lacking}."), False  # how to hover: the info bar's hint
     if config.weights:
         return f"Your weights ({Path(config.weights).name}): the maps show what they learned.", False
     return (f"Random weights (seed {config.seed}): nothing learned, so the maps are near-uniform apart from what "
@@ -44,8 +44,7 @@ def opened_caption(result) -> str:
     ran = result.model_name or (c.spec.label if c.variant != MAPS_VARIANT else "maps handed to attnviz")
     layers = (f" It holds every layer's weights (0-{len(result.layer_weights) - 1}): Layer or a click in the model "
               "view shows another." if result.layer_weights is not None else "")
-    return (f"Opened {Path(result.opened).name}: {ran}, layer {c.layer}, as saved; nothing is computed again.{layers} "
-            "Hover a cell for the token pair and its weight.")
+    return f"Opened {Path(result.opened).name}: {ran}, layer {c.layer}, as saved; nothing is computed again.{layers}"
 
 
 def run_key(result) -> RunConfig:
