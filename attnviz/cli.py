@@ -28,7 +28,7 @@ from dataclasses import fields
 
 from attnviz import __version__
 from attnviz.cli_flags import RENDER_PROG, UsageError, flag_of, render_parser, stage_names, text_file
-from attnviz.system import no_display
+from attnviz.system import catch_native_stderr, no_display
 
 PROG = "attnviz"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -415,6 +415,7 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["render"]:
         with _interrupt_after():
             import torch  # noqa: F401 - the engine's one heavy import (attnviz.core loads its names lazily)
+        catch_native_stderr()  # one thread writes here: a tokenizer's panic leaves one line, ours
         return render_main(argv[1:])
     if argv[:1] == ["--version"]:
         print(f"{PROG} {__version__}")

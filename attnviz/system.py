@@ -239,3 +239,44 @@ def no_display() -> bool:
     """Linux without X11 or Wayland and no Qt platform chosen: Qt would abort, so the app and show() say so."""
     return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
             and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
+
+
+# --- native code's own lines on stderr ---------------------------------------------------------------------
+
+_catch_native = False
+
+
+def catch_native_stderr() -> None:
+    """For the command line: native code's lines on stderr (Rust's panic hook in `tokenizers` writes two or three
+    before the panic reaches Python) are caught around `native_stderr_caught` blocks, so a refusal stays one
+    line. Process-wide (file descriptor 2), so only where one thread writes: not in the app."""
+    global _catch_native
+    _catch_native = True
+
+
+@contextlib.contextmanager
+def native_stderr_caught(drop=lambda exc: False) -> Iterator[None]:
+    """While catch_native_stderr() is on: what native code writes to stderr inside the block is held, then written
+    after it, unless the block raised an exception `drop(exc)` is true of (a panic the caller turns into its own
+    one line)."""
+    if not _catch_native:
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    dropped = False
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException as exc:
+            dropped = drop(exc)
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            if not dropped and (written := held.read()):
+                os.write(2, written)

@@ -618,3 +618,18 @@ def test_exif_orientation_is_applied(tmp_path):
     assert pixels.shape == (20, 10, 3)
     assert pixels[1, 5, 2] > 200 and pixels[1, 5, 0] < 60  # top: blue
     assert pixels[18, 5, 0] > 200 and pixels[18, 5, 2] < 60  # bottom: red
+
+
+def test_a_tokenizer_panic_is_one_line_on_the_processes_own_stderr(models, tmp_path):
+    """Rust's panic hook writes its own lines straight to file descriptor 2, past capsys: the command, run as a
+    user runs it, still says one line (ours), and writes nothing."""
+    import subprocess
+
+    args = tiny_tokenizer("gpt2", CATASTROPHIC_SPLIT, "a" * 40)(tmp_path, models)
+    env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
+    done = subprocess.run([sys.executable, "-m", "attnviz", "render", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "crashed on this text" in done.stderr and "panicked" not in done.stderr
+    assert not (tmp_path / "o.png").exists()

@@ -93,3 +93,22 @@ def test_torch_threads_are_put_back_after_the_block():
     with system.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == own
+
+
+def test_native_stderr_is_held_and_given_back_unless_dropped(capfd, monkeypatch):
+    """What native code writes to file descriptor 2 inside the block comes out after it; a dropped exception's
+    lines (a tokenizer's panic, which the caller says in one line of its own) do not."""
+    import os
+
+    from attnviz import system
+
+    monkeypatch.setattr(system, "_catch_native", True)
+    with system.native_stderr_caught():
+        os.write(2, b"kept\n")
+    with pytest.raises(KeyError), system.native_stderr_caught(drop=lambda exc: isinstance(exc, KeyError)):
+        os.write(2, b"dropped\n")
+        raise KeyError("x")
+    with pytest.raises(ValueError), system.native_stderr_caught(drop=lambda exc: isinstance(exc, KeyError)):
+        os.write(2, b"not dropped\n")
+        raise ValueError("y")
+    assert capfd.readouterr().err.splitlines() == ["kept", "not dropped"]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from attnviz.core.runs.backed import Encoded
 from attnviz.models.folder import ModelError
+from attnviz.system import native_stderr_caught
 
 SENTENCEPIECE_SPACE = "▁"
 
@@ -94,7 +95,8 @@ class TextTokenizer:
     def _encode(self, text: str, special: bool):
         """`tokenizers`' own encode; a panic inside it (its regex giving up) becomes one ModelError."""
         try:
-            return self._tok.encode(text, add_special_tokens=special)
+            with native_stderr_caught(drop=is_panic):  # a panic's own lines: ours is the one line
+                return self._tok.encode(text, add_special_tokens=special)
         except BaseException as exc:  # noqa: BLE001 - PanicException derives from BaseException alone
             if not is_panic(exc):
                 raise
