@@ -239,9 +239,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     from attnviz.frames import view_stage
 
     try:
-        from attnviz.core import run
-
-        result = _run(run, config, record, args.truncate, args.region)
+        result = _run(config, record, args.truncate, args.region)
         if args.step is not None:
             from attnviz.core.runs.generation import at_step
 
@@ -335,17 +333,35 @@ def _write_head_tables(result, args: argparse.Namespace) -> None:
         print(f"wrote {args.patch_heads}")
 
 
-def _run(run, config, record, truncate: bool, region=None):
-    """run(config); with --truncate, a text too long for the model is cut to the fix the error offers."""
-    from attnviz.core import ConfigError
+def _run(config, record, truncate: bool, region=None):
+    """The run of `config` through a sync session, as a script runs it: on this thread, with torch's threads as they
+    are; with --truncate, a text too long for the model is cut to the fix the error offers."""
+    from attnviz.core import ConfigError, run  # run looked up now: tests stand in for it
+    from attnviz.session import Events, Failure, Request, Session
+    from attnviz.session.lanes import caller_lanes
+    from attnviz.session.threads import as_is
+
+    heard: list = []  # no traceback for an unexpected exception: the CLI says it in one line
+    session = Session(run, Events(done=heard.append, failed=heard.append, unexpected=heard.append),
+                      lanes=caller_lanes, sync=True, threads=as_is)
+
+    def ask(request_id: int, config):
+        heard.clear()
+        session.submit(Request(request_id, config, None, force=True, record=record, region=region))
+        last = heard[-1]  # a sync session has reported the request's outcome or failure before submit returns
+        if isinstance(last, Failure):
+            raise last.error  # mapped to an exit status by _render_planned, as the run's own exception was
+        return last.result
 
     try:
-        return run(config, record=record, region=region)
+        return ask(1, config)
     except ConfigError as exc:
         if not (truncate and exc.field == "text" and exc.suggestions):
             raise
         print(f"{RENDER_PROG}: note: {exc.problem}; truncated", file=sys.stderr)
-        return run(config.replace(text=exc.suggestions[0]), record=record, region=region)
+        return ask(2, config.replace(text=exc.suggestions[0]))
+    finally:
+        session.stop()
 
 
 def _record(config, options, stages: tuple[str, ...] | None) -> frozenset[str]:

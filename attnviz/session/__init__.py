@@ -8,7 +8,8 @@ extras in one call), threads.py, lanes.py and cpushare.py (the thread policy: ho
 gets and on which lane), memory.py (the reaper, glibc's malloc thresholds, the one gc policy). Its clock, its
 lanes and its events are handed to it: the window's worker and delivery (ui/window/worker.py, delivery.py) put
 it on Qt's signals and timers; a script or a test drives it synchronously (Session(sync=True), force_sync()),
-or waits for it (wait_idle()).
+or waits for it (wait_idle()). The CLI's session runs each forward on the calling thread as it finds it (lanes.py's
+caller_lanes, threads.py's as_is) and asks for its result alone (a Request without options: nothing presented).
 
 Imports: attnviz.explain, attnviz.frames, attnviz.core, attnviz.system and what lies below them; never Qt
 or attnviz.ui.

@@ -1,5 +1,6 @@
 """A lane: one long-lived worker thread at a fixed niceness. The session runs its forwards on two of them, the
-`quiet` lane and the `busy` one (threads.py: which one a forward takes)."""
+`quiet` lane and the `busy` one (threads.py: which one a forward takes); a script's sync session may run them on
+its own thread instead (caller_lanes)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,21 @@ def policy_lanes() -> dict[str, Lane]:
     policy = thread_policy()
     return {"quiet": Lane("attnviz-compute", policy.quiet_nice),
             "busy": Lane("attnviz-compute-shared", policy.busy_nice)}
+
+
+class CallerLane:
+    """A lane that runs each function on the thread that calls it, at that thread's niceness (a script's forward
+    as the script would run it)."""
+
+    def call(self, function):
+        return function()
+
+    def close(self) -> None:
+        pass
+
+
+def caller_lanes() -> dict[str, CallerLane]:
+    """Both lanes on the caller's thread: a sync session (Session(sync=True, lanes=caller_lanes)) that starts no
+    thread for its forwards and changes no niceness."""
+    lane = CallerLane()
+    return {"quiet": lane, "busy": lane}

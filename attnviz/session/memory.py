@@ -105,7 +105,8 @@ class Reaper:
     mapped its maps and the heap's pages anew, ~80,000 page faults (benchmarks/README.md, Behind the code).
 
     `clock` tells the time; with thread=False nothing runs in the background: drop() and flush() act at once
-    and tick() does what is due by the clock (tests step a clock of their own).
+    and tick() does what is due by the clock (tests step a clock of their own). The thread starts with the first
+    call that hands it something: a script's session that never replaces a result (the CLI) starts none.
     """
 
     HOLD_S = 1.0
@@ -118,8 +119,8 @@ class Reaper:
         self._given_back = True
         self._due: float | None = None  # when the hold or the pause ends (None: nothing to wait for)
         self._trim = malloc_trim()
-        if thread:
-            threading.Thread(target=self._loop, name="attnviz-reaper", daemon=True).start()
+        self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     def drop(self, *objects) -> None:
         """Hold the last references to `objects` (a replaced result) and free them later, on the reaper's thread."""
@@ -146,8 +147,12 @@ class Reaper:
     def _put(self, item) -> None:
         if self._queue is None:
             self._take(item)
-        else:
-            self._queue.put(item)
+            return
+        with self._starting:  # the GUI thread drops, the session's thread flushes: one thread for both
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="attnviz-reaper", daemon=True)
+                self._thread.start()
+        self._queue.put(item)
 
     def _loop(self) -> None:
         lower_priority()

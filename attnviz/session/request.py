@@ -17,17 +17,19 @@ from attnviz.frames import Frames, ViewOptions, view_stage
 class Request:
     id: int
     config: RunConfig
-    options: ViewOptions
+    options: ViewOptions | None  # None: no view, the result alone (a caller that checks and draws it itself: the CLI)
     force: bool = False  # compute again even if the last result shows this config (Generate pressed again)
     zoom: Any = None  # also the exact block of a region of the shown maps: what the session's zoomer reads
     layers: bool = False  # a long pooled forward hands its finished layers on (Events.layers) for the model view
+    record: frozenset[str] | None = None  # the stages the run keeps (None: what the views read, window_record)
+    region: tuple[int, int, int, int] | None = None  # (q0, q1, k0, k1): a pooled run keeps that exact block (run())
 
 
 @dataclass
 class Outcome:
     request: Request
     result: RunResult
-    frames: Frames
+    frames: Frames | None  # None for a request without options
     recomputed: bool
     worker_time_s: float
     partial: bool = False  # a generation still running: what it wrote so far (the final Outcome follows)
@@ -43,6 +45,7 @@ class Failure:
     message: str
     field: str | None = None
     suggestions: tuple = ()
+    error: BaseException | None = None  # the exception it was made from: a script maps it to its own exit status
 
 
 def generating(config: RunConfig) -> bool:
@@ -61,9 +64,11 @@ def written(result: RunResult) -> int:
     return 0 if result.prompt_length is None else len(result.tokens) - result.prompt_length
 
 
-def needed_stages(config: RunConfig, options: ViewOptions) -> frozenset[str]:
+def needed_stages(config: RunConfig, options: ViewOptions | None) -> frozenset[str]:
     """The stages a request's views read: the map view's stage, and every stage this configuration
-    has while the pipeline view is shown (only then: a full trace costs memory)."""
+    has while the pipeline view is shown (only then: a full trace costs memory); none without options."""
+    if options is None:
+        return frozenset()
     stage = view_stage(options.view)
     if options.pipeline_head is None:
         return frozenset({stage})

@@ -66,6 +66,10 @@ def _ignore(*_args) -> None:
     pass
 
 
+def _print_traceback(exc: BaseException) -> None:
+    traceback.print_exception(exc)
+
+
 @dataclass
 class Events:
     """What the session reports, each called on the session's side (a lane or its thread); the window's adapter
@@ -79,19 +83,24 @@ class Events:
     opening: Callable[[int, str, int, int], None] = _ignore  # request id, a model's opening step, done, of how many
     extras: Callable[[int, dict], None] = _ignore  # request id, {name: frames} of its Outcome.late ({}: not made)
     layers: Callable[[int, object, int], None] = _ignore  # request id, a pooled forward's finished layers, of how many
+    # an exception no rule of failure_of names, before its Failure: its traceback, for a bug report (the CLI prints
+    # none: one line)
+    unexpected: Callable[[BaseException], None] = _print_traceback
 
 
-def failure_of(request: Request, exc: Exception) -> Failure:
-    """The one-line failure a request's exception becomes (the last good view stays)."""
+def failure_of(request: Request, exc: Exception, unexpected: Callable[[BaseException], None] = _ignore) -> Failure:
+    """The one-line failure a request's exception becomes (the last good view stays); `unexpected` hears an
+    exception no rule here names."""
     if isinstance(exc, ConfigError):
-        return Failure(request, str(exc), exc.field, exc.suggestions)
+        return Failure(request, str(exc), exc.field, exc.suggestions, exc)
     if isinstance(exc, MemoryError):
-        return Failure(request, "out of memory: the run does not fit; lower the lengths, heads or batch", "seq_q")
+        return Failure(request, "out of memory: the run does not fit; lower the lengths, heads or batch", "seq_q",
+                       error=exc)
     if isinstance(exc, NonFiniteResult):
-        return Failure(request, str(exc))
+        return Failure(request, str(exc), error=exc)
     kind = "out of memory" if "out of memory" in str(exc).lower() else type(exc).__name__
-    traceback.print_exc()  # anything else the engine raises: said, and the app survives it
-    return Failure(request, f"{kind}: {exc}")
+    unexpected(exc)  # anything else the engine raises: said, and the app survives it
+    return Failure(request, f"{kind}: {exc}", error=exc)
 
 
 class Session:
@@ -101,13 +110,14 @@ class Session:
     compute: run(config, **kwargs) (the engine, or a test's stand-in); share: the cores other programs leave
     (cpushare); lanes: makes the executor ({"quiet": Lane, "busy": Lane}); clock: monotonic seconds; zoomer and
     feed: the window's zoom (frames(result, ask, options, run), keep_for(result)) and its model view's feed of
-    finished layers (feed() -> finished(done, total)), none for a session without a window."""
+    finished layers (feed() -> finished(done, total)), none for a session without a window; threads: the torch
+    threads of a request's forward, threads(share, config) (threads.py: the thread policy, or as_is)."""
 
     def __init__(self, compute=run, events: Events | None = None, *, share=None,
                  lanes: Callable[[], dict[str, Lane]] = policy_lanes, clock: Callable[[], float] = time.monotonic,
-                 zoomer=None, feed=None, sync: bool = False) -> None:
+                 zoomer=None, feed=None, sync: bool = False, threads=thread_count) -> None:
         self._compute, self.events = compute, events or Events()
-        self._clock, self._make_lanes, self._sync = clock, lanes, sync
+        self._clock, self._make_lanes, self._sync, self._threads = clock, lanes, sync, threads
         self._queue, self._paint = LatestWins(), PaintWait(clock)
         tune_malloc()  # freed maps go back to the system (the reaper's trim alone misses threads' arenas)
         self.reaper = Reaper(clock)  # frees replaced results (see release)
@@ -227,13 +237,13 @@ class Session:
     def _serve(self, request: Request, lanes: dict[str, Lane]) -> None:
         self.events.busy(True)
         try:
-            n = self.threads_used = thread_count(self.share, request.config)
+            n = self.threads_used = self._threads(self.share, request.config)
             lanes[lane_name(n, self.share.cores)].call(functools.partial(self._handle, request, n))
         except Cancelled:
             if not self._queue.stopping:  # stopped or superseded: the window learns the request is over
                 self.events.cancelled(request.id)
         except Exception as exc:  # MemoryError included: the app must survive anything the engine raises
-            self.events.failed(failure_of(request, exc))
+            self.events.failed(failure_of(request, exc, self.events.unexpected))
         finally:
             if not self._queue.has_newer():
                 self.events.busy(False)
@@ -255,20 +265,24 @@ class Session:
     # --- one request ------------------------------------------------------------------------------
 
     def _handle(self, request: Request, threads: int) -> None:
-        """On a lane: compute (with `threads` torch threads) if the config changed, then present."""
+        """On a lane: compute (with `threads` torch threads) if the config changed, then present (a request without
+        options: the result alone, its caller checks and draws it)."""
         set_torch_threads(threads)
         t0 = time.perf_counter()
-        stage = view_stage(request.options.view)
-        require_stage(request.config, stage)
-        needed = needed_stages(request.config, request.options)
+        options = request.options
+        stage = None if options is None else view_stage(options.view)
+        if stage is not None:
+            require_stage(request.config, stage)
+        needed = needed_stages(request.config, options)
         recomputed = self._stale(request, needed)
         stopped = recomputed and self._recompute(request, needed)
-        require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
+        if stage is not None:
+            require_kept(self._last, stage)  # a model records what its family exposes (weights only for some)
         zoom = self._zoomed(request, needed)
         if self._checkpoint():
             return
-        late = late_names(self._last, request.options) if recomputed else frozenset()
-        frames = present(self._last, request.options, self._pools, late)
+        late = late_names(self._last, options) if recomputed and options is not None else frozenset()
+        frames = None if options is None else present(self._last, options, self._pools, late)
         if self._queue.stopping:
             return
         if recomputed and self.prepare is not None:
@@ -291,18 +305,19 @@ class Session:
             reused, stopped = self._generate(request, needed)
         # a generation's view that its result cannot serve (a panel reading more): the plain forward
         plain = request.config if request.force else request.config.replace(generate=0)
-        self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request),
-                                         progress=self._progress_of(request), stages=self._opening_of(request))
+        self._last = reused or self._run(plain, needed, cancel=self._forward_cancel(request), record=request.record,
+                                         region=request.region, progress=self._progress_of(request),
+                                         stages=self._opening_of(request))
         self._last_request = request.config
         self._freezer.after(request.config)
         if self._zoomer is not None:
             self._zoomer.keep_for(self._last)
         return stopped
 
-    def _run(self, config: RunConfig, needed: frozenset[str], cancel=None, **stream) -> RunResult:
-        # the stages the window's views read (window_record); the pipeline view asks for every stage;
-        # a generation streams (on_step)
-        extra = {"record": window_record(config, needed)} | stream
+    def _run(self, config: RunConfig, needed: frozenset[str], cancel=None, record=None, **stream) -> RunResult:
+        # the request's record, or the stages the window's views read (window_record; the pipeline view asks for
+        # every stage); a generation streams (on_step)
+        extra = {"record": window_record(config, needed) if record is None else record} | stream
         cancel = cancel or self._checkpoint
         try:
             return self._compute(config, cancel=cancel, **extra)
@@ -413,8 +428,9 @@ class Session:
 
         def on_step(n: int, build) -> None:
             latest["build"] = build
-            if n >= count or self._clock() - latest.get("at", -math.inf) < PARTIAL_INTERVAL_S:
-                return  # the last token's result is the final one, which follows at once
+            if (request.options is None or n >= count
+                    or self._clock() - latest.get("at", -math.inf) < PARTIAL_INTERVAL_S):
+                return  # no view to show it in; the last token's result is the final one, which follows at once
             partial = build()
             frames = present(partial, request.options)  # its own cache: a new result
             self._deliver(Outcome(request, partial, frames, True, 0.0, partial=True,
@@ -430,8 +446,8 @@ class Session:
         """Run a generation, streaming partial results; (result, stopped). Stop keeps what was written."""
         latest: dict = {}
         try:
-            result = self._run(request.config, needed, cancel=self._generation_cancel(request),
-                               on_step=self._streamer(request, latest))
+            result = self._run(request.config, needed, cancel=self._generation_cancel(request), record=request.record,
+                               region=request.region, on_step=self._streamer(request, latest))
             return result, False
         except Cancelled:
             if (self._queue.stopping or self._cancel_id < request.id or self._superseded(request)

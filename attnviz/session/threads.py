@@ -45,3 +45,11 @@ def thread_count(share, config: RunConfig) -> int:
 def lane_name(threads: int, cores: int) -> str:
     """The lane a forward on `threads` torch threads runs on: `quiet` with every core, else `busy`."""
     return "quiet" if threads >= cores else "busy"
+
+
+def as_is(share, config: RunConfig) -> int:
+    """Torch threads for a forward run as a user's script runs it: the calling thread's count, unchanged (the CLI;
+    Session(threads=as_is))."""
+    import torch
+
+    return torch.get_num_threads()
