@@ -302,34 +302,34 @@ def _write(result, args: argparse.Namespace, options, ext: str):
 
 
 def _write_stats(result, path: str, b: int) -> None:
-    from attnviz.atomic import write_bytes
     from attnviz.explain import stats_csv_for
+    from attnviz.export.table import write_csv
 
-    write_bytes(path, stats_csv_for(result, b).encode("utf-8"))
+    write_csv(path, stats_csv_for(result, b))
 
 
 def _write_head_tables(result, args: argparse.Namespace) -> None:
     """--predictions and --head-scores: ConfigError where the model has no output head."""
-    from attnviz.atomic import write_bytes
     from attnviz.core import ConfigError
     from attnviz.core.analysis.heads import head_scores, head_scores_csv
     from attnviz.core.runs.predictions import predictions_csv
+    from attnviz.export.table import write_csv
 
     if args.predictions:
         if result.predictions is None:
             raise ConfigError("predictions", args.predictions, f"{result.config.model or result.config.variant} has no "
                               "output head to predict with (an encoder without a language-model head, or the decoder "
                               "side of an encoder-decoder)", "leave out --predictions, or give a causal or masked LM")
-        write_bytes(args.predictions, predictions_csv(result).encode("utf-8"))
+        write_csv(args.predictions, predictions_csv(result))
         print(f"wrote {args.predictions}")
     if args.head_scores:
-        write_bytes(args.head_scores, head_scores_csv(head_scores(result.config)).encode("utf-8"))
+        write_csv(args.head_scores, head_scores_csv(head_scores(result.config)))
         print(f"wrote {args.head_scores}")
     if args.patch_heads:
         from attnviz.core.analysis.patching import patch_heads, patching_csv
 
         scores = patch_heads(result.config, args.corrupted_text, args.answer, args.wrong)
-        write_bytes(args.patch_heads, patching_csv(scores).encode("utf-8"))
+        write_csv(args.patch_heads, patching_csv(scores))
         print(f"wrote {args.patch_heads}")
 
 
