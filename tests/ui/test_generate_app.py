@@ -265,3 +265,13 @@ def test_head_types_of_a_generation_are_measured_on_its_text_not_by_generating_a
     toy.panel.widgets["generate"].setValue(4)
     wait_shown(qtbot, toy)
     assert "head_scores" in toy.frames.extras and asked and set(asked) == {0}
+
+
+def test_the_written_text_wraps_between_words_and_inside_long_runs_only():
+    """Words of ordinary length wrap between words ("jumps", never "jum ps"); a run without spaces longer than the
+    label (a toy's letters) gets a break opportunity after each character; the text is escaped either way."""
+    from attnviz.ui.panels.generate import LONG_WORD, _breakable
+
+    assert _breakable("The quick brown fox jumps <over>") == "The quick brown fox jumps &lt;over&gt;"
+    long = "pophijackmehijackme" + "x" * LONG_WORD
+    assert _breakable(f"a {long}") == "a " + "\u200b".join(long)

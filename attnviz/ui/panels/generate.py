@@ -9,6 +9,7 @@ its prediction in the strip, and never asks the worker for anything.
 from __future__ import annotations
 
 import html
+import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider
@@ -19,6 +20,7 @@ from attnviz.ui.maps.mosaic import GENERATED_INK
 from attnviz.ui.widgets.basic import named
 
 TEXT_CHARS = 100  # the continuation label (three lines) shows the end of a longer text
+LONG_WORD = 16  # characters: a longer run without spaces may wrap anywhere
 STEP_ALL = "step: all tokens"
 
 
@@ -40,9 +42,13 @@ def continuation_html(result: RunResult) -> str:
 
 
 def _breakable(text: str) -> str:
-    """Escaped, with a zero-width space after each character: a label wraps a long word (a toy's letters, a
-    run of digits) anywhere instead of growing as wide as the word."""
-    return "\u200b".join(html.escape(c) for c in text)
+    """Escaped; a word longer than LONG_WORD characters (a toy's letters, a run of digits) gets a zero-width space
+    after each character, so the label wraps it anywhere instead of growing as wide as it. Words of ordinary
+    length wrap between words ("jumps", never "jum ps")."""
+    def part(match: re.Match) -> str:
+        run = match.group()
+        return "\u200b".join(map(html.escape, run)) if len(run) > LONG_WORD else html.escape(run)
+    return re.sub(r"\S+|\s+", part, text)
 
 
 class StepControls:
