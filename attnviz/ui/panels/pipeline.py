@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -33,6 +34,7 @@ from attnviz.style import BACKGROUND, TICK_INK, number
 from attnviz.ui.maps.square import SquareCells
 from attnviz.ui.maps.views import image_item, lean_axes, set_heat_image
 from attnviz.ui.widgets.basic import named
+from attnviz.ui.widgets.file_chooser import ElidedLabel
 
 ARROW_W = 22
 CAPTION_PX = 34  # a stage tile's two caption lines (title; shape and range)
@@ -136,7 +138,8 @@ class PipelineView(QWidget):
         self.exportButton = named(QPushButton("Export figure…"), "pipelineExportButton")
         self.exportButton.setToolTip("Save the pipeline as one PNG or SVG figure, or its stages as NPZ")
         self.exportButton.clicked.connect(self.sigExport)
-        self.infoLabel = QLabel()
+        self.infoLabel = ElidedLabel()  # a narrow dock shows "…" in the middle, the tooltip the whole line
+        self.infoLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.infoLabel.setStyleSheet("color: palette(mid);")
         top.addWidget(self.headSpin)
         top.addWidget(self.infoLabel, 1)
@@ -235,6 +238,7 @@ class PipelineView(QWidget):
         missing = f" · not kept: {', '.join(frames.missing)}" if frames.missing else ""
         self.infoLabel.setText(f"{len(frames.stages)} stages · {c.spec.label} · batch item {frames.batch_index}"
                                + missing)
+        self.infoLabel.setToolTip(self.infoLabel.text())
         if frames.large is not None:
             name, heat = frames.large
             set_heat_image(self.largeImage, heat)
