@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from .common import BENCH_DIR, code_state, load_average, log, machine_info, median
-from .models import SMOLLM2, TINY_LLAMA, HfShape, text_of, write_hf_model
+from .models import HfShape, text_of, written_model
 
 TARGET_RATIO = 1.2
 TOKENS = 64
@@ -93,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="a tiny model (the smoke test)")
     p.add_argument("--output", default=str(BENCH_DIR / "results-heads.json"))
     args = p.parse_args(argv)
-    shape = HfShape(**{**TINY_LLAMA.__dict__, "tokens": 16}) if args.tiny else \
-        HfShape(**{**SMOLLM2.__dict__, "tokens": TOKENS})
-    with tempfile.TemporaryDirectory(prefix="attnviz-heads-") as tmp:
-        folder = write_hf_model(shape, Path(tmp) / shape.name)
+    with written_model(args.tiny, TOKENS, "attnviz-heads-") as (folder, shape):
         log(f"head_effects on {shape.name} at {shape.tokens} tokens")
         result = {"schema": "attnviz-benchmarks-heads/1", "machine": machine_info(), "code": code_state(),
                   "head_effects": bench_head_effects(folder, shape, 1 if args.tiny else 3 if args.quick else 5,

@@ -32,6 +32,7 @@ kept busy meanwhile (`other_cores`). Generated folders live in a temporary direc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -180,6 +181,16 @@ def write_model(size: ModelSize, folder: Path) -> Path:
                                                                                                  ("[SEP]", 3)])
     tok.save(str(folder / "tokenizer.json"))
     return folder
+
+
+@contextlib.contextmanager
+def written_model(tiny: bool, tokens: int, prefix: str) -> Iterator[tuple[Path, HfShape]]:
+    """(folder, shape) of a random SmolLM2-135M-shaped checkpoint read with `tokens` tokens of text (a tiny llama
+    with 16, for the smoke test), written to a temporary folder that lasts the block."""
+    shape = HfShape(**{**TINY_LLAMA.__dict__, "tokens": 16}) if tiny else \
+        HfShape(**{**SMOLLM2.__dict__, "tokens": tokens})
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield write_hf_model(shape, Path(tmp) / shape.name), shape
 
 
 def write_hf_model(shape: HfShape, folder: Path, bfloat16_folder: Path | None = None) -> Path:

@@ -22,12 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from .common import BENCH_DIR, code_state, load_average, log, machine_info, median
-from .models import SMOLLM2, TINY_LLAMA, HfShape, text_of, write_hf_model
+from .models import HfShape, text_of, written_model
 
 TARGET_RATIO = 1.0
 TOKENS = 32
@@ -161,10 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-window", action="store_true", help="leave out the Patching panel's GUI stall")
     p.add_argument("--output", default=str(BENCH_DIR / "results-patching.json"))
     args = p.parse_args(argv)
-    shape = HfShape(**{**TINY_LLAMA.__dict__, "tokens": 16}) if args.tiny else \
-        HfShape(**{**SMOLLM2.__dict__, "tokens": TOKENS})
-    with tempfile.TemporaryDirectory(prefix="attnviz-patching-") as tmp:
-        folder = write_hf_model(shape, Path(tmp) / shape.name)
+    with written_model(args.tiny, TOKENS, "attnviz-patching-") as (folder, shape):
         log(f"patch_heads on {shape.name} at {shape.tokens} tokens")
         result = {"schema": "attnviz-benchmarks-patching/1", "machine": machine_info(), "code": code_state(),
                   "patch_heads": bench_patch_heads(folder, shape, 1 if args.tiny else 3 if args.quick else 5,
