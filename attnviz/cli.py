@@ -183,8 +183,9 @@ def _plan_render(args: argparse.Namespace) -> tuple:
             raise UsageError(f"{flag} {path}: give a .csv file")
     config = _build_config(args)
     options = _export_options(args)
-    if args.all_layers and not config.spec.backed:
-        raise UsageError("--all-layers needs a multi-layer model: give --model DIR")
+    if args.all_layers and not (config.spec.backed or config.spec.read):
+        raise UsageError("--all-layers needs a multi-layer model: give --model DIR_OR_GGUF, a toy's --preset, or "
+                         "--maps FILE.npz")
     npz_only = [flag for flag, given in (("--all-layers", args.all_layers), ("--stages", args.stages)) if given]
     if npz_only and args.output and not args.output.lower().endswith(".npz") and args.view != "pipeline":
         raise UsageError(f"{npz_only[0]} chooses the arrays an NPZ keeps; an image draws one view: write -o FILE.npz, "

@@ -48,6 +48,19 @@ def test_a_pretrained_run_with_every_layer_draws_each_layer_again(tmp_path, tiny
     assert result.tokens and result.config.model == str(tiny_models("llama"))
 
 
+def test_an_npz_of_every_layer_written_again_keeps_every_layer(tmp_path):
+    """Maps opened from a file and exported as NPZ again (the app's Export, `render --maps`) keep every layer the
+    file holds; --all-layers with --maps asks for what the file has."""
+    render(tmp_path, "run.npz", "--variant", "toy-induction", "--all-layers")
+    with np.load(tmp_path / "run.npz") as first:
+        layers = first["layer_weights"]
+    assert layers.shape[0] == 2
+    for name, flags in (("again.npz", ()), ("asked.npz", ("--all-layers",))):
+        render(tmp_path, name, "--maps", str(tmp_path / "run.npz"), *flags)
+        with np.load(tmp_path / name) as again:
+            np.testing.assert_array_equal(again["layer_weights"], layers)
+
+
 def test_the_opened_result_holds_the_files_arrays(tmp_path):
     render(tmp_path, "run.npz", "--variant", "toy-induction", "--all-layers")
     saved = np.load(tmp_path / "run.npz")
