@@ -9,6 +9,7 @@ the maps' own) and its numbers as CSV or NPZ. The window's panels call these; so
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -119,11 +120,16 @@ def lens_csv(frames: LensFrames | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rollout_csv(frames: RolloutFrames | None) -> str:
-    """The (L, L) rollout, a row per query."""
+def rollout_csv(frames: RolloutFrames | None, tokens: Sequence[str] = ()) -> str:
+    """The (L, L) rollout: a header of the key tokens, then a row per query, its token first (positions where the
+    run has no token labels)."""
     if frames is None or frames.data is None:
         return ""
-    return "\n".join(",".join(f"{v:.6g}" for v in row) for row in frames.data) + "\n"
+    n = len(frames.data)
+    labels = [t.replace(",", " ") for t in tokens] if len(tokens) == n else [str(i) for i in range(n)]
+    lines = ["query \\ key," + ",".join(labels)]
+    lines += [f"{label}," + ",".join(f"{v:.6g}" for v in row) for label, row in zip(labels, frames.data)]
+    return "\n".join(lines) + "\n"
 
 
 def compare_arrays(result: RunResult, pinned: RunResult, view: ViewOptions) -> dict[str, np.ndarray]:

@@ -100,8 +100,12 @@ def test_the_logit_lens_exports_its_tokens_and_their_probabilities(toy, qtbot, t
 def test_rollout_exports_the_rollout_of_every_layer(toy, qtbot, tmp_path):
     _open(toy, qtbot, "rolloutDock")
     expected = rollout(toy.result.layer_weights)[0]
-    np.testing.assert_allclose(np.loadtxt(toy.explain.export("rollout", str(tmp_path / "r.csv")), delimiter=","),
-                               expected, rtol=1e-4, atol=1e-7)
+    rows = toy.explain.export("rollout", str(tmp_path / "r.csv")).read_text().splitlines()
+    tokens = [t.replace(",", " ") for t in toy.result.tokens]
+    assert rows[0].split(",") == ["query \\ key", *tokens]  # labelled as the lens, focus and stats tables are
+    cells = [row.split(",") for row in rows[1:]]
+    assert [c[0] for c in cells] == tokens
+    np.testing.assert_allclose(np.array([c[1:] for c in cells], float), expected, rtol=1e-4, atol=1e-7)
     svg = toy.explain.export("rollout", str(tmp_path / "r.svg")).read_text()
     assert "Attention rollout" in svg and "data:image/png;base64" in svg  # the maps' own figure, not a grab
     png = np.asarray(Image.open(toy.explain.export("rollout", str(tmp_path / "r.png"))).convert("RGB"))

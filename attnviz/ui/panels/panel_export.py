@@ -72,7 +72,8 @@ def lens_table(views) -> str:
 
 
 def rollout_table(views) -> str:
-    return rollout_csv(_shown(views.rollout.frames, "rollout"))
+    result = views.window.result
+    return rollout_csv(_shown(views.rollout.frames, "rollout"), result.tokens if result is not None else ())
 
 
 def compare_arrays_to(views, path: str) -> Path:
