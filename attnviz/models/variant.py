@@ -23,7 +23,7 @@ def load_pretrained(c, memory_budget: int | None):
 
 PRETRAINED = register(VariantSpec(
     id="pretrained",
-    label="Pretrained model (local folder)",
+    label="Pretrained model (folder or .gguf)",
     seed="a Hugging Face model folder or a .gguf file, of any family transformers runs",
     description="A trained transformer on your own text: every layer and head, with the tokens on the axes.",
     build=not_a_module,
