@@ -59,11 +59,24 @@ def focus_figure(result: RunResult, frames: FocusFrames, batch_index: int = 0) -
     """Every head's attention of the focused query over the keys: a row per head, a column per key."""
     values = np.asarray(frames.values, dtype=np.float64)
     top = float(np.nanmax(values)) if np.isfinite(values).any() and np.nanmax(values) > 0 else 1.0
-    texts = [[f"{v:.2f}" for v in row] for row in values]
+    allowed = _focus_allowed(result, batch_index, frames.row, values.shape)
+    texts = [[f"{v:.2f}" if ok else "" for v, ok in zip(row, keep)] for row, keep in zip(values, allowed)]
+    index = value_index(values, (0.0, top))
+    index[~allowed] = colormaps.MASKED_INDEX  # the view's grey: a key the query may not see is no 0.00
     return heat_table_layout(f"Token focus \u00b7 query {frames.label} (position {frames.row})",
                              _parts(result, batch_index), list(frames.titles), list(frames.key_labels), texts,
-                             value_index(values, (0.0, top)), colormaps.lut(colormaps.DEFAULT_SEQUENTIAL),
-                             ("attention weight", (0.0, top)))
+                             index, colormaps.lut(colormaps.DEFAULT_SEQUENTIAL), ("attention weight", (0.0, top)))
+
+
+def _focus_allowed(result: RunResult, b: int, row: int, shape: tuple[int, int]) -> np.ndarray:
+    """(maps, Lkv) bool: the keys the focused query may attend to in each map (differential attention's
+    sub-maps share their head's mask)."""
+    mask = np.asarray(result.mask, dtype=bool)
+    mask = mask[min(b, mask.shape[0] - 1)] if mask.ndim == 4 else mask  # (H or 1, Lq or 1, Lkv)
+    keys = mask[:, min(row, mask.shape[-2] - 1)] if mask.ndim == 3 else mask[min(row, mask.shape[-2] - 1)][None]
+    if keys.shape[0] not in (1, shape[0]):
+        keys = np.repeat(keys, shape[0] // keys.shape[0], axis=0)
+    return np.broadcast_to(keys, shape)
 
 
 def lens_figure(result: RunResult, frames: LensFrames) -> Layout:

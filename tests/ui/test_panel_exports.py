@@ -76,7 +76,11 @@ def test_token_focus_exports_the_queries_row_of_every_head(toy, qtbot, tmp_path)
     np.testing.assert_allclose([[float(v) for v in line.split(",")[1:]] for line in lines[1:]], row, rtol=1e-5)
     png = ex.export("focus", str(tmp_path / "focus.png"))
     lay = focus_figure(toy.result, toy.explain.focus.frames)
-    expected = colormaps.lut(colormaps.DEFAULT_SEQUENTIAL)[value_index(row.astype(np.float64), (0.0, row.max()))]
+    allowed = np.broadcast_to(toy.result.mask, toy.result.weights.shape)[0, :, 5, :]
+    assert not allowed.all()  # causal: the keys after the query are masked
+    index = value_index(row.astype(np.float64), (0.0, row.max()))
+    index[~allowed] = colormaps.MASKED_INDEX  # grey, as the grid draws them: not a dark 0.00
+    expected = colormaps.lut(colormaps.DEFAULT_SEQUENTIAL)[index]
     np.testing.assert_array_equal(_cells(png, lay, *row.shape), expected[..., :3])
     svg = ex.export("focus", str(tmp_path / "focus.svg")).read_text()
     assert f">{row.max():.2f}<" in svg and "attention weight" in svg
