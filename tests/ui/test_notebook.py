@@ -22,6 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the t
 from tiny import make_gpt2  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def show_folders_in_tmp_path(tmp_path, monkeypatch):
+    """show() leaves its file in a temporary folder for the window to read: here, the test's own (it was
+    /tmp/attnviz-show-*, one more per run)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 @pytest.fixture(scope="module")
 def gpt2_attentions(tmp_path_factory):
     """transformers' own eager attention weights (output_attentions=True) of a tiny GPT-2 and its tokens."""
