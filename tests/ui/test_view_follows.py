@@ -27,8 +27,10 @@ def test_turning_alibi_off_while_biased_is_shown_falls_back_to_the_weights(windo
 def test_reset_resets_the_view_too_and_shows_the_defaults(window, qtbot):
     show(window, qtbot, RunConfig(position="alibi", mask="causal", seq_q=8, d_model=16, heads=2))
     window.viewCombo.setCurrentIndex(window.viewCombo.findData("biased"))
+    window.headGrid.set_focus(1)  # a head enlarged
     wait_shown(qtbot, window)
     window.resetAction.trigger()
     qtbot.waitUntil(lambda: window.shown_id == window.latest_id and window.result.config == RunConfig(),
                     timeout=15000)
     assert window.viewCombo.currentData() == "weights" and window.last_error is None
+    assert window.headGrid.focus is None  # the grid of every head again

@@ -113,6 +113,11 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.request()
         freeze_alive()  # torch, Qt, pyqtgraph: they live as long as the app (the one gc policy)
 
+    def _reset_view(self) -> None:
+        """Reset resets the view too: the weights, and the grid of every head (no head enlarged)."""
+        self.viewCombo.setCurrentIndex(0)
+        self.headGrid.set_focus(None)
+
     def _build(self) -> None:
         self._make_central()
         self._make_status_bar()
@@ -139,7 +144,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.panel.generateButton.clicked.connect(self.generate)
         self.panel.stopButton.clicked.connect(self.stop_generation)
         self.panel.sigChanged.connect(self.schedule)
-        self.panel.resetButton.clicked.connect(lambda: self.viewCombo.setCurrentIndex(0))  # Reset: the weights too
+        self.panel.resetButton.clicked.connect(self._reset_view)
         self.panel.sigBatchIndexChanged.connect(self.schedule)
         self.headGrid.sigHover.connect(self._show_hover)
         self.outputView.sigHover.connect(self._show_hover)
