@@ -74,10 +74,11 @@ def test_logit_attribution_panel_equals_the_api_and_a_click_shows_a_heads_source
     baseline = view.baselineCombo.findData(int(toy.result.top_ids[-1][1]))
     view.baselineCombo.setCurrentIndex(baseline)  # logit(top-1) - logit(top-2)
     qtbot.waitUntil(lambda: view.attribution.baseline == int(toy.result.top_ids[-1][1]), timeout=20000)
+    assert view.sources.isHidden()  # no head clicked yet: the layer x head table takes the room
     index = view.table.heat.index(1, 2)
     view.table.clicked.emit(index)
     a = view.attribution
-    assert view.sources.heat.columnCount() == len(a.tokens)
+    assert not view.sources.isHidden() and view.sources.heat.columnCount() == len(a.tokens)
     assert view.sources.cell_text(0, 10) == f"{a.sources[1, 2, 10]:.2f}"
     shot(toy, "logit-attribution-panel")
     qtbot.waitUntil(lambda: toy.headGrid.focus == 2, timeout=10000)

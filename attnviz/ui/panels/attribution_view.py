@@ -51,6 +51,7 @@ class AttributionView(QWidget):
         self.sources = named(HeatTable(cell_width=44), "logitAttributionSources")
         self.sources.setToolTip("The clicked head's share split over the key positions it read (α · v · W_O)")
         self.sources.setMaximumHeight(64)
+        self.sources.hide()  # until a head is clicked: the layer x head table takes the room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(self._top)
@@ -153,7 +154,7 @@ class AttributionView(QWidget):
             self.shown_key, self.attribution = None, None
             self.infoLabel.setText(f"No attribution: {message}")
             self.table.heat.clear()
-            self.sources.heat.clear()
+            self._clear_sources()
 
     def _done(self, key, attribution) -> None:
         self.job.finished(key)
@@ -167,7 +168,12 @@ class AttributionView(QWidget):
         layers, heads = a.heads.shape
         texts = [[f"{v:.2f}" for v in row] for row in a.heads]
         fill(self.table, a.heads, [f"L{n}" for n in range(layers)], [f"H{h}" for h in range(heads)], self._tip, texts)
+        self._clear_sources()
+
+    def _clear_sources(self) -> None:
         self.sources.heat.clear()
+        self.sources.hide()
+        self.sourcesLabel.setText("Click a head: where its share came from")
 
     def _tip(self, row: int, col: int) -> str:
         return f"layer {row} head {col}: adds {self.attribution.heads[row, col]:.4g} · click for its sources"
@@ -184,6 +190,7 @@ class AttributionView(QWidget):
         row = a.sources[layer, head][None]
         fill(self.sources, row, [f"L{layer} H{head}"], list(a.tokens),
              lambda r, c: f"{a.tokens[c]!r} (position {c}): {row[0, c]:.4g}", [[f"{v:.2f}" for v in row[0]]])
+        self.sources.show()
         top = int(np.argmax(np.abs(row[0])))
         self.sourcesLabel.setText(f"L{layer} H{head}'s share {a.heads[layer, head]:.3f} by the token it read; most "
                                   f"from {a.tokens[top]!r} at {top}")
