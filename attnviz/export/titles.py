@@ -53,7 +53,7 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         else:
             heading = f"Stage {view}: {BY_NAME[view].description}"
         if options.what == "rollout":
-            heading = f"Attention rollout \u00b7 {tiles[0].title}"
+            heading = f"Attention rollout \u00b7 {tiles[0].title.removeprefix('rollout ')}"  # "over N layers"
         elif options.what == "head":
             heading += f" \u00b7 head {options.head} of {c.heads}"
         elif options.what == "mean":
@@ -64,7 +64,8 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         name = model_title(result)
         if c.text:
             name += f' · "{c.text if len(c.text) <= 40 else c.text[:39] + "…"}"'
-        return heading, [name, f"layer {c.layer}", f"{c.seq_q} tokens", c.shapes_text(), mask_text(c),
+        layer = [] if options.what == "rollout" else [f"layer {c.layer}"]  # rollout is every layer's
+        return heading, [name, *layer, f"{c.seq_q} tokens", c.shapes_text(), mask_text(c),
                          f"float32 on {result.device}"]
     parts = [f"{c.spec.label} ({c.variant})", c.shapes_text(), mask_text(c)]
     if c.safe_softmax and c.applies("safe_softmax"):
