@@ -69,8 +69,10 @@ def test_statistics_export_their_numbers_and_a_heat_table(toy, qtbot, tmp_path):
 
 def test_token_focus_exports_the_queries_row_of_every_head(toy, qtbot, tmp_path):
     _open(toy, qtbot, "focusDock")
+    assert not toy.explain.focus.exportButton.isEnabled()  # no query focused yet: nothing to export
     toy.explain.focus.toggle(5)
     wait_shown(qtbot, toy)
+    assert toy.explain.focus.exportButton.isEnabled()
     ex, row = toy.explain, toy.result.weights[0, :, 5, :]  # (heads, keys)
     lines = ex.export("focus", str(tmp_path / "focus.csv")).read_text().splitlines()
     np.testing.assert_allclose([[float(v) for v in line.split(",")[1:]] for line in lines[1:]], row, rtol=1e-5)

@@ -39,7 +39,8 @@ class CompareView(QWidget):
         self.headSpin.setToolTip("The head compared")
         self.headSpin.valueChanged.connect(self.sigChanged)
         self.exportButton = named(QPushButton("Export…"), "compareExportButton")
-        self.exportButton.setToolTip("Save the difference of every head as NPZ, or the panel as a PNG image")
+        self.exportButton.setToolTip("Save the difference of every head as NPZ, or the pinned, current and "
+                                     "difference maps as a PNG or SVG figure")
         self.exportButton.clicked.connect(self.sigExport)
         self.infoLabel = QLabel("Pin a result to compare the next ones with it")
         self.infoLabel.setWordWrap(True)
@@ -96,7 +97,7 @@ class RolloutView(QWidget):
                                 "head-averaged maps mixed with the residual, 0.5·A + 0.5·I")
         self.infoLabel.setWordWrap(True)
         self.exportButton = named(QPushButton("Export…"), "rolloutExportButton")
-        self.exportButton.setToolTip("Save the rollout map as CSV, or the panel as a PNG image")
+        self.exportButton.setToolTip("Save the rollout as CSV, or as a PNG or SVG figure")
         self.exportButton.clicked.connect(self.sigExport)
         self.scene = pg.GraphicsLayoutWidget()
         self.scene.setBackground(BACKGROUND)

@@ -56,8 +56,10 @@ class FocusView(QWidget):
         self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt", brush=style.LABEL_FILL)
         self.curves: list[pg.PlotDataItem] = []
         self.exportButton = named(QPushButton("Export…"), "focusExportButton")
-        self.exportButton.setToolTip("Save the focused rows as CSV, or the plot as a PNG image")
+        self.exportButton.setToolTip("Save the focused query's row of every head as CSV, or as a PNG or SVG "
+                                     "figure (pick a token first)")
         self.exportButton.clicked.connect(self.sigExport)
+        self.exportButton.setEnabled(False)
         self.infoLabel = QLabel("Click a query token")
         top = QHBoxLayout()
         top.addWidget(self.infoLabel, 1)
@@ -113,6 +115,7 @@ class FocusView(QWidget):
 
     def show_frames(self, frames: FocusFrames | None) -> None:
         self.frames = frames
+        self.exportButton.setEnabled(frames is not None)  # nothing focused: nothing to export
         if frames is None:
             for c in self.curves:
                 c.setVisible(False)
