@@ -13,10 +13,9 @@ import numpy as np
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from attnviz import colormaps
 from attnviz.core.runs.lru import LRU
 from attnviz.explain import forward_config, prompt_config
-from attnviz.ui.panels.circuit_job import Job, progress_row
+from attnviz.ui.panels.circuit_job import Job, fill, progress_row
 from attnviz.ui.panels.heat_table import HeatTable
 from attnviz.ui.widgets.basic import named
 
@@ -170,14 +169,10 @@ class HeadEffectsView(QWidget):
         self.progress.hide()
         self.cancelButton.setText("Compute")
         self.cancelButton.setEnabled(False)  # shown: nothing to compute
-        bound = float(np.nanmax(np.abs(effects))) if np.isfinite(effects).any() else 0.0
-        frac = 0.5 + 0.5 * np.nan_to_num(effects) / (bound or 1.0)  # symmetric: 0 is the middle colour
-        index = np.round(frac * (colormaps.DATA_LEVELS - 1)).astype(np.uint8)
-        index[~np.isfinite(effects)] = colormaps.NAN_INDEX
         texts = [[f"{v:.2f}" for v in row] for row in effects]
         layers, heads = effects.shape
-        self.table.heat.set_cells(texts, index, colormaps.lut(colormaps.DEFAULT_DIVERGING),
-                                  [f"L{n}" for n in range(layers)], [f"H{h}" for h in range(heads)], self._tip)
+        fill(self.table, effects, [f"L{n}" for n in range(layers)], [f"H{h}" for h in range(heads)], self._tip,
+             texts)  # the circuit panels' signed colouring: 0 is the middle colour
         where = ("over every position with a target" if key[1] is None
                  else f"at position {self.positionCombo.currentText()}")
         top = np.unravel_index(np.nanargmax(np.nan_to_num(effects, nan=-np.inf)), effects.shape)
