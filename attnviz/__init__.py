@@ -8,8 +8,9 @@ __version__ = "0.1.0"
 VARIANT_MODULES = ("attnviz.models.variant", "attnviz.toys.variant", "attnviz.core.runs.saved")
 
 # From a notebook or a script (attnviz/notebook.py, loaded on first use: `import attnviz` stays light):
-# show(attention, tokens) opens the window on attention you already have; bertviz's head_view and model_view.
-_NOTEBOOK = ("show", "head_view", "model_view")
+# show(attention, tokens) opens the window on attention you already have; save() writes its figure or .npz;
+# attention_maps() gives it as (layers, heads, q, k); bertviz's head_view and model_view.
+_NOTEBOOK = ("show", "save", "attention_maps", "head_view", "model_view")
 
 
 def __getattr__(name: str):

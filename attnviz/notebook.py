@@ -6,6 +6,7 @@
     attnviz.show(cache, tokens=model.to_str_tokens(text))  # a TransformerLens ActivationCache (its patterns)
     attnviz.show(weights)                                 # any array: (layers, heads, q, k) or (heads, q, k)
     from attnviz import head_view, model_view             # bertviz's calls, as they are
+    attnviz.save(out.attentions, "maps.svg", tokens=tokens, layer=3)  # a figure, no window (also headless)
 
 The maps are checked (shape, finite, rows summing to about 1 unless scores=True), written to a temporary .npz
 (the format `attnviz render -o FILE.npz` writes, see core/runs/saved.py) and opened by a new attnviz process, so the
@@ -165,6 +166,23 @@ def show(attention: Any, tokens: Sequence[str] | None = None, key_tokens: Sequen
     maps = attention_maps(attention, batch_index, scores)
     result = maps_result(maps, tokens, key_tokens, layer, scores)
     return open_window(_write(result))
+
+
+def save(attention: Any, path: str | os.PathLike, tokens: Sequence[str] | None = None,
+         key_tokens: Sequence[str] | None = None, *, layer: int = 0, batch_index: int = 0, scores: bool = False,
+         **options: Any) -> Path:
+    """Write `attention` (see attention_maps) as `path`: .png or .svg, the figure `attnviz render` draws of
+    `layer`; .npz, every layer (open it with `attnviz FILE`). `options` are ExportOptions' fields (what="mean",
+    colormap="magma", ...). No window and no display needed; returns the path written."""
+    from attnviz.export import ExportOptions, export  # QtGui with it: only when a file is written
+
+    result = maps_result(attention_maps(attention, batch_index, scores), tokens, key_tokens, layer, scores)
+    try:
+        chosen = ExportOptions(**{"all_layers": True, **options})
+    except TypeError as exc:
+        raise ConfigError("options", ", ".join(options), str(exc),
+                          f"use ExportOptions' fields: {', '.join(ExportOptions.__dataclass_fields__)}") from None
+    return export(result, path, chosen)
 
 
 def _write(result: RunResult) -> Path:

@@ -7,6 +7,7 @@ import math
 from attnviz.core.kernel.stages import BY_NAME
 from attnviz.core.runs.config import RunConfig
 from attnviz.core.runs.runner import RunResult
+from attnviz.core.runs.saved import MAPS_VARIANT
 from attnviz.export.items import Text
 from attnviz.export.options import ExportOptions
 from attnviz.export.qt import Metrics
@@ -67,6 +68,10 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         layer = [] if options.what == "rollout" else [f"layer {c.layer}"]  # rollout is every layer's
         return heading, [name, *layer, f"{c.seq_q} tokens", c.shapes_text(), mask_text(c),
                          f"float32 on {result.device}"]
+    if c.variant == MAPS_VARIANT:  # maps given from Python (show(), save()): their shape is all that is known
+        layers = 1 if result.layer_weights is None else result.layer_weights.shape[0]
+        where = [f"layer {c.layer} of {layers}"] if layers > 1 and options.what != "rollout" else []
+        return heading, ["attention maps given", *where, c.shapes_text()]
     parts = [f"{c.spec.label} ({c.variant})", c.shapes_text(), mask_text(c)]
     if c.safe_softmax and c.applies("safe_softmax"):
         parts.append("safe softmax")

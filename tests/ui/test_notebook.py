@@ -151,3 +151,29 @@ def test_head_view_and_model_view_write_the_maps_bertviz_would_draw(monkeypatch,
     assert np.array_equal(head.weights[0], attentions[2][0].numpy()) and head.config.layer == 2
     assert head.tokens == tuple(t.replace("\u0120", " ") for t in tokens)  # bertviz's prettify_tokens
     assert np.array_equal(model.layer_weights[:, 0], torch.stack([attentions[0], attentions[2]])[:, 0].numpy())
+
+
+def test_save_writes_the_figure_and_the_maps_with_no_window(tmp_path, monkeypatch, gpt2_attentions):
+    from attnviz.core.runs.saved import read_maps
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)  # save() needs no display, unlike show()
+    attentions, tokens = gpt2_attentions
+    expected = torch.stack(attentions)[:, 0].numpy()
+    saved = read_maps(attnviz.save(attentions, tmp_path / "maps.npz", tokens=tokens, layer=2))
+    assert np.array_equal(saved.weights[0], expected[2]) and np.array_equal(saved.layer_weights[:, 0], expected)
+    assert saved.axis_tokens() == (tuple(tokens), tuple(tokens))
+    svg = attnviz.save(attentions, tmp_path / "maps.svg", tokens=tokens, layer=1).read_text()
+    assert "attention maps given \u00b7 layer 1 of 3" in svg and "seed" not in svg
+    assert all(f">{t}<" in svg for t in tokens if t.isalpha())
+    png = attnviz.save(attentions, tmp_path / "mean.png", tokens=tokens, what="mean")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_save_names_a_bad_option_and_writes_nothing(tmp_path, gpt2_attentions):
+    attentions, tokens = gpt2_attentions
+    with pytest.raises(ConfigError, match="colour.*use ExportOptions' fields: what, view"):
+        attnviz.save(attentions, tmp_path / "maps.png", tokens=tokens, colour="red")
+    with pytest.raises(ValueError, match="use one of grid, head, mean"):
+        attnviz.save(attentions, tmp_path / "maps.png", tokens=tokens, what="everything")
+    assert list(tmp_path.iterdir()) == []
