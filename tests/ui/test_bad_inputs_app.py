@@ -37,7 +37,7 @@ def test_memory_quick_fix_of_a_padding_run_gives_a_valid_config(window, qtbot, m
 
 
 @pytest.mark.parametrize("answer", [NO, YES])
-def test_saving_over_a_read_only_file_asks_first(window, tmp_path, monkeypatch, answer):
+def test_saving_over_a_read_only_file_asks_first(window, qtbot, tmp_path, monkeypatch, answer):
     target = tmp_path / "protected.json"
     target.write_text("old")
     target.chmod(0o444)
@@ -46,6 +46,7 @@ def test_saving_over_a_read_only_file_asks_first(window, tmp_path, monkeypatch, 
     window.save_dialog()
     assert asked and "read-only" in asked[0]
     if answer == YES:
+        qtbot.waitUntil(lambda: window.statusBar().currentMessage() == f"Saved {target}", timeout=20000)
         assert RunConfig.from_json(target.read_text()) == window.panel.config()
     else:
         assert target.read_text() == "old"

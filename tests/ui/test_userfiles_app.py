@@ -210,3 +210,32 @@ def test_opening_a_configuration_hashes_its_weights_off_the_gui_thread(window, q
     release.set()
     qtbot.waitUntil(lambda: any("changed since the configuration was saved" in m for m in shown), timeout=60000)
     shot(window, "config-opened-then-file-changed-note")
+
+
+def test_saving_a_configuration_hashes_its_weights_off_the_gui_thread(window, qtbot, tmp_path, monkeypatch,
+                                                                      seed000):
+    """Ctrl+S records each named file's sha256 in the saved file: taken on another thread, never the GUI's."""
+    import hashlib
+    from types import SimpleNamespace
+
+    weights, _, _ = seed000
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    window.load_file("weights", weights)
+    wait_shown(qtbot, window)
+    hashers = []
+
+    def recorded_sha256():
+        hashers.append(threading.current_thread())
+        return hashlib.sha256()
+
+    monkeypatch.setattr(userfiles, "hashlib", SimpleNamespace(sha256=recorded_sha256))
+    userfiles._cache.clear()
+    target = tmp_path / "saved.json"
+    monkeypatch.setattr("attnviz.ui.window.files.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
+    window.save_dialog()
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage() == f"Saved {target}", timeout=20000)
+    with open(weights, "rb") as f:
+        expected = hashlib.sha256(f.read()).hexdigest()
+    assert json.loads(target.read_text())["files"]["weights"]["sha256"] == expected
+    assert hashers and threading.main_thread() not in hashers

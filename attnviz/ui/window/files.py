@@ -24,9 +24,7 @@ class WindowFiles:
 
     def save_config(self, path: str, replace_readonly: bool = False) -> None:
         """Write the panel's configuration as JSON (atomically; the preset format)."""
-        from attnviz.atomic import write_bytes
-
-        write_bytes(path, saved_json(self.panel.config()).encode("utf-8"), replace_readonly)
+        _write_config(path, saved_json(self.panel.config()), replace_readonly)
 
     def open_config(self, path: str) -> None:
         """Open a saved configuration at once. The sha256 of each weights or inputs file it was saved with is
@@ -73,18 +71,29 @@ class WindowFiles:
             self._save_to(path if path.endswith(".json") else path + ".json")
 
     def _save_to(self, path: str) -> None:
+        """Save on a thread: the sha256 of a weights or inputs file the configuration names is part of the file,
+        and a big one takes a while to hash."""
+        from attnviz.ui.widgets.jobs import BackgroundJob
         from attnviz.ui.window.export_dialog import confirm_write
 
         replace_readonly = confirm_write(self, path)
         if replace_readonly is None:
             self.statusBar().showMessage(f"Not saved: {path} is read-only", 6000)
             return
-        try:
-            self.save_config(path, replace_readonly)
-            self._remember_dir(path)
-            self.statusBar().showMessage(f"Saved {path}", 4000)
-        except Exception as exc:
-            QMessageBox.warning(self, "Cannot save", str(exc))
+        config = self.panel.config()
+        self._saveJob = BackgroundJob()
+        self._saveJob.sigDone.connect(self._config_saved)
+        self._saveJob.sigFailed.connect(self._config_not_saved)
+        self.statusBar().showMessage(f"Saving {path}\u2026")
+        self._saveJob.start(lambda: _write_config(path, saved_json(config), replace_readonly))
+
+    def _config_saved(self, path) -> None:
+        self._remember_dir(str(path))
+        self.statusBar().showMessage(f"Saved {path}", 4000)
+
+    def _config_not_saved(self, message: str) -> None:
+        self.statusBar().clearMessage()
+        QMessageBox.warning(self, "Cannot save", message)
 
     def open_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open configuration", self._start_dir(), "JSON (*.json)")
@@ -151,3 +160,10 @@ class WindowFiles:
 
     def copy_failed(self, message: str) -> None:
         self.statusBar().showMessage(f"Not copied: {message}", 8000)
+
+
+def _write_config(path: str, text: str, replace_readonly: bool) -> str:
+    from attnviz.atomic import write_bytes
+
+    write_bytes(path, text.encode("utf-8"), replace_readonly)
+    return path
