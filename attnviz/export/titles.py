@@ -65,7 +65,7 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         if c.text:
             name += f' · "{c.text if len(c.text) <= 40 else c.text[:39] + "…"}"'
         layer = [] if options.what == "rollout" else [f"layer {c.layer}"]  # rollout is every layer's
-        return heading, [name, *layer, f"{c.seq_q} tokens", c.shapes_text(), mask_text(c),
+        return heading, [name, *layer, result.token_count_text(), c.shapes_text(), mask_text(c),
                          f"float32 on {result.device}"]
     parts = [f"{c.spec.label} ({c.variant})", c.shapes_text(), mask_text(c)]
     if c.safe_softmax and c.applies("safe_softmax"):
