@@ -10,6 +10,7 @@ nearest-neighbour by an integer scale, so every cell is a crisp square of exactl
 
     options   ExportOptions, FORMATS, WHATS, file names
     figure    the composed figure (layout(), auto_scale), from titles, ticks and colourbar
+    generated a generation's marks: the generated tokens' labels in blue, a dashed line at the prompt's end
     items     the drawing items and the size limit, plain data
     png, svg  the two backends; qt holds what they need from QtGui
     pipeline  one head's pipeline figure

@@ -13,13 +13,14 @@ import numpy as np
 from attnviz.core.runs.runner import RunResult
 from attnviz.explain import render_extras
 from attnviz.export.colourbar import colour_bar, legend_swatches
+from attnviz.export.generated import PromptEnd, boundary_lines, prompt_end
 from attnviz.export.items import Layout, Line, Raster, Text, check_size
 from attnviz.export.options import ExportOptions
 from attnviz.export.qt import Metrics
 from attnviz.export.ticks import all_labels_scale, position_ticks, token_ticks
 from attnviz.export.titles import title_items, title_lines, title_parts
 from attnviz.frames import ColourScale, HeatImage, ViewOptions, not_kept_note, pool_maps, quantise_scaled, render
-from attnviz.style import COMPACT_DIGITS, FRAME, LABEL_PX, SOFT_INK, TICK_INK, TICK_PX, TILE_PX, number
+from attnviz.style import COMPACT_DIGITS, FRAME, LABEL_PX, SOFT_INK, TICK_PX, TILE_PX, number
 
 MIN_TILE_PX = 240  # auto scale: the longer side of a tile reaches at least this ...
 MAX_AUTO_SCALE = 32  # ... with at most this many pixels per cell
@@ -145,10 +146,10 @@ def _axis_name_items(items: list, m: Metrics, grid: tuple, margin: int, xname: s
 
 
 def _tile_items(items: list, m: Metrics, tiles, titles: list[str] | None, grid: tuple, block: tuple,
-                ticks: tuple | None) -> list[tuple[int, int, int, int]]:
+                ticks: tuple | None, end: PromptEnd | None = None) -> list[tuple[int, int, int, int]]:
     """Each tile's image (cells upscaled s times), title and ticks at its place in the grid
-    (x, y, columns); block = (y tick column, inner width, block width and height, title height, s).
-    Returns the images' rectangles."""
+    (x, y, columns); block = (y tick column, inner width, block width and height, title height, s);
+    `end`: a generation's marks. Returns the images' rectangles."""
     grid_x, grid_y, ncols = grid
     ytick_w, inner_w, block_w, block_h, tt_h, s = block
     rects = []
@@ -163,16 +164,21 @@ def _tile_items(items: list, m: Metrics, tiles, titles: list[str] | None, grid: 
             rgba = np.repeat(np.repeat(rgba, s, axis=0), s, axis=1)
         items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
         rects.append((ix, iy, img_w, img_h))
+        if end is not None:
+            items += boundary_lines(end, rects[-1], s)
         if titles is not None:
             items.append(Text(ix + img_w / 2, by + m.ascent(TILE_PX, True), titles[i], TILE_PX, True, "middle"))
         if ticks is not None:
-            _tick_items(items, m, (ix, iy, img_w, img_h, s), *ticks)
+            _tick_items(items, m, (ix, iy, img_w, img_h, s), *ticks, end=end)
     return rects
 
 
-def _tick_items(items: list, m: Metrics, image: tuple, xtext: dict, ytext: dict, rotated: bool) -> None:
-    """Tick marks and labels below and left of one tile's image (x, y, width, height, cell px)."""
+def _tick_items(items: list, m: Metrics, image: tuple, xtext: dict, ytext: dict, rotated: bool,
+                end: PromptEnd | None = None) -> None:
+    """Tick marks and labels below and left of one tile's image (x, y, width, height, cell px); a generation's
+    (`end`) in blue from the prompt's end on."""
     ix, iy, img_w, img_h, s = image
+    end = end or PromptEnd(None, None)
     tick_len = TICK_LEN
     ta = m.ascent(TICK_PX)
     for j, text in xtext.items():
@@ -180,13 +186,14 @@ def _tick_items(items: list, m: Metrics, image: tuple, xtext: dict, ytext: dict,
         items.append(Line(x, iy + img_h, x, iy + img_h + tick_len, FRAME))
         if rotated:  # token labels stand, reading bottom to top
             items.append(Text(x + ta * 0.36, iy + img_h + tick_len + 3, text, TICK_PX, anchor="end",
-                              color=TICK_INK, rotated=True))
+                              color=end.ink(j, "x"), rotated=True))
         else:
-            items.append(Text(x, iy + img_h + tick_len + 1 + ta, text, TICK_PX, anchor="middle", color=TICK_INK))
+            items.append(Text(x, iy + img_h + tick_len + 1 + ta, text, TICK_PX, anchor="middle",
+                              color=end.ink(j, "x")))
     for j, text in ytext.items():
         y = iy + (j + 0.5) * s
         items.append(Line(ix - tick_len, y, ix, y, FRAME))
-        items.append(Text(ix - tick_len - 3, y + ta * 0.36, text, TICK_PX, anchor="end", color=TICK_INK))
+        items.append(Text(ix - tick_len - 3, y + ta * 0.36, text, TICK_PX, anchor="end", color=end.ink(j, "y")))
 
 
 def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
@@ -223,7 +230,8 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     items: list = []
     tile_rects = _tile_items(items, m, tiles, tile_titles, (grid_x, grid_y, ncols),
                              (ytick_w, inner_w, block_w, block_h, tt_h, s),
-                             (xtext, ytext, tokens) if options.axis_labels else None)
+                             (xtext, ytext, tokens) if options.axis_labels else None,
+                             prompt_end(result, options.what))
 
     content_bottom = grid_y + grid_h
     if options.axis_labels:

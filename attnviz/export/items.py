@@ -62,6 +62,8 @@ class Line:
     x2: float
     y2: float
     color: str = FRAME
+    width: float = 1.0  # px
+    dashed: bool = False  # dashes 4 widths long, 2 apart (Qt's DashLine, as the window draws it)
 
 
 @dataclass

@@ -29,7 +29,8 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
     `extra` arrays, atomically. Token-labelled runs add `tokens` (str) and `token_ids`; all_layers adds
     `layer_weights`, every layer's weights (layers, H, L, L). core/runs/saved.py reads the file back.
     Runs on your own files add their names and sha256s (file_arrays; also under "files" in `config`); a
-    generation adds `prompt_length` and always `layer_weights`, as maps opened from a file that holds them do."""
+    generation adds `prompt_length`, `generated` (bool per token: the model wrote it) and always `layer_weights`, as
+    maps opened from a file that holds them do."""
     arrays = {name: np.asarray(a) for name, a in result.arrays().items()} | file_arrays(result) | extra
     arrays["device"] = np.array(result.device)  # the device the maps were computed on, as titles say
     if result.config.spec.backed:
@@ -51,6 +52,7 @@ def write_npz(result: RunResult, path: str | os.PathLike, all_layers: bool = Fal
             arrays["region"] = result.region
     if result.prompt_length is not None:  # a generation: where the prompt ends, and every layer's maps
         arrays["prompt_length"] = np.asarray(result.prompt_length)
+        arrays["generated"] = result.generated_mask()  # per token: True where the model wrote it
         all_layers = True
     all_layers = all_layers or bool(result.opened)  # maps opened from a file keep every layer the file holds
     if all_layers and result.layer_weights is not None:

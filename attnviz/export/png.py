@@ -21,7 +21,7 @@ def _bar_rgba(lut: np.ndarray, w: int, h: int) -> np.ndarray:
 
 def paint(lay: Layout):
     """Any composed Layout as a QImage (RGB32), painted item by item without antialiasing (crisp cells)."""
-    from PySide6.QtCore import QPointF, QRectF
+    from PySide6.QtCore import QPointF, QRectF, Qt
     from PySide6.QtGui import QColor, QImage, QPainter, QPen
 
     m = Metrics()
@@ -45,7 +45,10 @@ def paint(lay: Layout):
                     p.setBrush(QColor(0, 0, 0, 0))
                     p.drawRect(QRectF(it.x - 1, it.y - 1, it.w + 1, it.h + 1))
             elif isinstance(it, Line):
-                p.setPen(QPen(QColor(it.color), 1))
+                pen = QPen(QColor(it.color), it.width)
+                if it.dashed:
+                    pen.setStyle(Qt.PenStyle.DashLine)
+                p.setPen(pen)
                 p.drawLine(QPointF(it.x1, it.y1), QPointF(it.x2, it.y2))
             elif isinstance(it, Text):
                 p.setFont(m.font(it.px, it.bold))

@@ -71,12 +71,17 @@ def svg_document(lay: Layout) -> str:
         elif isinstance(it, Box):
             out += _box(it)
         elif isinstance(it, Line):
-            out.append(f'<line x1="{_n(it.x1)}" y1="{_n(it.y1)}" x2="{_n(it.x2)}" y2="{_n(it.y2)}" '
-                       f'stroke="{it.color}" stroke-width="1"/>')
+            out.append(_line(it))
         elif isinstance(it, Text):
             out.append(_text(it))
     out += ["</g>", "</svg>", ""]
     return "\n".join(out)
+
+
+def _line(it: Line) -> str:
+    dashes = f' stroke-dasharray="{_n(4 * it.width)} {_n(2 * it.width)}"' if it.dashed else ""
+    return (f'<line x1="{_n(it.x1)}" y1="{_n(it.y1)}" x2="{_n(it.x2)}" y2="{_n(it.y2)}" '
+            f'stroke="{it.color}" stroke-width="{_n(it.width)}"{dashes}/>')
 
 
 def _bar(it: Bar, gid: str) -> list[str]:

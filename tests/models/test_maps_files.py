@@ -17,6 +17,7 @@ RUNS = {
     "seed": ["--preset", "seed000-demo"],
     "seed-causal-rope": ["--variant", "causal", "--position", "rope", "--seq-q", "12"],
     "toy": ["--variant", "toy-induction"],
+    "toy-generated": ["--variant", "toy-induction", "--text", "pophijackmehij", "--generate", "4"],  # marks kept
     "pooled": ["--variant", "causal", "--seq-q", "1500", "--pool", "always", "--heads", "2", "--d-model", "16"],
 }
 

@@ -86,7 +86,7 @@ def test_generate_writes_the_continuation_and_pressed_again_writes_again(toy, qt
     qtbot.waitUntil(lambda: toy.shown_id > before and toy.is_settled(), timeout=15000)
     assert len(slow.calls) == calls + 1 and "".join(toy.result.tokens) == "pophijackmehijackm"
     assert toy.panel.generatedLabel.isVisible() and "ackm" in toy.panel.generatedLabel.text().replace("\u200b", "")
-    assert "generated 4 tokens" in toy.statusLabel.text()
+    assert toy.statusLabel.text().startswith("14 prompt + 4 generated tokens · ")
     assert not toy.panel.stopButton.isEnabled()
 
 

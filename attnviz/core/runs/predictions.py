@@ -272,19 +272,23 @@ def _cell(text: str) -> str:
 
 
 def predictions_csv(result) -> str:
-    """One row per position: its token, the target and its probability, then the top k and their
-    probabilities; with an ablation also the unablated target probability and the KL divergence."""
+    """One row per position: its token (a generation: whether the model wrote it, true / false), the target and its
+    probability, then the top k and their probabilities; with an ablation also the unablated target probability
+    and the KL divergence."""
     p, before, kl = result.predictions, result.unablated, result.kl
     k = p.top_ids.shape[1]
     tops = [f"top{i + 1}{suffix}" for i in range(k) for suffix in ("", "_prob")]
-    header = ["position", "token", "target", "target_prob", *tops]
+    generated = result.generated_mask() if result.generated_count else None  # a generation: which tokens it wrote
+    header = ["position", "token", *(["generated"] if generated is not None else []), "target", "target_prob", *tops]
     if before is not None:
         header += ["unablated_target_prob", "unablated_top1", "kl_nats"]
     tokens = result.tokens or tuple(str(i) for i in range(len(p.target_ids)))
     lines = [",".join(header)]
     for i, target in enumerate(p.target_ids):
-        row = [str(i), _cell(tokens[i] if i < len(tokens) else ""), _cell(result.outputs.model.label(int(target)))
-               if target >= 0 else "", f"{p.target_probs[i]:.6g}" if target >= 0 else ""]
+        row = [str(i), _cell(tokens[i] if i < len(tokens) else "")]
+        row += [] if generated is None else [str(bool(generated[i])).lower()]
+        row += [_cell(result.outputs.model.label(int(target))) if target >= 0 else "",
+                f"{p.target_probs[i]:.6g}" if target >= 0 else ""]
         row += [v for j in range(k) for v in (_cell(p.top_tokens[i][j]), f"{p.top_probs[i, j]:.6g}")]
         if before is not None:
             row += [f"{before.target_probs[i]:.6g}" if target >= 0 else "", _cell(before.top_tokens[i][0]),

@@ -128,6 +128,26 @@ class RunResult:
             return None
         return self.tokens, keys
 
+    @property
+    def generated_count(self) -> int:
+        """How many of the tokens the model generated (0: not a generation, or one cut back to its prompt)."""
+        return 0 if self.prompt_length is None else max(len(self.tokens) - self.prompt_length, 0)
+
+    def generated_mask(self) -> np.ndarray:
+        """(Lq,) bool: which query tokens the model generated (all False for any other run)."""
+        marks = np.zeros(self.config.seq_q, dtype=bool)
+        if self.generated_count:
+            marks[self.prompt_length:] = True
+        return marks
+
+    def token_count_text(self) -> str:
+        """How many tokens, as the window's status line and an export's title say it: '16 tokens', or for a
+        generation '12 prompt + 4 generated tokens'."""
+        n = self.generated_count
+        if not n:
+            return f"{self.config.seq_q} tokens"
+        return f"{self.prompt_length} prompt + {n} generated token{'s' if n != 1 else ''}"
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array: the kept stages in pipeline order, then the mask and the row flags."""
         return {**self.stages, "mask": self.mask, "fully_masked_rows": self.fully_masked_rows}

@@ -9,9 +9,9 @@ generation, attnviz.show() of a model's attention) shows any layer; the per-toke
 exist for the layer it was saved at only.
 
 The arrays' names are the writer's (export/npz.py): the stage names of stages.py, mask, fully_masked_rows,
-tokens, key_tokens, token_ids, key_token_ids, device, model_name, layer_weights, prompt_length; a pooled run's
-weights_pooled, pool_factor, stats_<name> and region. NumPy reads the archive with allow_pickle=False: a file can
-hold arrays only.
+tokens, key_tokens, token_ids, key_token_ids, device, model_name, layer_weights, prompt_length (a generation's
+`generated`, a flag per token, is derived from it for other readers of the file); a pooled run's weights_pooled,
+pool_factor, stats_<name> and region. NumPy reads the archive with allow_pickle=False: a file can hold arrays only.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ def _load(path: str | os.PathLike) -> tuple[RunConfig, dict[str, np.ndarray]]:
         raise ConfigError("maps", str(path), f"{name} is not an NPZ archive of arrays ({exc})", OPEN_FIX) from None
     config = _config_of(arrays.pop("config", None), path)
     _check_maps(arrays, name)
+    _check_prompt(arrays, name)
     return config, arrays
 
 
@@ -176,6 +177,16 @@ def _check_maps(arrays: dict[str, np.ndarray], name: str) -> None:
     if lw is not None and (lw.ndim not in (4, 5) or lw.dtype.kind != "f"):
         raise ConfigError("maps", name, f"{name}: 'layer_weights' has shape {lw.shape}, not (layers, heads, "
                           "queries, keys)", OPEN_FIX)
+
+
+def _check_prompt(arrays: dict[str, np.ndarray], name: str) -> None:
+    """A generation's prompt_length: a whole number of tokens within the file's tokens (the rest were generated;
+    the `generated` flags beside it are for readers of the file, derived from it)."""
+    p, n = arrays.get("prompt_length"), len(_labels(arrays, "tokens"))
+    if p is not None and (p.ndim or p.dtype.kind not in "iu" or not 0 <= int(p) <= n):
+        shown = p if p.ndim == 0 else f"an array of shape {p.shape}"
+        raise ConfigError("maps", name, f"{name}: 'prompt_length' is {shown}, not a token count from 0 to the "
+                          f"file's {n} tokens", OPEN_FIX)
 
 
 def _result(config: RunConfig, arrays: dict[str, np.ndarray], path: str) -> RunResult:

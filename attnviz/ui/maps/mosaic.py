@@ -248,7 +248,7 @@ class Mosaic(QGraphicsWidget):
             if step is not None and step + 1 < rows:
                 painter.fillRect(QRectF(rect.left(), rect.top() + (step + 1) * dy, rect.width(),
                                         rect.height() - (step + 1) * dy), FADE)
-            painter.setPen(QPen(GENERATED_INK, 1.2, Qt.DashLine))
+            painter.setPen(QPen(GENERATED_INK, style.GENERATED_LINE_PX, Qt.DashLine))
             y, x = rect.top() + p * dy, rect.left() + p * dx
             painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
             painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))

@@ -26,9 +26,7 @@ STEP_ALL = "step: all tokens"
 
 def generated_count(result: RunResult | None) -> int:
     """How many generated tokens a result's maps hold (0: not a generation)."""
-    if result is None or result.prompt_length is None:
-        return 0
-    return len(result.tokens) - result.prompt_length
+    return 0 if result is None else result.generated_count
 
 
 def continuation_html(result: RunResult) -> str:

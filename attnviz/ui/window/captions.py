@@ -61,7 +61,7 @@ def generation_text(outcome: Outcome) -> str:
         return f"generating {n} / {total} tokens · "
     if outcome.stopped:
         return f"stopped after {n} of {total} tokens · "
-    return f"generated {n} tokens · "
+    return f"{outcome.result.token_count_text()} · "  # as an export's title says it
 
 
 def status_text(outcome: Outcome, swap_s: float) -> str:
