@@ -15,7 +15,7 @@ from attnviz.core import ConfigError, load_preset, run
 from attnviz.core.runs.generation import at_step
 from attnviz.core.runs.predictions import predictions_csv
 from attnviz.core.runs.saved import read_maps
-from attnviz.export import ExportOptions, compose_image, ensure_gui_app, export, layout, svg_text
+from attnviz.export import ExportOptions, compose_image, export, layout, svg_text
 from attnviz.export.generated import prompt_end
 from attnviz.export.items import Line, Text
 from attnviz.style import GENERATED_INK, TICK_INK
@@ -24,9 +24,14 @@ PROMPT, WRITTEN = "pophijackmehij", "ackm"
 HEAD = ExportOptions(what="head", head=1)
 
 
+@pytest.fixture(autouse=True)
+def _qt(qapp):
+    """A QApplication first (pytest-qt): a widget-less QGuiApplication made here would abort later Qt tests."""
+    return qapp
+
+
 @pytest.fixture(scope="module")
 def generated():
-    ensure_gui_app()
     result = run(load_preset("toy-induction").replace(text=PROMPT, generate=4))
     assert "".join(result.tokens) == PROMPT + WRITTEN and result.prompt_length == len(PROMPT)
     return result
