@@ -3,9 +3,11 @@ in float32, one matrix (or a slice of one) at a time.
 
 Two forms, chosen per model by `storage_plan`: float32 where it fits the budget, else "blocks": the file's
 own quantised blocks (memory-mapped, nothing copied but the llama family's permuted Q/K rows), dequantised
-per call with gguf_dequant.py's formulas, so every value equals the float32 path's; matrices of a type
-without a formula there are kept as float16. "float16" (ATTNVIZ_COMPACT=float16, for measuring) keeps every
-matrix in half precision (bfloat16 where the file stores bfloat16 or float16 would overflow), upcast per call.
+per call where they live: on the CPU with gguf_dequant.py's NumPy formulas, on an accelerator (the blocks are
+buffers, so moving the model moves them, still uint8) with gguf_dequant_torch.py's, the same arithmetic on
+that device, so every value equals the float32 path's either way; matrices of a type without a formula
+are kept as float16. "float16" (ATTNVIZ_COMPACT=float16, for measuring) keeps every matrix in half
+precision (bfloat16 where the file stores bfloat16 or float16 would overflow), upcast per call.
 
 The weights are never changed in place: CompactLinear and CompactEmbedding replace nn.Linear and nn.Embedding
 and build a float32 copy inside each call, so forwards on several threads never race. Code that reads a
@@ -26,11 +28,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnviz.models.gguf_dequant import BF16, BLOCKS, FLOATS
+from attnviz.models.gguf_dequant_torch import dequantize_rows
 
 STORAGES = ("float32", "float16", "blocks")
 COMPACT_ENV = "ATTNVIZ_COMPACT"  # "float16": compact weights as float16 rather than the file's blocks
 CHUNK_VALUES = 1 << 24  # a matrix is dequantised this many values at a time (64 MB of float32)
 PIECE_VALUES = 1 << 20  # ... in pieces of this many on the pool's threads (each piece stays in the cache)
+# devices whose blocks NumPy's formulas dequantise (faster than torch's on the CPU: benchmarks/README.md,
+# Behind the code); blocks on any other device are dequantised there by gguf_dequant_torch's
+NUMPY_DEVICES = ("cpu",)
 # where each quantised type keeps its float16 scales in a block (the values are finite where these are)
 SCALE_BYTES = {2: (0, 2), 3: (0, 4), 6: (0, 2), 7: (0, 4), 8: (0, 2), 12: (0, 4), 13: (0, 4), 14: (208, 210)}
 
@@ -49,9 +55,12 @@ class CompactWeight(nn.Module):
         part = self.stored[index]
         if self.qtype is None:
             return part.float()
-        raw = part.reshape(-1, self.stored.shape[-1]).cpu().numpy()
-        out = _dequantized(raw, self.qtype, self.shape[1])
-        return out.to(self.stored.device).reshape(*part.shape[:-1], self.shape[1])
+        raw = part.reshape(-1, self.stored.shape[-1])
+        if raw.device.type in NUMPY_DEVICES:
+            out = _dequantized(raw.numpy(), self.qtype, self.shape[1])
+        else:  # on the blocks' own device: nothing crosses the bus
+            out = dequantize_rows(raw, self.qtype, self.shape[1])
+        return out.reshape(*part.shape[:-1], self.shape[1])
 
     def dense(self) -> Tensor:
         return self.rows(slice(None))
