@@ -14,6 +14,8 @@ from tiny import SENTENCE, make_family
 from attnviz.core import RunConfig, run
 from attnviz.core.analysis.cells import cell_path
 from attnviz.core.kernel.stages import DEFAULT_RECORD
+from attnviz.explain import STAGE_TITLES
+from attnviz.style import number
 
 NO_SCORES = DEFAULT_RECORD - {"scores"}
 
@@ -61,3 +63,17 @@ def test_a_biased_layers_path_stops_before_the_bias(tiny_models):
     assert list(path) == ["qk", "scaled", "weights"]
     assert path["scaled"] == pytest.approx(path["qk"])  # T5 does not scale its scores
     assert cell_path(run(config), 0, 1, 2, 3)["scores"] != pytest.approx(path["scaled"])  # the bias was added
+
+
+def test_the_pipelines_path_says_the_layers_own_scale(gemma2):
+    """The pipeline panel's words for a cell: Gemma 2 scales q·k by query_pre_attn_scalar^-1/2 (32 here), not
+    by 1/sqrt(head width) (8), and each later step is named by its stage in the pipeline's order."""
+    from attnviz.ui.panels.pipeline import path_text
+
+    shown = run(RunConfig(variant="pretrained", model=str(gemma2), text=SENTENCE, layer=1), record=NO_SCORES)
+    path = cell_path(shown, 0, 1, 4, 2)
+    text = path_text(shown, 0, 1, 4, 2)
+    assert f"× {number(32 ** -0.5)} = {number(path['scaled'])}" in text and number(8 ** -0.5) not in text
+    assert path["scaled"] == pytest.approx(path["qk"] * 32 ** -0.5, rel=1e-6)
+    titles = [f"{STAGE_TITLES[name]} → " for name in ("capped", "scores", "weights")]  # the cap, the mask, softmax
+    assert all(t in text for t in titles) and sorted(titles, key=text.index) == titles

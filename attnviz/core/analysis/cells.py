@@ -36,6 +36,15 @@ def cell_path(result: RunResult, b: int, m: int, i: int, j: int) -> dict[str, fl
     return path
 
 
+def qk_scale(result: RunResult, width: int) -> float | None:
+    """The factor q·k is multiplied by in `result` (`width`: the query head's size): a model layer's own
+    call's, else the configuration's (1/√width by default); None for a model layer whose recipe is unknown."""
+    if result.source is not None:
+        return None if result.score_recipe is None else result.score_recipe.scale
+    configured = result.config.attention_options().qk_scale
+    return configured if configured else 1 / math.sqrt(width)
+
+
 def _score_steps(result: RunResult, s: torch.Tensor, heads: int, width: int, cell: tuple
                  ) -> tuple[dict[str, float], bool]:
     """The stages from q·k `s` towards the score (scaled, then each score mod's: a seed variant's from its
@@ -52,7 +61,7 @@ def _score_steps(result: RunResult, s: torch.Tensor, heads: int, width: int, cel
             steps["capped"] = float(torch.tanh(s / recipe.softcap) * recipe.softcap)
         return steps, not recipe.biased
     options = result.config.attention_options()
-    s = s * options.qk_scale if options.qk_scale else s / math.sqrt(width)
+    s = s * options.qk_scale if options.qk_scale else s / math.sqrt(width)  # divided as the kernel does (exact)
     steps["scaled"] = float(s)
     index = [torch.tensor(v) for v in cell]
     for mod in options.score_mods(heads):

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.analysis.cells import cell_path
+from attnviz.core.analysis.cells import cell_path, qk_scale
 from attnviz.core.kernel.stages import BY_NAME
 from attnviz.explain import STAGE_TITLES, PipelineFrames, PipelineStage
 from attnviz.style import BACKGROUND, TICK_INK, number
@@ -67,16 +67,13 @@ def flow_shape(n: int, width: float, height: float) -> tuple[int, float]:
 
 def path_text(result, b: int, m: int, i: int, j: int) -> str:
     """One cell's way through the pipeline, in words and numbers."""
-    path = cell_path(result, b, m, i, j)
+    path = cell_path(result, b, m, i, j)  # the stages in the pipeline's order
     parts = [f"query i={i}, key j={j}"]
     if "qk" in path:
-        dh = result.q.shape[-1]
-        scale = result.config.qk_scale or 1 / math.sqrt(dh)
-        parts.append(f"q_i·k_j = {number(path['qk'])}")
-        parts.append(f"× {number(scale)} = {number(path['scaled'])}")
-    for name in ("biased", "capped", "scores", "weights"):  # each spelled by its stage's title
-        if name in path:
-            parts.append(f"{STAGE_TITLES[name]} → {number(path[name])}")
+        parts.append(f"q_i·k_j = {number(path.pop('qk'))}")
+    if "scaled" in path:  # the layer's own scale (a model's call may set one other than 1/√d_head)
+        parts.append(f"× {number(qk_scale(result, result.q.shape[-1]))} = {number(path.pop('scaled'))}")
+    parts += [f"{STAGE_TITLES[name]} → {number(value)}" for name, value in path.items()]
     return " · ".join(parts)
 
 
