@@ -42,9 +42,13 @@ def view_stage(view: str) -> str:
     return "dropped" if view == "weights" else view
 
 
+# views of softmax weights (and their value-weighted norms): never negative, except a differential variant's
+UNSIGNED_VIEWS = ("weights", "value_weighted")
+
+
 def view_signed(view: str, config) -> bool:
     """Whether a view's values have a sign (diverging colours): all but softmax weights."""
-    return view not in ("weights", "value_weighted") or config.spec.head_factor > 1
+    return view not in UNSIGNED_VIEWS or config.spec.head_factor > 1
 
 # Colour scales: how a map's values become colours (view only: never a re-run).
 SCALE_MODES = {
@@ -54,7 +58,7 @@ SCALE_MODES = {
     "rank": "rank: colour by quantile among the shown values (every colour used equally often)",
 }
 # what shows structure: long causal maps are flat under linear
-DEFAULT_SCALES = {"weights": "log", "value_weighted": "log"}
+DEFAULT_SCALES = dict.fromkeys(UNSIGNED_VIEWS, "log")
 LOG_DECADES = 6  # log scale: at most this many factors of ten below the maximum
 SYMLOG_DECADES = 2  # signed maps: linear within max / 10^this of zero, logarithmic beyond
 

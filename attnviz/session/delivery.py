@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from attnviz.core import RunConfig
-from attnviz.session.request import Outcome, generating, supersedes, written
+from attnviz.session.request import Outcome, generating, supersedes
 
 
 def order_key(outcome: Outcome) -> tuple[int, int, int]:
     """Orders outcomes: by request id, a generation's partial ones by their tokens, its final one last."""
-    return outcome.request.id, int(not outcome.partial), written(outcome.result)
+    return outcome.request.id, int(not outcome.partial), outcome.result.generated_count
 
 
 class Turn(Protocol):
@@ -237,7 +237,7 @@ class ScreenQueue:
         self._unpainted = rid  # the worker yields till the views have painted it
         self.on_painted()  # now, if they already have (or none is on screen to paint it)
         if outcome.partial:
-            self.events.partial_shown(rid, written(outcome.result))
+            self.events.partial_shown(rid, outcome.result.generated_count)
         else:
             self.events.shown(rid)
 

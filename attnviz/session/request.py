@@ -59,11 +59,6 @@ def supersedes(new: RunConfig | None, running: RunConfig) -> bool:
     return new is None or new.replace(layer=running.layer) != running
 
 
-def written(result: RunResult) -> int:
-    """The generated tokens a result's maps hold (0 for a run that generated nothing)."""
-    return 0 if result.prompt_length is None else len(result.tokens) - result.prompt_length
-
-
 def needed_stages(config: RunConfig, options: ViewOptions | None) -> frozenset[str]:
     """The stages a request's views read: the map view's stage, and every stage this configuration
     has while the pipeline view is shown (only then: a full trace costs memory); none without options."""

@@ -37,7 +37,6 @@ from attnviz.session.request import (
     producible,
     supersedes,
     window_record,
-    written,
 )
 from attnviz.session.threads import lane_name, thread_count
 from attnviz.system import set_torch_threads
@@ -289,8 +288,8 @@ class Session:
             self.prepare(self._last)
         asked = request.config.generate if generating(request.config) and self._last.prompt_length is not None else 0
         self._deliver(Outcome(request, self._last, frames, recomputed, time.perf_counter() - t0,
-                              generated=(written(self._last), asked) if asked else None, stopped=stopped, zoom=zoom,
-                              late=late), LATE_YIELD_MAX_S if late else None)
+                              generated=(self._last.generated_count, asked) if asked else None, stopped=stopped,
+                              zoom=zoom, late=late), LATE_YIELD_MAX_S if late else None)
         if late:
             self._send_late(request, late)
 
@@ -434,7 +433,7 @@ class Session:
             partial = build()
             frames = present(partial, request.options)  # its own cache: a new result
             self._deliver(Outcome(request, partial, frames, True, 0.0, partial=True,
-                                  generated=(written(partial), count)), PARTIAL_YIELD_MAX_S)
+                                  generated=(partial.generated_count, count)), PARTIAL_YIELD_MAX_S)
             # The window swaps it in and paints now: the next token waits for that. Computed meanwhile, the
             # model's Python held the GIL against every Python call of the paint (benchmarks/README.md, Behind the
             # code).
