@@ -41,7 +41,8 @@ def test_a_pooled_forward_keeps_the_shown_layers_tokens_and_the_pooled_maps_once
     # the shown layer's per-token stages are kept, and are the unpooled forward's
     assert pooled.stages.keys() >= TOKEN_STAGES
     for name in TOKEN_STAGES:
-        np.testing.assert_allclose(pooled.stages[name], exact.stages[name], atol=1e-5, err_msg=name)
+        # the same sums, in row blocks against one piece: float32 rounding (1.1e-5 seen on an output of 0.4)
+        np.testing.assert_allclose(pooled.stages[name], exact.stages[name], rtol=1e-4, atol=1e-5, err_msg=name)
     # another layer's result has its pooled map but no per-token stage, and says so
     other = source.result(0)
     assert not TOKEN_STAGES & other.stages.keys() and "weights" in other.stages
