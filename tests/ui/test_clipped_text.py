@@ -1,0 +1,75 @@
+"""Text that must be read whole at 1280 x 800: a model's, a maps file's and a variant's name in the side panel, the
+status line and a passing message (elided in the middle, whole in the tooltip), the tensor dock's note, the
+statistics' column headers (the table's and the exported figure's), and token focus's hint before a query is
+picked."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QLabel, QStyle, QStyleOptionComboBox
+from uihelpers import CountingRun, wait_shown
+
+from attnviz.cli import main as cli_main
+from attnviz.ui import MainWindow
+
+SIZE = (1280, 800)
+
+
+def small_window(qtbot, path=None) -> MainWindow:
+    w = MainWindow(compute=CountingRun(), open_path=None if path is None else str(path))
+    qtbot.addWidget(w)
+    w.resize(*SIZE)
+    w.show()
+    wait_shown(qtbot, w)
+    return w
+
+
+@pytest.fixture(scope="module")
+def saved_maps(tmp_path_factory):
+    """Every layer's maps of the induction toy, and its output for the layer it ran (layer 1)."""
+    path = tmp_path_factory.mktemp("maps") / "toy-induction-maps.npz"
+    assert cli_main(["render", "--variant", "toy-induction", "--all-layers", "-o", str(path)]) == 0
+    return path
+
+
+def edit_width(combo) -> int:
+    option = QStyleOptionComboBox()
+    combo.initStyleOption(option)
+    return combo.style().subControlRect(QStyle.CC_ComboBox, option, QStyle.SC_ComboBoxEditField, combo).width()
+
+
+def test_a_model_files_name_is_read_whole_in_the_model_folder_combo(qtbot, tmp_path):
+    w = small_window(qtbot)
+    name = "SmolLM2-135M-Instruct.Q4_1.gguf"  # the model's name; the chooser never reads the file
+    panel = w.panel
+    panel.widgets["variant"].setCurrentIndex(panel.widgets["variant"].findData("pretrained"))
+    chooser = panel.widgets["model"]
+    chooser.set_folder(str(tmp_path / name), emit=False)
+    qtbot.waitUntil(chooser.combo.isVisible)
+    combo = chooser.combo
+    assert combo.currentText() == name
+    assert combo.fontMetrics().horizontalAdvance(name) <= edit_width(combo)  # room for the whole name (was ~95 px)
+    assert combo.shown_text() == name and str(tmp_path / name) in combo.toolTip()
+    assert chooser.openButton.isVisible() and panel.heads["model"].isVisible()  # Open… on the label's row
+    panel.widgets["variant"].setCurrentIndex(panel.widgets["variant"].findData("causal"))
+    qtbot.waitUntil(lambda: not combo.isVisible())
+    assert not chooser.openButton.isVisible()  # the row's buttons hide with it
+    w.close()
+
+
+def test_the_maps_file_field_shows_the_files_name(qtbot, saved_maps):
+    w = small_window(qtbot, saved_maps)
+    label = w.panel.widgets["maps"].fileLabel
+    assert label.isVisible() and label.text() == saved_maps.name
+    assert QLabel.text(label) == saved_maps.name  # painted whole (it read "to…pz", and "m…z" before that)
+    assert label.toolTip() == str(saved_maps)
+    w.close()
+
+
+def test_every_variants_name_is_read_whole_in_the_variant_combo(qtbot):
+    w = small_window(qtbot)
+    combo = w.panel.widgets["variant"]
+    assert w.panel.labels["variant"].isVisible()
+    for i in range(combo.count()):  # "Pretrained model (folder or .gguf)", "Maps from a file (.npz)", ...
+        assert combo.fontMetrics().horizontalAdvance(combo.itemText(i)) <= edit_width(combo), combo.itemText(i)
+    w.close()
