@@ -73,3 +73,18 @@ def test_every_variants_name_is_read_whole_in_the_variant_combo(qtbot):
     for i in range(combo.count()):  # "Pretrained model (folder or .gguf)", "Maps from a file (.npz)", ...
         assert combo.fontMetrics().horizontalAdvance(combo.itemText(i)) <= edit_width(combo), combo.itemText(i)
     w.close()
+
+
+def test_the_tensor_docks_note_wraps_inside_the_dock(qtbot, saved_maps):
+    w = small_window(qtbot, saved_maps)
+    w.panel.widgets["layer"].setValue(0)  # the file holds this layer's maps only: no output tensor
+    qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == 0)
+    view, note = w.outputView, w.outputView.note
+    qtbot.waitUntil(note.isVisible)
+    assert "no output" in note.text() and "open the model itself to see it" in note.text()
+    assert note.wordWrap() and note.geometry().right() <= view.width() and note.height() >= note.heightForWidth(
+        note.width())  # every line inside the view (as a one-line title its end was cut at the dock's edge)
+    w.panel.widgets["layer"].setValue(1)  # the layer it ran: its output, no note
+    qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == 1)
+    assert not note.isVisible() and w.frames.tensor is not None
+    w.close()
