@@ -5,8 +5,12 @@ picked."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from PySide6.QtWidgets import QLabel, QStyle, QStyleOptionComboBox
+from PySide6.QtCore import QEvent, QPoint
+from PySide6.QtGui import QHelpEvent
+from PySide6.QtWidgets import QApplication, QLabel, QStyle, QStyleOptionComboBox, QToolTip
 from uihelpers import CountingRun, wait_shown
 
 from attnviz.cli import main as cli_main
@@ -87,4 +91,66 @@ def test_the_tensor_docks_note_wraps_inside_the_dock(qtbot, saved_maps):
     w.panel.widgets["layer"].setValue(1)  # the layer it ran: its output, no note
     qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == 1)
     assert not note.isVisible() and w.frames.tensor is not None
+    w.close()
+
+
+def tooltip_at(widget, pos: QPoint) -> str:
+    QApplication.sendEvent(widget, QHelpEvent(QEvent.ToolTip, pos, widget.mapToGlobal(pos)))
+    return QToolTip.text() if QToolTip.isVisible() else ""
+
+
+class NotedRun(CountingRun):
+    """The real engine, its results carrying long notes (as a GGUF's run says how its weights were read)."""
+
+    NOTES = ("gguf Q4_1 weights dequantised to float32", "the tokenizer's chat template was not applied to this text",
+             "maps max-pooled 8,192 → 1,024 inside the kernel (statistics exact)")
+
+    def __call__(self, config, cancel=None, **kwargs):
+        return dataclasses.replace(super().__call__(config, cancel, **kwargs), notes=self.NOTES)
+
+
+def test_a_long_status_line_keeps_its_start_and_end_and_its_tooltip_holds_it_whole(qtbot):
+    w = MainWindow(compute=NotedRun())
+    qtbot.addWidget(w)
+    w.resize(*SIZE)
+    w.show()
+    wait_shown(qtbot, w)
+    label = w.statusLabel
+    whole = label.text()
+    assert whole.endswith(NotedRun.NOTES[1]) and label.fontMetrics().horizontalAdvance(whole) > label.width()
+    assert w.width() == SIZE[0]  # the long line never widened the window
+    shown = QLabel.text(label)  # what is painted; text() is the whole line
+    head, cut, tail = shown.partition("…")
+    assert cut and head and tail and whole.startswith(head) and whole.endswith(tail)  # its end stays in sight
+    assert label.fontMetrics().horizontalAdvance(shown) <= label.width()
+    assert label.toolTip() == whole == tooltip_at(label, QPoint(5, 5))
+    w.close()
+
+
+def test_a_long_passing_message_is_elided_in_the_middle_and_whole_in_the_tooltip(qtbot, tmp_path):
+    w = small_window(qtbot)
+    w.panel.widgets["variant"].setCurrentIndex(w.panel.widgets["variant"].findData("toy-induction"))  # reads text
+    wait_shown(qtbot, w)
+    folder = tmp_path.joinpath(*(f"a-folder-with-a-long-name-{i}" for i in range(6)))
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_bytes(b"\xff\xfe not UTF-8")
+    assert not w.open_text(str(folder / "notes.txt"))  # "Not opened: PATH: not UTF-8 text ... Fix: ..."
+    bar = w.statusBar()
+    message = bar.currentMessage()
+    assert message.startswith("Not opened:") and message.endswith("Fix: save it as UTF-8")
+    shown = bar.shown_message()
+    head, cut, tail = shown.partition("…")
+    assert cut and message.startswith(head) and message.endswith(tail) and "Fix:" in tail  # the fix stays in sight
+    assert bar.fontMetrics().horizontalAdvance(shown) <= bar.message_rect().width()
+    assert tooltip_at(bar, QPoint(10, bar.height() // 2)) == message
+    w.close()
+
+
+def test_a_message_said_before_the_window_showed_is_not_drawn_over_the_status_text(qtbot, saved_maps):
+    w = small_window(qtbot, saved_maps)  # "Opened FILE: ..." is said while the window is built, before it shows
+    bar = w.statusBar()
+    assert bar.currentMessage().startswith(f"Opened {saved_maps.name}")
+    assert not w.statusLabel.isVisible()  # the message alone on the line (both were drawn, one over the other)
+    bar.clearMessage()
+    assert w.statusLabel.isVisible() and w.statusLabel.text()
     w.close()
