@@ -11,9 +11,14 @@ import pytest
 from PySide6.QtCore import QEvent, QPoint
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QLabel, QStyle, QStyleOptionComboBox, QToolTip
-from uihelpers import CountingRun, wait_shown
+from uihelpers import CountingRun, open_dock, wait_shown
 
 from attnviz.cli import main as cli_main
+from attnviz.core import load_preset
+from attnviz.core.analysis.stats import stat_label
+from attnviz.export.items import Text
+from attnviz.export.panels import stats_figure
+from attnviz.export.qt import Metrics
 from attnviz.ui import MainWindow
 
 SIZE = (1280, 800)
@@ -153,4 +158,27 @@ def test_a_message_said_before_the_window_showed_is_not_drawn_over_the_status_te
     assert not w.statusLabel.isVisible()  # the message alone on the line (both were drawn, one over the other)
     bar.clearMessage()
     assert w.statusLabel.isVisible() and w.statusLabel.text()
+    w.close()
+
+
+def probe_statistics(qtbot) -> MainWindow:
+    """The window at 1280 x 800 with the induction toy's statistics open: 2 layers (the overview beside the
+    table) and the probe's head types as two more columns."""
+    w = small_window(qtbot)
+    w.panel.set_config(load_preset("toy-induction"))
+    wait_shown(qtbot, w)
+    open_dock(w, qtbot, "statsDock")
+    qtbot.waitUntil(lambda: w.explain.stats.frames is not None and "induction" in w.explain.stats.frames.columns)
+    return w
+
+
+def test_the_statistics_figure_writes_the_probe_column_headers_whole(qtbot):
+    w = probe_statistics(qtbot)
+    frames = w.explain.stats.frames
+    lay = stats_figure(w.result, frames)
+    headers = [item for item in lay.items if isinstance(item, Text) and item.rotated]
+    assert [h.text for h in headers] == [stat_label(n) for n in frames.columns]
+    assert {"duplicate token", "induction", "previous token"} <= {h.text for h in headers}  # was "duplicate tok…"
+    m = Metrics()
+    assert all(h.y - m.width(h.text, h.px) >= 0 for h in headers)  # each stands inside the figure, under the title
     w.close()
