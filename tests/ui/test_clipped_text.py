@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from PySide6.QtCore import QEvent, QPoint
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QLabel, QStyle, QStyleOptionComboBox, QToolTip
 from uihelpers import CountingRun, open_dock, wait_shown
@@ -20,6 +20,7 @@ from attnviz.export.items import Text
 from attnviz.export.panels import stats_figure
 from attnviz.export.qt import Metrics
 from attnviz.ui import MainWindow
+from attnviz.ui.panels.stats_view import SORT_MARK_PX
 
 SIZE = (1280, 800)
 
@@ -181,4 +182,21 @@ def test_the_statistics_figure_writes_the_probe_column_headers_whole(qtbot):
     assert {"duplicate token", "induction", "previous token"} <= {h.text for h in headers}  # was "duplicate tok…"
     m = Metrics()
     assert all(h.y - m.width(h.text, h.px) >= 0 for h in headers)  # each stands inside the figure, under the title
+    w.close()
+
+
+def test_the_statistics_table_shows_every_column_and_its_whole_header(qtbot):
+    w = probe_statistics(qtbot)
+    stats = w.explain.stats
+    table, header = stats.table, stats.table.horizontalHeader()
+    texts = [stats.model.horizontalHeaderItem(c).text() for c in range(stats.model.columnCount())]
+    assert {"duplicate token", "induction"} <= set(texts)  # named as the overview's list and the figure name them
+    assert "earlier copies" in stats.model.horizontalHeaderItem(texts.index("duplicate token")).toolTip()
+    assert stats.overview.isVisible() and header.length() <= table.viewport().width()  # every column in sight
+    margin = header.style().pixelMetric(QStyle.PM_HeaderMargin, None, header)
+    fm = header.fontMetrics()
+    for c, text in enumerate(texts):  # painted word-wrapped in the section: at most its two lines, none cut
+        room = QRect(0, 0, header.sectionSize(c) - 2 * margin - SORT_MARK_PX, 1000)
+        used = fm.boundingRect(room, Qt.AlignCenter | Qt.TextWordWrap, text)
+        assert used.width() <= room.width() and used.height() <= header.height() - 2 * margin, text
     w.close()
