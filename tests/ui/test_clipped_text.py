@@ -200,3 +200,24 @@ def test_the_statistics_table_shows_every_column_and_its_whole_header(qtbot):
         used = fm.boundingRect(room, Qt.AlignCenter | Qt.TextWordWrap, text)
         assert used.width() <= room.width() and used.height() <= header.height() - 2 * margin, text
     w.close()
+
+
+def test_token_focus_shows_a_hint_and_no_axes_before_a_query_is_picked(qtbot):
+    w = small_window(qtbot)
+    open_dock(w, qtbot, "focusDock")
+    focus = w.explain.focus
+    plot = focus.plot.getPlotItem()
+    qtbot.waitUntil(focus.hint.isVisible)
+    assert focus.hint.text().startswith("Click a query token") and focus.hint.wordWrap()
+    assert focus.hint.width() == focus.plot.width() and focus.hint.height() >= focus.hint.heightForWidth(
+        focus.hint.width())  # every line of it inside the plot
+    assert not plot.getAxis("left").isVisible() and not plot.getAxis("bottom").isVisible()
+    assert not focus.legend.isVisible()
+    focus.toggle(2)  # a query: its lines over the keys, on axes, and no hint
+    qtbot.waitUntil(lambda: focus.frames is not None and focus.frames.row == 2)
+    assert not focus.hint.isVisible() and plot.getAxis("left").isVisible() and plot.getAxis("bottom").isVisible()
+    assert focus.legend.isVisible() and all(c.isVisible() for c in focus.curves)
+    focus.toggle(2)  # cleared: the hint again
+    assert focus.hint.isVisible() and not plot.getAxis("bottom").isVisible()
+    assert not any(c.isVisible() for c in focus.curves)
+    w.close()
