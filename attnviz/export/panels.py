@@ -52,7 +52,7 @@ def stats_figure(result: RunResult, frames: StatsFrames, batch_index: int = 0) -
     return heat_table_layout(f"Per-head statistics \u00b7 {len(frames.labels)} heads",
                              _parts(result, batch_index) + ["each column coloured over its own range"],
                              list(frames.labels), [stat_label(n) for n in names], texts, index,
-                             colormaps.lut(colormaps.DEFAULT_SEQUENTIAL))
+                             colormaps.lut(colormaps.DEFAULT_SEQUENTIAL), cut_cols=False)  # read "duplicate tok…"
 
 
 def focus_figure(result: RunResult, frames: FocusFrames, batch_index: int = 0) -> Layout:

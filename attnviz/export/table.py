@@ -42,13 +42,15 @@ def _cut(text: str) -> str:
 
 
 def heat_table_layout(heading: str, parts: list[str], rows: list[str], cols: list[str], texts: list[list[str]],
-                      index: np.ndarray, lut: np.ndarray, bar: tuple[str, tuple[float, float]] | None = None) -> Layout:
+                      index: np.ndarray, lut: np.ndarray, bar: tuple[str, tuple[float, float]] | None = None,
+                      cut_cols: bool = True) -> Layout:
     """A table of len(rows) x len(cols) cells, each filled with lut[index] and showing its text; row labels
     left, column labels above (standing where they are wider than a cell); `bar`: (caption, levels) adds
-    the colour bar of one scale shared by every cell."""
+    the colour bar of one scale shared by every cell. Column labels are cut as the cells' texts (tokens) are,
+    unless cut_cols is False: a few short names (the statistics', "duplicate token") stand whole."""
     m = Metrics()
     texts = [[_cut(t) for t in row] for row in texts]
-    cols = [_cut(c) for c in cols]
+    cols = [_cut(c) for c in cols] if cut_cols else list(cols)
     widest = max((m.width(t, TICK_PX) for row in texts for t in row), default=0.0)
     cell_w = math.ceil(max(widest, m.width("0.000", TICK_PX))) + 2 * CELL_PAD
     cell_h = m.height(TICK_PX) + CELL_PAD

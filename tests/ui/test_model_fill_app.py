@@ -189,7 +189,7 @@ def test_another_layer_of_a_pooled_forward_shows_its_maps_without_running_again(
     exact = run(config.replace(layer=2))  # the same pooled forward, computed apart, for layer 2
     np.testing.assert_array_equal(w.result.weights, exact.weights)
     assert w.result.source is source and w.frames.tensor is None
-    assert "not kept for this layer" in w.outputView.plot.titleLabel.text
+    assert "not kept for this layer" in w.outputView.note.text() and w.outputView.note.isVisible()
     w.panel.widgets["layer"].setValue(int(config.layer))  # back: its tensors are there
     qtbot.waitUntil(lambda: w.is_settled() and w.result.config.layer == config.layer, timeout=15000)
-    assert len(compute.calls) == runs and w.frames.tensor is not None
+    assert len(compute.calls) == runs and w.frames.tensor is not None and not w.outputView.note.isVisible()

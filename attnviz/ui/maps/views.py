@@ -456,6 +456,11 @@ class TensorView(CountsPaints, pg.PlotWidget):
         self.result: RunResult | None = None
         self.frames: Frames | None = None
         self._shown = None  # (left label, rows, cols) last applied
+        # why there is no tensor, wrapped to the view's width (as the plot's one-line title it was cut at the edge)
+        self.note = named(OverlayBanner(self), "tensorNote")
+        self.note.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
+        self.note.setStyleSheet("color: palette(mid); padding: 12px;")
+        self.note.hide()
         self.scene().sigMouseMoved.connect(self._hovered)
 
     def pixels(self) -> tuple[int, int]:
@@ -475,9 +480,11 @@ class TensorView(CountsPaints, pg.PlotWidget):
         if kept != self.plot.getAxis("left").isVisible():  # showing an axis re-lays out and redraws it
             for side in ("left", "bottom"):
                 self.plot.showAxis(side, kept)
+        self.note.setVisible(not kept)
         if not kept:
             self.image.clear()
-            self.plot.setTitle(not_kept_note(result, frames.options.tensor, "<br>"), size="9pt")
+            self.plot.setTitle(None)
+            self.note.setText(not_kept_note(result, frames.options.tensor, "\n"))
             self._shown = None
             settle_before_paint(self)
             self.mark_shown()

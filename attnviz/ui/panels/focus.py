@@ -14,11 +14,14 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QListView, QListWidget, QPush
 
 from attnviz import style
 from attnviz.explain import FocusFrames
+from attnviz.ui.maps.views import OverlayBanner
 from attnviz.ui.widgets.basic import named
 
 MAX_KEY_TICKS = 48  # more keys than this: numeric ticks instead of token labels
 LEGEND_ROWS = 4  # the legend's entries per column
 TOKEN_ROWS = 3  # the token strip's rows at most (more scroll)
+HINT = ("Click a query token above (or a row of a map while this panel is open) to see where every head sends "
+        "it: one line per head over the keys")
 
 
 def head_colour(m: int, n: int):
@@ -55,12 +58,17 @@ class FocusView(QWidget):
         self.plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
         self.legend = self.plot.addLegend(offset=(-10, 10), labelTextSize="8pt", brush=style.LABEL_FILL)
         self.curves: list[pg.PlotDataItem] = []
+        # until a query is picked: this hint where the lines go, and no axes (empty axes read as a plot of nothing)
+        self.hint = named(OverlayBanner(self.plot), "focusHint")
+        self.hint.setText(HINT)
+        self.hint.setAlignment(Qt.AlignCenter)
+        self.hint.setStyleSheet(f"color: {style.TICK_INK}; padding: 24px 12px;")
         self.exportButton = named(QPushButton("Export…"), "focusExportButton")
         self.exportButton.setToolTip("Save the focused query's row of every head as CSV, or as a PNG or SVG "
                                      "figure (pick a token first)")
         self.exportButton.clicked.connect(self.sigExport)
         self.exportButton.setEnabled(False)
-        self.infoLabel = QLabel("Click a query token")
+        self.infoLabel = QLabel()
         top = QHBoxLayout()
         top.addWidget(self.infoLabel, 1)
         top.addWidget(self.exportButton)
@@ -69,6 +77,16 @@ class FocusView(QWidget):
         layout.addWidget(self.tokenList)
         layout.addLayout(top)
         layout.addWidget(self.plot, 1)
+        self._show_plot(False)
+
+    def _show_plot(self, shown: bool) -> None:
+        """The axes, grid and legend of a focused query's lines, or (none focused) the hint alone."""
+        plot = self.plot.getPlotItem()
+        for side in ("left", "bottom"):
+            plot.showAxis(side, shown)
+        plot.showGrid(x=False, y=shown, alpha=0.2)
+        self.legend.setVisible(shown)
+        self.hint.setVisible(not shown)
 
     def set_tokens(self, labels: list[str]) -> None:
         if labels == self._labels:
@@ -116,10 +134,11 @@ class FocusView(QWidget):
     def show_frames(self, frames: FocusFrames | None) -> None:
         self.frames = frames
         self.exportButton.setEnabled(frames is not None)  # nothing focused: nothing to export
+        self._show_plot(frames is not None)
         if frames is None:
             for c in self.curves:
                 c.setVisible(False)
-            self.infoLabel.setText("Click a query token (here, or a row of a map while this panel is open)")
+            self.infoLabel.clear()  # the hint says it
             return
         n, keys = frames.values.shape
         if len(self.curves) != n:

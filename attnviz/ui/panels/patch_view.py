@@ -262,9 +262,9 @@ class PatchView(QWidget):
 class ImageChooser(PathChooser):
     """The panel's Image row: the file's name, Open… and a clear button; path() is "" for none."""
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, buttons_apart: bool = False):
         super().__init__("image", "Open image", IMAGE_FILTER, "Choose a PNG, JPEG or WebP picture (or drop one onto "
-                         "the window)", "No image: open one, or drop one onto the window", parent)
+                         "the window)", "No image: open one, or drop one onto the window", parent, buttons_apart)
 
 
 def image_drop(window, chooser: ImageChooser) -> FileDrop:

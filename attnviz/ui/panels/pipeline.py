@@ -33,8 +33,7 @@ from attnviz.explain import STAGE_TITLES, PipelineFrames, PipelineStage
 from attnviz.style import BACKGROUND, TICK_INK, number
 from attnviz.ui.maps.square import SquareCells
 from attnviz.ui.maps.views import image_item, lean_axes, set_heat_image
-from attnviz.ui.widgets.basic import named
-from attnviz.ui.widgets.file_chooser import ElidedLabel
+from attnviz.ui.widgets.basic import ElidedLabel, named
 
 ARROW_W = 22
 CAPTION_PX = 34  # a stage tile's two caption lines (title; shape and range)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSplitter,
+    QStyle,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -31,6 +32,7 @@ from attnviz.ui.widgets.basic import add_choice, named
 
 SORT_ROLE = Qt.UserRole + 1
 ROW_PAD_PX = 3  # a table row's height over its text's
+SORT_MARK_PX = 12  # room a header keeps for the sort arrow
 # the head types measured on a probe (explain.PROBE_TYPES); previous token, first key and diagonal are
 # the statistics' own columns
 PROBE_HEADERS = {"duplicate_token": ("duplicate token", "mean weight on earlier copies of the query's own token, "
@@ -40,16 +42,11 @@ PROBE_HEADERS = {"duplicate_token": ("duplicate token", "mean weight on earlier 
 
 
 def header(name: str) -> tuple[str, str]:
-    """(header, tooltip) of a column: a statistic or a probe's head type."""
+    """(header, tooltip) of a column: a statistic or a probe's head type, named as the overview's list, the
+    exported figure and the CSV name it ("duplicate token", not the model view's badge "dup")."""
     if name in STATS:
         return STATS[name]
-    try:
-        from attnviz.core.analysis.heads import HEAD_TYPES
-
-        label, tip = HEAD_TYPES[name]
-        return label, tip + " (on a probe: random tokens repeated twice)"
-    except (ImportError, KeyError):
-        return PROBE_HEADERS.get(name, (name, name))
+    return PROBE_HEADERS.get(name, (name.replace("_", " "), name))
 
 
 class StatsView(QWidget):
@@ -100,6 +97,10 @@ class StatsView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        # headers of two words or more on two lines (see _header_size): on one line the columns took 912 px of a
+        # 587 px table at 1280 x 800, so the probe's columns were out of sight and "previous token" cut at its edge
+        self.table.horizontalHeader().setDefaultAlignment(Qt.AlignCenter | Qt.TextWordWrap)
+        self.table.horizontalHeader().setTextElideMode(Qt.ElideNone)
         self.table.verticalHeader().hide()
         # Rows as high as the text and a hair: a dock beside the model view at 1280 x 800 shows six or seven
         # heads (the style's default row is ~30 px; the text's height and 6 px showed five)
@@ -178,8 +179,9 @@ class StatsView(QWidget):
         columns.update((header(name), values) for name, values in frames.columns.items())
         self.model.clear()
         self.model.setHorizontalHeaderLabels(["head"] + [text for text, _ in columns])
-        for col, (_, tip) in enumerate(columns, start=1):
+        for col, (text, tip) in enumerate(columns, start=1):
             self.model.horizontalHeaderItem(col).setToolTip(tip)
+            self.model.setHeaderData(col, Qt.Horizontal, self._header_size(text), Qt.SizeHintRole)
         for h, label in enumerate(frames.labels):
             first = QStandardItem(label)
             first.setData(h, SORT_ROLE)
@@ -194,6 +196,20 @@ class StatsView(QWidget):
         if 0 <= sort_column < self.model.columnCount():
             self.table.sortByColumn(sort_column, order)
         self.infoLabel.setText(f"{len(frames.labels)} heads · batch item {self._batch_index} · weights before dropout")
+
+    def _header_size(self, text: str) -> QSize:
+        """Room for a column's header on two lines, broken at the space that makes the longer line shortest (the
+        header paints it word-wrapped into that width, so it takes the same two lines)."""
+        header = self.table.horizontalHeader()
+        fm = header.fontMetrics()
+
+        def ink(line: str) -> int:  # laid out as the header paints it (with its bearings)
+            return fm.boundingRect(QRect(0, 0, 10_000, 100), Qt.AlignCenter, line).width()
+
+        spaces = [i for i, ch in enumerate(text) if ch == " "]
+        width = min((max(ink(text[:i]), ink(text[i + 1:])) for i in spaces), default=ink(text))
+        margin = header.style().pixelMetric(QStyle.PM_HeaderMargin, None, header)
+        return QSize(width + 2 * margin + SORT_MARK_PX, 2 * fm.height() + 2 * margin)
 
     def _show_overview(self) -> None:
         f = self.frames

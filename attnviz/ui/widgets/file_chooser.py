@@ -7,35 +7,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtCore import QEvent, QObject, Signal
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QToolButton, QWidget
 
-from attnviz.ui.widgets.basic import named
+from attnviz.ui.widgets.basic import ElidedLabel, named
 
 RANDOM, FROM_FILE = "random", "file"
 
 
-class ElidedLabel(QLabel):
-    """One line that shows `…` in the middle when the text does not fit (a file name keeps its
-    start and its end, the extension's side); text() is the whole text."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._full = ""
-
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
-        self._full = text
-        self._elide()
-
-    def text(self) -> str:
-        return self._full
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, self.width()))
+def button_box(*buttons: QWidget) -> QWidget:
+    """`buttons` side by side in one widget, with no margins."""
+    box = QWidget()
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for button in buttons:
+        layout.addWidget(button)
+    return box
 
 
 class FileChooser(QWidget):
@@ -107,27 +94,29 @@ class FileChooser(QWidget):
 
 class PathChooser(QWidget):
     """A panel row naming one file: its name, Open… (`prefix`OpenButton) and a clear button (`prefix`ClearButton);
-    path() is "" for none."""
+    path() is "" for none. The buttons are one widget, `buttons`: beside the name, or (buttons_apart) left for
+    the owner to place, e.g. on the row of the field's label so that the name has the panel's whole width."""
 
     sigChanged = Signal()
 
     def __init__(self, prefix: str, title: str, file_filter: str, open_tip: str, none_tip: str,
-                 parent: QWidget | None = None):
+                 parent: QWidget | None = None, buttons_apart: bool = False):
         super().__init__(parent)
         self._path, self.title, self.file_filter, self.none_tip = "", title, file_filter, none_tip
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.fileLabel = named(ElidedLabel(), f"{prefix}FileLabel")
-        self.fileLabel.setMinimumWidth(16)  # the panel column is narrow: the name elides, the buttons stay
+        self.fileLabel.setMinimumWidth(16)  # a narrow row: the name elides, the buttons stay
         self.openButton = named(QToolButton(), f"{prefix}OpenButton")
         self.openButton.setText("Open…")
         self.openButton.setToolTip(open_tip)
         self.clearButton = named(QToolButton(), f"{prefix}ClearButton")
         self.clearButton.setText("×")
         self.clearButton.setToolTip("No file")
+        self.buttons = button_box(self.openButton, self.clearButton)
         layout.addWidget(self.fileLabel, 1)
-        layout.addWidget(self.openButton)
-        layout.addWidget(self.clearButton)
+        if not buttons_apart:
+            layout.addWidget(self.buttons)
         self.openButton.clicked.connect(self.open_dialog)
         self.clearButton.clicked.connect(lambda: self.set_path(""))
         self._show()
@@ -158,10 +147,11 @@ class PathChooser(QWidget):
 class MapsChooser(PathChooser):
     """The panel's Maps file row (the variant "maps": an .npz written by attnviz)."""
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, buttons_apart: bool = False):
         super().__init__("maps", "Open exported maps", "Exported maps (*.npz);;All files (*)",
                          "Choose an .npz written by attnviz (Export, attnviz render -o FILE.npz, attnviz.show()), or "
-                         "drop one onto the window", "No maps file: open one, or drop one onto the window", parent)
+                         "drop one onto the window", "No maps file: open one, or drop one onto the window", parent,
+                         buttons_apart)
 
 
 class FileDrop(QObject):

@@ -51,6 +51,7 @@ from attnviz.ui.window.model import WindowModel
 from attnviz.ui.window.opening import WindowOpen, path_drop
 from attnviz.ui.window.panel import ParameterPanel
 from attnviz.ui.window.settings import WindowSettings
+from attnviz.ui.window.status_line import StatusLine
 from attnviz.ui.window.worker import Failure, Outcome, Request, Worker, generating
 from attnviz.ui.window.zooming import WindowZoom
 
@@ -181,7 +182,8 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
 
     def _make_status_bar(self) -> None:
         """The status line and busy indicator."""
-        self.statusLabel = named(QLabel(), "statusLabel")
+        self.setStatusBar(StatusLine())  # a long line elided in the middle, whole in its tooltip
+        self.statusLabel = self.statusBar().label
         self.busyIndicator = named(QProgressBar(), "busyIndicator")
         self.busyIndicator.setRange(0, 0)  # indeterminate
         self.busyIndicator.setMaximumWidth(150)  # room for "layer 12 / 30" and "40 / 40 tokens"
@@ -192,7 +194,6 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self._busy_timer.setInterval(BUSY_SHOW_MS)
         self._busy_timer.timeout.connect(self.busyIndicator.show)
         self._busy = False  # the worker's last sigBusy
-        self.statusBar().addWidget(self.statusLabel, 1)
         self.statusBar().addPermanentWidget(self.busyIndicator)
 
     def _maps_column(self) -> QWidget:

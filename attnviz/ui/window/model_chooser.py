@@ -11,23 +11,25 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QToolButton, QWidget
 
 from attnviz.models.discover import discover_models, hub_cache, supported_text
-from attnviz.ui.widgets.basic import add_choice
+from attnviz.ui.widgets.basic import ElidedCombo, add_choice
+from attnviz.ui.widgets.file_chooser import button_box
 
 PLACEHOLDER = "(choose a model folder)"
 
 
 class ModelChooser(QWidget):
-    """A combo of model folders (data: the path) and an "Open…" button; folder() is the path."""
+    """A combo of model folders (data: the path) and an "Open…" button; folder() is the path. The button is
+    `buttons`: beside the combo, or (buttons_apart) left for the owner to place (as PathChooser's)."""
 
     sigChanged = Signal()
     _found = Signal(object)  # (generation, (found, notes)) from the discovery thread
     WAIT_S = 0.5  # how long the window waits for the look before it opens without the list (filled when done)
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, buttons_apart: bool = False):
         super().__init__(parent)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.combo = QComboBox()
+        self.combo = ElidedCombo()  # a long model name keeps its start and its end ("SmolLM2-135…Q4_1.gguf")
         self.combo.setObjectName("modelCombo")
         self.combo.setAccessibleName("modelCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
@@ -38,7 +40,7 @@ class ModelChooser(QWidget):
         self.tooltip = (f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders or .gguf files "
                         "separated by the path separator), and GGUF models in Ollama's and LM Studio's stores. "
                         f"Opens {supported_text()}. Nothing is downloaded.")
-        self.combo.setToolTip(self.tooltip)
+        self._skipped = ""  # what the last look skipped, said in the tooltip
         self.openButton = QToolButton()
         self.openButton.setObjectName("openModelButton")
         self.openButton.setAccessibleName("openModelButton")
@@ -50,11 +52,14 @@ class ModelChooser(QWidget):
         menu.addAction("Model folder…", self.open_dialog)
         menu.addAction("GGUF file…", self.open_gguf_dialog)
         self.openButton.setMenu(menu)
+        self.buttons = button_box(self.openButton)
         layout.addWidget(self.combo, 1)
-        layout.addWidget(self.openButton)
+        if not buttons_apart:
+            layout.addWidget(self.buttons)
         self.combo.addItem(PLACEHOLDER, "")  # until the look ends (the models are listed below it)
         self.refresh()
-        self.combo.currentIndexChanged.connect(lambda _: self.sigChanged.emit())
+        self.combo.currentIndexChanged.connect(self._chosen)
+        self._show_tip()
         self.openButton.clicked.connect(self.open_dialog)
 
     def refresh(self) -> None:
@@ -90,7 +95,17 @@ class ModelChooser(QWidget):
         self.combo.blockSignals(False)
         self.set_folder(current, emit=False)
         more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
-        self.combo.setToolTip(f"{self.tooltip}\n\nSkipped while looking: {notes[0]}{more}" if notes else self.tooltip)
+        self._skipped = f"\n\nSkipped while looking: {notes[0]}{more}" if notes else ""
+        self._show_tip()
+
+    def _chosen(self, _index: int) -> None:
+        self._show_tip()
+        self.sigChanged.emit()
+
+    def _show_tip(self) -> None:
+        """The tooltip: the chosen model's whole name and path first (the combo may show it elided)."""
+        chosen = f"{self.combo.currentText()}\n{self.folder()}\n\n" if self.folder() else ""
+        self.combo.setToolTip(chosen + self.tooltip + self._skipped)
 
     def folder(self) -> str:
         return self.combo.currentData() or "" if self.combo.count() else ""
@@ -104,6 +119,7 @@ class ModelChooser(QWidget):
         self.combo.blockSignals(not emit)
         self.combo.setCurrentIndex(max(index, 0))
         self.combo.blockSignals(False)
+        self._show_tip()  # also when no signal went out
 
     def open_gguf_dialog(self) -> None:
         start = str(Path(self.folder()).parent) if self.folder() else str(Path.home())

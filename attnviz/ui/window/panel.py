@@ -45,7 +45,23 @@ from attnviz.ui.window.model_chooser import ModelChooser
 GROUPS = ("Model", "Input", "Attention", "Shape", "Mask", "Ablation", "Training", "Run")
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 TEXT_MAX_CHARS = 200_000  # the text box: a long input opened from a file (at least 50,000 characters)
+# choosers that show a model's or a file's name: the name gets a row of its own, not the field column beside
+# the labels (at the panel's 300 px a model's name read "SmolLM2-1" and a maps file's "m…z")
+NAME_ROWS = ("model", "maps", "image")
+# fields whose choices are long names: the label on its row, the combo the panel's whole width below it
+# (beside the label the variant read "Pretrained model (folde" and "Maps from a file (.n")
+WIDE_ROWS = ("variant",)
 ERROR_STYLE = f"border: 2px solid {RED}; border-radius: 3px;"
+
+
+def _label_row(buttons: QWidget) -> QWidget:
+    """`buttons` at the right end of a form's field column (on the row of their field's label)."""
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addStretch(1)
+    layout.addWidget(buttons)
+    return row
 
 
 def cuda_devices() -> list[tuple[str, str]]:
@@ -70,6 +86,7 @@ class ParameterPanel(QWidget):
         self._tooltips: dict[str, str] = {}
         self.labels: dict[str, QLabel] = {}
         self.rows: dict[str, QWidget] = {}  # a field whose row holds more than its widget: that row
+        self.heads: dict[str, QWidget] = {}  # a chooser's buttons, on its label's row (NAME_ROWS)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 6, 6, 6)
 
@@ -127,7 +144,15 @@ class ParameterPanel(QWidget):
         label.setBuddy(widget)
         self.widgets[name] = widget
         self.labels[name] = label
-        form.addRow(label, self._generate_row(widget) if name == "generate" else widget)
+        if name in NAME_ROWS:  # the label and the chooser's buttons, then the name the panel's whole width
+            self.heads[name] = _label_row(widget.buttons)
+            form.addRow(label, self.heads[name])
+            form.addRow(widget)
+        elif name in WIDE_ROWS:
+            form.addRow(label)
+            form.addRow(widget)
+        else:
+            form.addRow(label, self._generate_row(widget) if name == "generate" else widget)
         if name == "variant":
             form.addRow(self.variantInfo)
         if name == "batch":
@@ -201,13 +226,13 @@ class ParameterPanel(QWidget):
             w = _spin_box(kind, meta)
             w.valueChanged.connect(self._edited)
         elif name == "model":  # a folder: the ones found locally, or "Open…"
-            w = ModelChooser()
+            w = ModelChooser(buttons_apart=True)
             w.sigChanged.connect(self._edited)
         elif name == "image":  # a vision model's picture: Open… (or a file dropped onto the window)
-            w = ImageChooser()
+            w = ImageChooser(buttons_apart=True)
             w.sigChanged.connect(self._edited)
         elif name == "maps":  # an .npz of maps written by attnviz: Open… (or a file dropped onto the window)
-            w = MapsChooser()
+            w = MapsChooser(buttons_apart=True)
             w.sigChanged.connect(self._edited)
         elif name in FILE_FIELDS:  # your own weights / inputs: Random or From file
             w = FileChooser(name, name, WEIGHT_SUFFIXES if name == "weights" else INPUT_SUFFIXES)
@@ -420,6 +445,8 @@ class ParameterPanel(QWidget):
         for name, widget in self.widgets.items():
             self.rows.get(name, widget).setVisible(shown[name])
             self.labels[name].setVisible(shown[name])
+            if name in self.heads:
+                self.heads[name].setVisible(shown[name])
             self.labels[name].setText(spec.labels.get(name, field_meta(name)["label"]))
         for group, box in self.groups.items():
             box.setVisible(any(shown[n] for n in self.widgets if field_meta(n)["group"] == group))
