@@ -44,7 +44,7 @@ GENERATING = RunConfig.for_variant("toy-induction", generate=5)
 
 
 def outcome(rid, config=CONFIG, partial=False, prompt=None, tokens=0):
-    result = SimpleNamespace(config=config, prompt_length=prompt, tokens=("t",) * ((prompt or 0) + tokens))
+    result = SimpleNamespace(config=config, prompt_length=prompt, generated_count=tokens if prompt is not None else 0)
     frames = SimpleNamespace(name=f"frames {rid}/{tokens}")
     return Outcome(Request(rid, config, None), result, frames, True, 0.0, partial=partial)
 
