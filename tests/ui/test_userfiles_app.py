@@ -239,3 +239,68 @@ def test_saving_a_configuration_hashes_its_weights_off_the_gui_thread(window, qt
         expected = hashlib.sha256(f.read()).hexdigest()
     assert json.loads(target.read_text())["files"]["weights"]["sha256"] == expected
     assert hashers and threading.main_thread() not in hashers
+
+
+@pytest.fixture
+def held_hash(monkeypatch):
+    """The saved JSON of a configuration naming a weights file is made only once `release` is set (a big
+    file's sha256 still being taken); others at once."""
+    from attnviz.ui.window import files
+
+    release, made = threading.Event(), files.saved_json
+
+    def slow(config):
+        if config.weights:
+            assert release.wait(20)
+        return made(config)
+
+    monkeypatch.setattr(files, "saved_json", slow)
+    return release
+
+
+def test_a_later_save_wins_over_an_earlier_one_still_hashing(window, qtbot, tmp_path, seed000, held_hash):
+    weights, _, _ = seed000
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    window.load_file("weights", weights)
+    wait_shown(qtbot, window)
+    target = tmp_path / "saved.json"
+    window._save_to(str(target))  # hashing the weights
+    combo = window.findChild(QComboBox, "weightsCombo")
+    combo.setCurrentIndex(combo.findData("random"))
+    combo.activated.emit(combo.currentIndex())
+    assert window.panel.config().weights == ""
+    window._save_to(str(target))  # nothing to hash: written at once
+    qtbot.waitUntil(target.exists, timeout=10000)
+    held_hash.set()  # the earlier save's text is ready now, and must not replace the later one
+    qtbot.waitUntil(lambda: window.config_saves.running == 0, timeout=10000)
+    assert json.loads(target.read_text())["config"]["weights"] == ""
+    assert window.statusBar().currentMessage() in (f"Saved {target}", "")
+
+
+def test_closing_while_a_save_is_hashing_closes_once_it_is_written(window, qtbot, tmp_path, seed000, held_hash):
+    weights, _, _ = seed000
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    window.load_file("weights", weights)
+    wait_shown(qtbot, window)
+    target = tmp_path / "saved.json"
+    window._save_to(str(target))
+    assert not window.close()  # kept open: the file is not written yet
+    assert window.isVisible() and "closes once it is written" in window.statusBar().currentMessage()
+    held_hash.set()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=10000)
+    assert json.loads(target.read_text())["config"]["weights"] == weights
+
+
+def test_closing_twice_while_saving_closes_at_once(window, qtbot, tmp_path, seed000, held_hash):
+    weights, _, _ = seed000
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    window.load_file("weights", weights)
+    wait_shown(qtbot, window)
+    target = tmp_path / "saved.json"
+    window._save_to(str(target))
+    assert not window.close() and window.close()  # the second close does not wait
+    assert not window.isVisible() and not target.exists()
+    held_hash.set()

@@ -4,6 +4,8 @@ panel, settings and status bar it uses."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 from PySide6.QtGui import QGuiApplication
@@ -72,7 +74,7 @@ class WindowFiles:
 
     def _save_to(self, path: str) -> None:
         """Save on a thread: the sha256 of a weights or inputs file the configuration names is part of the file,
-        and a big one takes a while to hash."""
+        and a big one takes a while to hash. The newest save wins: an older one still hashing writes nothing."""
         from attnviz.ui.widgets.jobs import BackgroundJob
         from attnviz.ui.window.export_dialog import confirm_write
 
@@ -81,19 +83,44 @@ class WindowFiles:
             self.statusBar().showMessage(f"Not saved: {path} is read-only", 6000)
             return
         config = self.panel.config()
-        self._saveJob = BackgroundJob()
-        self._saveJob.sigDone.connect(self._config_saved)
-        self._saveJob.sigFailed.connect(self._config_not_saved)
+        saves = self.config_saves
+        turn = saves.begin(path)
+        job = self._saveJob = BackgroundJob()
+        job.sigDone.connect(self._config_saved)
+        job.sigFailed.connect(self._config_not_saved)
         self.statusBar().showMessage(f"Saving {path}\u2026")
-        self._saveJob.start(lambda: _write_config(path, saved_json(config), replace_readonly))
+        job.start(lambda: saves.write(turn, path, lambda: saved_json(config), replace_readonly))
 
-    def _config_saved(self, path) -> None:
-        self._remember_dir(str(path))
-        self.statusBar().showMessage(f"Saved {path}", 4000)
+    @property
+    def config_saves(self) -> ConfigSaves:
+        if getattr(self, "_config_saves", None) is None:
+            self._config_saves = ConfigSaves()
+        return self._config_saves
+
+    def _config_saved(self, path: str | None) -> None:
+        self.config_saves.end()
+        if path is not None:  # None: a newer save replaced this one, and says so itself
+            self._remember_dir(str(path))
+            self.statusBar().showMessage(f"Saved {path}", 4000)
+        if self.config_saves.close_when_done and not self.config_saves.running:
+            self.close()
 
     def _config_not_saved(self, message: str) -> None:
+        self.config_saves.end()
+        self.config_saves.close_when_done = False  # the user reads why before the window goes
         self.statusBar().clearMessage()
         QMessageBox.warning(self, "Cannot save", message)
+
+    def close_waits_for_saves(self) -> bool:
+        """At the window's close: whether a save still running keeps it open until the file is written (the
+        first close; a second one closes at once, and the half-made save leaves no file behind)."""
+        saves = self.config_saves
+        if not saves.running or saves.close_when_done:
+            return False
+        saves.close_when_done = True
+        self.statusBar().showMessage("Saving the configuration: the window closes once it is written "
+                                     "(close again to close now, without it)")
+        return True
 
     def open_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open configuration", self._start_dir(), "JSON (*.json)")
@@ -167,3 +194,40 @@ def _write_config(path: str, text: str, replace_readonly: bool) -> str:
 
     write_bytes(path, text.encode("utf-8"), replace_readonly)
     return path
+
+
+class ConfigSaves:
+    """The window's saves in flight. Each has a turn per file; one whose turn is no longer its file's newest
+    when its text is ready writes nothing (a slow hash of an earlier save must not replace a later save's
+    file). `running` and `close_when_done` are the GUI thread's; `write` runs on the save's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._newest: dict[str, int] = {}  # file -> the turn of its newest save
+        self._turns = 0
+        self.running = 0
+        self.close_when_done = False
+
+    def begin(self, path: str) -> int:
+        """A new save's turn (the GUI thread)."""
+        with self._lock:
+            self._turns += 1
+            self._newest[_file_key(path)] = self._turns
+            self.running += 1
+            return self._turns
+
+    def end(self) -> None:
+        """A save finished, written or not (the GUI thread)."""
+        self.running -= 1
+
+    def write(self, turn: int, path: str, text, replace_readonly: bool) -> str | None:
+        """Write `text()` to `path` if `turn` is still the newest save; the path written, or None."""
+        made = text()  # the hashes: the slow part, outside the lock
+        with self._lock:  # a newer save's begin() comes before or after this write, never inside it
+            if turn != self._newest.get(_file_key(path)):
+                return None
+            return _write_config(path, made, replace_readonly)
+
+
+def _file_key(path: str) -> str:
+    return os.path.realpath(path)

@@ -581,6 +581,9 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
             self._show_generating(bool(self.delivery.generating_id))
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if self.close_waits_for_saves():  # Ctrl+S still hashing: close once the file is written
+            event.ignore()
+            return
         self.save_settings()
         self._timer.stop()
         self.delivery.close()  # a result half shown is finished; one still waiting is dropped
