@@ -15,6 +15,7 @@ caller keeps running and the window lives on its own. Nothing here imports Qt's 
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 import subprocess
@@ -60,6 +61,7 @@ def attention_maps(attention: Any, batch_index: int = 0, scores: bool = False) -
     else:
         maps = _array(attention)
     if maps.ndim == 5:  # (layers, batch, heads, q, k): one item of the batch
+        _check_whole("batch_index", batch_index)
         if not 0 <= batch_index < maps.shape[1]:
             raise ConfigError("batch_index", batch_index, f"the batch holds {maps.shape[1]} items",
                               f"give batch_index from 0 to {maps.shape[1] - 1}")
@@ -119,6 +121,7 @@ def maps_result(maps: np.ndarray, tokens: Sequence[str] | None = None, key_token
     """A RunResult of maps that came from outside attnviz (layers, heads, q, k), labelled with `tokens`."""
     layers, heads, rows, cols = maps.shape
     tokens, key_tokens = _labels(tokens, key_tokens, rows, cols)
+    _check_whole("layer", layer)
     if not 0 <= layer < layers:
         raise ConfigError("layer", layer, f"the maps have {layers} layers", f"give a layer from 0 to {layers - 1}")
     weights = _softmax(maps) if scores else maps
@@ -133,9 +136,17 @@ def maps_result(maps: np.ndarray, tokens: Sequence[str] | None = None, key_token
         layer_weights=weights[:, None] if layers > 1 else None)
 
 
+def _check_whole(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(name, value, "not a whole number", f"give {name} as an int")
+
+
 def _labels(tokens, key_tokens, rows: int, cols: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     tokens = tuple(str(t) for t in tokens) if tokens is not None else ()
     key_tokens = tuple(str(t) for t in key_tokens) if key_tokens is not None else ()
+    if key_tokens and not tokens:
+        raise ConfigError("tokens", None, "key_tokens given without tokens",
+                          f"give tokens= too ({rows} labels of the query rows)")
     if tokens and len(tokens) != rows:
         raise ConfigError("tokens", len(tokens), f"{len(tokens)} tokens for maps of {rows} query rows",
                           f"give {rows} tokens, one per query position")
@@ -258,4 +269,4 @@ def _encoder_decoder(encoder, decoder, cross, encoder_tokens, decoder_tokens, pr
     return shown[0]
 
 
-__all__ = ["Shown", "attention_maps", "head_view", "maps_result", "model_view", "open_window", "show"]
+__all__ = ["Shown", "attention_maps", "head_view", "maps_result", "model_view", "open_window", "save", "show"]

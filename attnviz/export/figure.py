@@ -200,6 +200,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     """Compose the export: sizes, positions and drawing items. ValueError for bad options or a too-large image."""
     options = options or ExportOptions()
     options.check(result.config)
+    options.check_held(result)
     m = Metrics()
     tiles, caption, shared, colour_scale = _select(result, options)
     rows, cols = tiles[0].image.shape

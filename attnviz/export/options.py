@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from attnviz import colormaps
 from attnviz.core.runs.config import RunConfig
 from attnviz.core.runs.runner import RunResult
-from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions
+from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, view_stage
 
 FORMATS = {".png": "PNG image", ".svg": "SVG 1.1 drawing (crisp embedded rasters, vector text)",
            ".npz": "NumPy arrays and the run configuration"}
@@ -58,6 +59,9 @@ class ExportOptions:
 
     def check(self, config: RunConfig) -> None:
         """Raise ValueError naming the option, the value and the allowed range."""
+        for name in ("head", "tensor_head", "batch_index"):
+            if not _whole(getattr(self, name)):
+                raise ValueError(f"{name} = {getattr(self, name)!r}: must be a whole number")
         if self.what not in WHATS:
             raise ValueError(f"what = {self.what!r}: unknown; use one of {', '.join(WHATS)}")
         if self.view not in MAP_VIEWS:
@@ -77,8 +81,26 @@ class ExportOptions:
         if not 0 <= self.batch_index < config.batch:
             raise ValueError(f"batch index {self.batch_index} does not exist: the batch has {config.batch} "
                              f"item(s), use 0..{config.batch - 1}")
-        if self.scale is not None and (not isinstance(self.scale, int) or self.scale < 1):
+        if self.scale is not None and (not _whole(self.scale) or self.scale < 1):
             raise ValueError(f"scale = {self.scale!r}: must be a whole number of pixels per cell, 1 or more")
+
+    def check_held(self, result: RunResult) -> None:
+        """Raise ValueError when `result` lacks the stage a figure of these options draws (maps given or read
+        from a file hold their weights, and scores where given; a run keeps what it recorded)."""
+        if self.what == "rollout":  # every layer's weights: its own message where they are missing
+            return
+        needed = self.tensor if self.what == "output" else view_stage(self.map_view)
+        if needed not in result.stages:
+            held = [v for v in MAP_VIEWS if view_stage(v) in result.stages]
+            fix = "draw a map instead: what='grid'" if self.what == "output" else "draw one of those: " + \
+                " or ".join(f"view={v!r}" for v in held)
+            kind = "the tensor" if self.what == "output" else "the view"
+            raise ValueError(f"{kind} {needed!r} is not held by these maps (they hold the views "
+                             f"{', '.join(held)}); {fix}")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def format_of(path: str | os.PathLike) -> str:

@@ -177,3 +177,35 @@ def test_save_names_a_bad_option_and_writes_nothing(tmp_path, gpt2_attentions):
     with pytest.raises(ValueError, match="use one of grid, head, mean"):
         attnviz.save(attentions, tmp_path / "maps.png", tokens=tokens, what="everything")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option, words", [
+    (dict(what="scores"), "the view 'scores' is not held by these maps .* view='weights'"),
+    (dict(view="value_weighted"), "the view 'value_weighted' is not held"),
+    (dict(what="output"), "the tensor 'output' is not held .* what='grid'"),
+    (dict(what="head", head="1"), "head = '1': must be a whole number"),
+    (dict(layer="1"), "layer = '1': not a whole number"),
+    (dict(key_tokens=list("abcdef")), "key_tokens given without tokens"),
+])
+def test_save_says_what_given_maps_cannot_draw_and_writes_nothing(tmp_path, gpt2_attentions, option, words):
+    """Maps given hold their weights alone: a view of what they lack, or a number given as text, is one
+    message (it was an AttributeError from deep inside, or a TypeError comparing an int with a str)."""
+    attentions, _ = gpt2_attentions
+    with pytest.raises(ValueError, match=words):
+        attnviz.save(attentions, tmp_path / "maps.png", **option)
+    assert list(tmp_path.iterdir()) == []
+    wide = attnviz.save(attentions, tmp_path / "wide.png", layer=np.int64(1), scale=np.int64(3))  # NumPy ints
+    assert wide.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_save_draws_with_no_display_and_no_qt_platform_named(tmp_path):
+    """A headless machine as a script meets it: no DISPLAY and no QT_QPA_PLATFORM (the tests set offscreen)."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    script = ("import numpy as np, attnviz; a = np.full((2, 3, 4, 4), 0.25, np.float32); "
+              f"print(attnviz.save(a, {str(tmp_path / 'maps.png')!r}, tokens=list('abcd')))")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "maps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
