@@ -77,3 +77,19 @@ def test_the_pipelines_path_says_the_layers_own_scale(gemma2):
     assert path["scaled"] == pytest.approx(path["qk"] * 32 ** -0.5, rel=1e-6)
     titles = [f"{STAGE_TITLES[name]} → " for name in ("capped", "scores", "weights")]  # the cap, the mask, softmax
     assert all(t in text for t in titles) and sorted(titles, key=text.index) == titles
+
+
+def test_an_opened_models_path_stops_where_its_call_is_unknown(gemma2, tmp_path):
+    """Maps of a model read back from an NPZ carry no call recipe: the path gives q·k and the saved weight, not
+    a scale and a cap the seed variants' defaults would make up (1/sqrt(8) where Gemma 2 used 32^-1/2)."""
+    from attnviz.core.runs.saved import read_maps
+    from attnviz.export import write_npz
+    from attnviz.ui.panels.pipeline import path_text
+
+    live = run(RunConfig(variant="pretrained", model=str(gemma2), text=SENTENCE, layer=1), record=NO_SCORES)
+    opened = read_maps(write_npz(live, tmp_path / "gemma2.npz"))
+    assert opened.source is None and opened.score_recipe is None and "q" in opened.stages
+    path, shown = cell_path(opened, 0, 1, 4, 2), cell_path(live, 0, 1, 4, 2)
+    assert list(path) == ["qk", "weights"] and path["qk"] == pytest.approx(shown["qk"])
+    assert path["weights"] == pytest.approx(shown["weights"])
+    assert "×" not in path_text(opened, 0, 1, 4, 2) and number(8 ** -0.5) not in path_text(opened, 0, 1, 4, 2)

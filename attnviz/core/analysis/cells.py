@@ -39,10 +39,15 @@ def cell_path(result: RunResult, b: int, m: int, i: int, j: int) -> dict[str, fl
 def qk_scale(result: RunResult, width: int) -> float | None:
     """The factor q·k is multiplied by in `result` (`width`: the query head's size): a model layer's own
     call's, else the configuration's (1/√width by default); None for a model layer whose recipe is unknown."""
-    if result.source is not None:
+    if _model_layer(result):
         return None if result.score_recipe is None else result.score_recipe.scale
     configured = result.config.attention_options().qk_scale
     return configured if configured else 1 / math.sqrt(width)
+
+
+def _model_layer(result: RunResult) -> bool:
+    """Whether `result` is a model's layer (live, or opened from a file: then its call's recipe is unknown)."""
+    return result.source is not None or result.config.spec.backed
 
 
 def _score_steps(result: RunResult, s: torch.Tensor, heads: int, width: int, cell: tuple
@@ -51,7 +56,7 @@ def _score_steps(result: RunResult, s: torch.Tensor, heads: int, width: int, cel
     config, a model layer's from its recipe), and whether they reach it: not for a model layer whose recipe
     is unknown (another attention than the kernel's) or that added a bias."""
     steps: dict[str, float] = {}
-    if result.source is not None:  # a model's layer: its own call's scale and cap, not the config's
+    if _model_layer(result):  # a model's layer: its own call's scale and cap, not the config's
         recipe = result.score_recipe
         if recipe is None:
             return steps, False
