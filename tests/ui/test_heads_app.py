@@ -110,6 +110,18 @@ def test_badges_mark_the_toys_known_heads(toy, qtbot):
     assert len(view.badges.data) == sum(len(view.types_of(n, h)) for n in range(2) for h in range(4))
     legend = toy.modelPanel.legend.text()
     assert "ind" in legend and "prev" in legend and "ablated" in legend
+    assert toy.modelPanel.legend.isVisible()
+
+
+def test_random_weights_leave_the_model_view_its_note_alone(toy, qtbot):
+    """No model: the view says so, and no key of badges or Alt+click under it (nothing there to click)."""
+    combo = toy.panel.widgets["variant"]
+    combo.setCurrentIndex(combo.findData("causal"))
+    wait_shown(qtbot, toy)
+    qtbot.waitUntil(lambda: toy.result.source is None and not toy.modelPanel.legend.isVisible())
+    combo.setCurrentIndex(combo.findData("toy-induction"))
+    wait_shown(qtbot, toy)
+    qtbot.waitUntil(toy.modelPanel.legend.isVisible)
 
 
 def test_a_larger_models_head_types_on_the_tiles_still_shown_raise_nothing(toy, qtbot):

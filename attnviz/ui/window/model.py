@@ -120,7 +120,9 @@ class WindowModel:
             # The dock stays, saying so: hiding it and showing it again with the next model resized
             # every view in the window, twice per switch between a trained and a random variant.
             self.modelView.show_none()
+            self.modelPanel.legend.hide()  # no tiles: no badges to explain, no head to Alt+click
             return
+        self.modelPanel.legend.show()
         layer_spin.setMaximum(source.info.layers - 1)  # a preset or file may widen it again (panel)
         if result.source is not None:  # the panel hides what this model does not read (decoder text, image)
             self.panel.know_model(result.config.model, getattr(source.info, "stacks", ()),
