@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QGuiApplication, QImage
 from PySide6.QtWidgets import QLabel
 from uihelpers import wait_shown
 
@@ -116,6 +116,13 @@ def test_exports_at_a_step_draw_what_the_window_shows_at_it(qtbot, tmp_path):
             assert max(abs(a - b) for a, b in zip(shown, drawn)) <= 2, (head, row, col, shown, drawn)
         assert export_cell(exported, lay, head, 17, 3) != export_cell(plain, lay, head, 17, 3)  # faded
     grab.save(str(tmp_path / "window-step2.png"))
+
+    QGuiApplication.clipboard().clear()
+    w.copyAction.trigger()  # Copy image: the same figure
+    qtbot.waitUntil(lambda: "Copied" in w.statusBar().currentMessage(), timeout=20000)
+    copied = QGuiApplication.clipboard().image()
+    if not copied.isNull():  # the offscreen platform may keep no clipboard image
+        assert copied.convertToFormat(exported.format()) == exported
     w.close()
 
 
