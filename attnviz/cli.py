@@ -126,7 +126,7 @@ def _export_options(args: argparse.Namespace):
         batch_index=args.batch_index,
         shared_scale=not args.per_head_scale, colormap=kw.get("colormap", colormaps.DEFAULT_SEQUENTIAL),
         diverging=kw.get("diverging", colormaps.DEFAULT_DIVERGING), scale_mode=args.scale_mode,
-        all_layers=args.all_layers,
+        all_layers=args.all_layers, step=args.step,
     )
 
 
@@ -241,12 +241,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
 
     try:
         result = _run(config, record, args.truncate, args.region)
-        if args.step is not None:
-            from attnviz.core.runs.generation import at_step
-
-            if result.prompt_length is None:
-                raise UsageError("--step needs --generate N (a model writing after the text)")
-            result = at_step(result, args.step)
+        stepped = _at_step(result, args.step)
         if config.spec.backed:
             options.check(result.config)  # --head against the model's heads
             if args.view not in ("pipeline", "output"):
@@ -255,9 +250,9 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
             return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: --rollout needs a multi-layer model; this run "
                                      f"({config.variant}) has one attention layer")
         if args.stats:
-            _write_stats(result, args.stats, options.batch_index)
+            _write_stats(stepped, args.stats, options.batch_index)
             print(f"wrote {args.stats}")
-        _write_head_tables(result, args)
+        _write_head_tables(stepped, args)
         if not args.output:
             return EXIT_OK
         ext = format_of(args.output)
@@ -265,7 +260,7 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
             from attnviz.export import ensure_gui_app
 
             ensure_gui_app()  # picks the offscreen platform when there is no display
-        path = _write(result, args, options, ext)
+        path = _write(result, stepped, args, options, ext)
     except UsageError as exc:
         return _fail(EXIT_USAGE, f"{RENDER_PROG}: error: {exc}")
     except (ConfigError, ValueError) as exc:  # found only when running: no CUDA, over the memory budget, a bad
@@ -283,22 +278,35 @@ def _render_planned(args: argparse.Namespace, config, options, record) -> int:
     return EXIT_OK
 
 
-def _write(result, args: argparse.Namespace, options, ext: str):
-    """The -o file: the pipeline figure, the rollout, or the maps (export.export)."""
+def _at_step(result, step: int | None):
+    """The generation as it stood after --step generated tokens (the tables and the pipeline figure read it); the
+    run itself without --step. The maps go to export() whole, with the step in their options: an image then fades
+    the later rows as the window's Step slider does, an NPZ holds them cut (the same path as the window's Export)."""
+    if step is None:
+        return result
+    from attnviz.core.runs.generation import at_step
+
+    if result.prompt_length is None:
+        raise UsageError("--step needs --generate N (a model writing after the text)")
+    return at_step(result, step)  # a step out of range: one clear line naming --step
+
+
+def _write(result, stepped, args: argparse.Namespace, options, ext: str):
+    """The -o file: the pipeline figure, the rollout, or the maps (export.export); `stepped`: the result at --step."""
     from attnviz.export import export, export_pipeline
     from attnviz.frames import ViewOptions
 
     if args.view == "pipeline":
         view = ViewOptions(batch_index=options.batch_index, colormap=options.colormap, diverging=options.diverging,
                            scale_mode=options.scale_mode)
-        return export_pipeline(result, args.output, view, options.head)
+        return export_pipeline(stepped, args.output, view, options.head)
     if args.rollout and ext == ".npz":
         import numpy as np
 
         from attnviz.core.analysis.stats import rollout
         from attnviz.export import write_npz
 
-        return write_npz(result, args.output, rollout=rollout(result.layer_weights).astype(np.float32))
+        return write_npz(stepped, args.output, rollout=rollout(stepped.layer_weights).astype(np.float32))
     return export(result, args.output, options)
 
 

@@ -222,7 +222,9 @@ def _add_extra_flags(p: argparse.ArgumentParser) -> None:
                        help="also keep that block of every map exact (query rows Q0..Q1-1, keys K0..K1-1); the run "
                             "pools its maps (--pool always) and the NPZ holds the block as `region`")
     model.add_argument("--step", type=int, metavar="N",
-                       help="with --generate: draw the maps as they stood after N generated tokens (default: all)")
+                       help="with --generate: the generation after N generated tokens (default: all), as the window's "
+                            "Step slider shows it: an image fades the later rows and frames the Nth token's row; an "
+                            "NPZ, --stats and --predictions hold the first prompt + N tokens")
     model.add_argument("--all-layers", action="store_true",
                        help="NPZ: also every layer's weights as layer_weights (layers, H, L, L)")
     model.add_argument("--truncate", action="store_true",

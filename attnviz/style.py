@@ -20,6 +20,7 @@ ROW_MARK = "#ff2020"  # a marked query row (token focus) and a generation's chos
 GENERATED_INK = "#1f5fbf"  # a generation's written tokens (labels) and the prompt's boundary
 GENERATED_LINE_PX = 1.2  # the width of that boundary: a dashed line after the prompt's last row and column
 FADE = (255, 255, 255, 190)  # RGBA over the rows after a generation's chosen step: not yet written then
+STEP_MARK_PX = 1.5  # the width of the frame (ROW_MARK) around that step's row
 RED = "#d0312d"  # the one strong red: error text, a field's error border, the model view's layer marker
 STALE_OPACITY = 0.35  # maps of a result that no longer matches the controls
 STALE_NOTE = "#fff3cd", "#664d03"  # background and ink of the note over stale maps

@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.core.runs.runner import RunResult
 from attnviz.explain import render_extras
 from attnviz.export.colourbar import colour_bar, legend_swatches
-from attnviz.export.generated import PromptEnd, boundary_lines, prompt_end
+from attnviz.export.generated import PromptEnd, boundary_lines, prompt_end, step_faded, step_lines
 from attnviz.export.items import Layout, Line, Raster, Text, check_size
 from attnviz.export.options import ExportOptions
 from attnviz.export.qt import Metrics
@@ -159,13 +159,13 @@ def _tile_items(items: list, m: Metrics, tiles, titles: list[str] | None, grid: 
         by = grid_y + r * (block_h + GAP)
         ix = grid_x + col * (block_w + GAP) + ytick_w + (inner_w - img_w) // 2
         iy = by + tt_h
-        rgba = t.lut[t.image]
+        rgba = step_faded(t.lut[t.image], end)
         if s > 1:
             rgba = np.repeat(np.repeat(rgba, s, axis=0), s, axis=1)
         items.append(Raster(ix, iy, np.ascontiguousarray(rgba)))
         rects.append((ix, iy, img_w, img_h))
-        if end is not None:
-            items += boundary_lines(end, rects[-1], s)
+        if end is not None:  # over the map as the window paints them: the prompt's end, then the step's row
+            items += boundary_lines(end, rects[-1], s) + step_lines(end, rects[-1], s)
         if titles is not None:
             items.append(Text(ix + img_w / 2, by + m.ascent(TILE_PX, True), titles[i], TILE_PX, True, "middle"))
         if ticks is not None:
@@ -201,6 +201,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     options = options or ExportOptions()
     options.check(result.config)
     options.check_held(result)
+    options.check_step(result)
     m = Metrics()
     tiles, caption, shared, colour_scale = _select(result, options)
     rows, cols = tiles[0].image.shape
@@ -232,7 +233,7 @@ def layout(result: RunResult, options: ExportOptions | None = None) -> Layout:
     tile_rects = _tile_items(items, m, tiles, tile_titles, (grid_x, grid_y, ncols),
                              (ytick_w, inner_w, block_w, block_h, tt_h, s),
                              (xtext, ytext, tokens) if options.axis_labels else None,
-                             prompt_end(result, options.what))
+                             prompt_end(result, options.what, options.step))
 
     content_bottom = grid_y + grid_h
     if options.axis_labels:

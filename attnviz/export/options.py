@@ -44,6 +44,9 @@ class ExportOptions:
     tensor_head: int = 0  # which head's q, k or v
     scale_mode: str = "linear"  # colour scale of the maps: a key of frames.SCALE_MODES
     all_layers: bool = False  # NPZ of a multi-layer model: also every layer's weights (layer_weights)
+    step: int | None = None  # a generation after this many generated tokens (the window's Step slider, render
+    # --step): images fade the later rows and mark the step's as the window does; an NPZ holds the maps as they
+    # stood (core.runs.generation.at_step). None: every token
 
     @classmethod
     def from_view(cls, view: ViewOptions, **changes) -> ExportOptions:
@@ -84,6 +87,19 @@ class ExportOptions:
         if self.scale is not None and (not _whole(self.scale) or self.scale < 1):
             raise ValueError(f"scale = {self.scale!r}: must be a whole number of pixels per cell, 1 or more")
 
+    def check_step(self, result: RunResult) -> None:
+        """Raise ValueError when `step` is no step of `result`'s generation (or `result` is no generation)."""
+        if self.step is None:
+            return
+        n = result.generated_count
+        if not _whole(self.step):
+            raise ValueError(f"step = {self.step!r}: must be a whole number")
+        if not n:
+            raise ValueError(f"step {self.step}: these maps are no generation (no generated tokens to step "
+                             "through); leave the step out")
+        if not 0 <= self.step <= n:
+            raise ValueError(f"step {self.step} does not exist: this generation has steps 0..{n}")
+
     def check_held(self, result: RunResult) -> None:
         """Raise ValueError when `result` lacks the stage a figure of these options draws (maps given or read
         from a file hold their weights, and scores where given; a run keeps what it recorded)."""
@@ -121,4 +137,5 @@ def default_filename(result: RunResult, options: ExportOptions | None = None, ex
     elif what == "output":
         what = options.tensor
     view = "" if options.what in ("output", "scores") else f"-{options.map_view}"
-    return f"attnviz-{result.config.variant}{view}-{what}{ext}"
+    step = "" if options.step is None else f"-step{options.step}"
+    return f"attnviz-{result.config.variant}{view}-{what}{step}{ext}"

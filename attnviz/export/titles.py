@@ -66,7 +66,7 @@ def title_parts(result: RunResult, options: ExportOptions, tiles: list[HeatImage
         if c.text:
             name += f' · "{c.text if len(c.text) <= 40 else c.text[:39] + "…"}"'
         layer = [] if options.what == "rollout" else [f"layer {c.layer}"]  # rollout is every layer's
-        return heading, [name, *layer, result.token_count_text(), c.shapes_text(), mask_text(c),
+        return heading, [name, *layer, result.token_count_text(options.step), c.shapes_text(), mask_text(c),
                          f"float32 on {result.device}"]
     if c.variant == MAPS_VARIANT:  # maps given from Python (show(), save()): their shape is all that is known
         layers = 1 if result.layer_weights is None else result.layer_weights.shape[0]

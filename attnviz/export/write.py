@@ -20,13 +20,19 @@ def export(result: RunResult, path: str | os.PathLike, options: ExportOptions | 
 
     ValueError for an unknown extension or bad options (nothing written). ExportError when the file
     cannot be written or the image would be too large; any previous file at `path` stays intact.
-    A read-only file at `path` is refused (ReadOnlyTarget) unless `replace_readonly`.
+    A read-only file at `path` is refused (ReadOnlyTarget) unless `replace_readonly`. At a generation's step
+    (options.step) an image fades the later rows as the window does; an NPZ holds the maps as they stood then.
     """
     ext = format_of(path)
     options = options or ExportOptions()
     check_target(path, replace_readonly)  # before the image is composed
     if ext == ".npz":
         options.check(result.config)
+        options.check_step(result)
+        if options.step is not None:
+            from attnviz.core.runs.generation import at_step
+
+            result = at_step(result, options.step)
         return write_npz(result, path, options.all_layers, replace_readonly)
     try:
         data = png_bytes(result, options) if ext == ".png" else svg_text(result, options).encode("utf-8")

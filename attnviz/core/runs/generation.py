@@ -208,7 +208,8 @@ def generated_run(config, model, encoded, count: int, keep, plan, device, cancel
 
 def at_step(result, step: int):
     """A generation's RunResult as it stood after `step` generated tokens (0: the prompt alone): every map,
-    token stage and label cut to the first prompt_length + step positions."""
+    token stage and label cut to the first prompt_length + step positions, and the output head's predictions
+    to theirs (the last position's target not yet written)."""
     import dataclasses
 
     from attnviz.core.runs.config import ConfigError
@@ -227,4 +228,5 @@ def at_step(result, step: int):
     return dataclasses.replace(
         result, stages=stages, mask=result.mask[..., :n, :n], fully_masked_rows=result.fully_masked_rows[..., :n],
         tokens=result.tokens[:n], token_ids=result.token_ids[:n], config=result.config.replace(seq_q=n, seq_kv=n),
-        layer_weights=None if result.layer_weights is None else result.layer_weights[..., :n, :n], outputs=None)
+        layer_weights=None if result.layer_weights is None else result.layer_weights[..., :n, :n],
+        outputs=None if result.outputs is None else result.outputs.prefix(n))

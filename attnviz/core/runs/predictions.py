@@ -151,12 +151,14 @@ def target_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
     return torch.log_softmax(logits.float(), -1).gather(-1, targets[..., None])[..., 0]
 
 
-def lens_of(model, residuals, label) -> Lens:
-    """The top-1 token and its probability of every layer's residual stream through the model's lens. Every
-    layer's rows go through the unembedding together, LENS_ROWS at a time: its (vocab, d) weight, the largest
-    tensor of a small model, is read once per block of rows rather than once per layer. A block is made from
-    the layers' own rows (one after another, as if every layer's rows were joined), never a copy of them all."""
-    layers, length = len(residuals), _residual_length(residuals)
+def lens_of(model, residuals, label, length: int | None = None) -> Lens:
+    """The top-1 token and its probability of every layer's residual stream through the model's lens (its first
+    `length` positions; None: all). Every layer's rows go through the unembedding together, LENS_ROWS at a time:
+    its (vocab, d) weight, the largest tensor of a small model, is read once per block of rows rather than once
+    per layer. A block is made from the layers' own rows (one after another, as if every layer's rows were
+    joined), never a copy of them all."""
+    layers = len(residuals)
+    length = _residual_length(residuals) if length is None else length
     total = layers * length
     best_p, best_i = [], []
     for start in range(0, total, LENS_ROWS):
@@ -185,11 +187,20 @@ class Outputs:
     whole: at 4,096 positions of a 49,152-token vocabulary they would be 0.8 GB (and as much again for the
     softmax)."""
 
-    def __init__(self, model, ids: Tensor, hidden: Tensor, residuals, k: int, ablated: bool):
+    def __init__(self, model, ids: Tensor, hidden: Tensor, residuals, k: int, ablated: bool,
+                 length: int | None = None):
         self.model, self.ids, self.hidden, self.residuals, self.k, self.ablated = \
             model, ids, hidden, residuals, k, ablated
+        self.length = length  # the residual stream's positions the lens reads (None: all of them)
         self._lock = threading.RLock()  # a part may read another
         self._done: dict[str, object] = {}
+
+    def prefix(self, length: int) -> Outputs:
+        """The output head's view of the first `length` positions alone (a generation as it stood at a step): a
+        causal model's position reads no later one, so each position's predictions and lens are the whole run's,
+        and the last one has no target yet. Computed afresh when read; the residual stream is shared."""
+        return Outputs(self.model, self.ids[:, :length], self.hidden[:, :length], self.residuals, self.k,
+                       self.ablated, length)
 
     def _once(self, name: str, compute):
         with self._lock:
@@ -254,7 +265,7 @@ class Outputs:
         if self.residuals is None or getattr(self.model, "lens_logits", None) is None:
             return None
         with torch.inference_mode():
-            return self._once("lens", lambda: lens_of(self.model, self.residuals, self.model.label))
+            return self._once("lens", lambda: lens_of(self.model, self.residuals, self.model.label, self.length))
 
 
 def joined(parts: list[Predictions]) -> Predictions:

@@ -140,13 +140,17 @@ class RunResult:
             marks[self.prompt_length:] = True
         return marks
 
-    def token_count_text(self) -> str:
+    def token_count_text(self, step: int | None = None) -> str:
         """How many tokens, as the window's status line and an export's title say it: '16 tokens', or for a
-        generation '12 prompt + 4 generated tokens'."""
+        generation '12 prompt + 4 generated tokens'; at a step (the window's Step slider, `render --step`) also
+        how far it had got: '12 prompt + 2 of 4 generated tokens · step 2'."""
         n = self.generated_count
         if not n:
             return f"{self.config.seq_q} tokens"
-        return f"{self.prompt_length} prompt + {n} generated token{'s' if n != 1 else ''}"
+        tokens = f"generated token{'s' if n != 1 else ''}"
+        if step is None:
+            return f"{self.prompt_length} prompt + {n} {tokens}"
+        return f"{self.prompt_length} prompt + {step} of {n} {tokens} \u00b7 step {step}"
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array: the kept stages in pipeline order, then the mask and the row flags."""

@@ -253,7 +253,7 @@ class Mosaic(QGraphicsWidget):
             painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
             painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
             if step is not None:
-                painter.setPen(QPen(ROW_MARK, 1.5))
+                painter.setPen(QPen(ROW_MARK, style.STEP_MARK_PX))
                 painter.drawRect(QRectF(rect.left(), rect.top() + step * dy, rect.width(), dy))
 
     def _paint_titles(self, painter: QPainter) -> None:

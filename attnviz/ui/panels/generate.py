@@ -65,24 +65,40 @@ class StepControls:
         self.label.setTextFormat(Qt.PlainText)
         self.label.setFixedWidth(230)  # a new token's text never resizes the row (nor the maps below)
         self.label.setSizePolicy(QSizePolicy.Fixed, QSizePolicy.Preferred)
+        self.caption = QLabel("Step")
+        self.caption.setBuddy(self.slider)
         self.result: RunResult | None = None
+        self._set_shown(False)  # until a generation is on screen
 
     def add_to(self, row: QHBoxLayout) -> None:
-        lab = QLabel("Step")
-        lab.setBuddy(self.slider)
-        row.addWidget(lab)
+        row.addWidget(self.caption)
         row.addWidget(self.slider)
         row.addWidget(self.label)
 
     def show(self, result: RunResult) -> None:
-        """A new result on screen: the slider spans its generated tokens (the chosen one kept while it exists)."""
+        """A new result on screen: the slider spans its generated tokens (the chosen one kept while it exists); with
+        none to step through (a plain run, a generation cut back to its prompt) the controls are hidden."""
         self.result = result
         n = generated_count(result)
         self.slider.blockSignals(True)  # the window asks for the marks itself, once per result
         self.slider.setRange(0, n)
         self.slider.blockSignals(False)
-        self.slider.setEnabled(n > 0)
+        self._set_shown(n > 0)
         self.label.setText(self.text())
+
+    def _set_shown(self, shown: bool) -> None:
+        """Hidden, the controls keep their room: a generation arriving never moves the row nor resizes the maps
+        below it (which would ask for another render)."""
+        for widget in (self.caption, self.slider, self.label):
+            policy = widget.sizePolicy()
+            policy.setRetainSizeWhenHidden(True)
+            widget.setSizePolicy(policy)
+            widget.setVisible(shown)
+        self.slider.setEnabled(shown)
+
+    def step(self) -> int | None:
+        """The chosen step (k generated tokens) as an export takes it (ExportOptions.step); None: every token."""
+        return None if self.row() is None else self.slider.value()
 
     def row(self) -> int | None:
         """The chosen token's position (its row in the maps), or None (no step chosen, or no generation)."""

@@ -125,6 +125,7 @@ class ExportDialog(QDialog):
                                        "label; with Scale on auto the cells are made tall enough for one "
                                        "(attnviz render --all-labels)")
         self.labelsCheck.toggled.connect(self.allLabelsCheck.setEnabled)
+        self.stepLabel = self._step_note(window, result)
         self.pathEdit = named(QLineEdit(), "exportPathEdit")
         self.pathEdit.setToolTip("Target file; the extension picks the format: " +
                                  ", ".join(f"{k} ({v})" for k, v in FORMATS.items()))
@@ -144,15 +145,31 @@ class ExportDialog(QDialog):
         form.addRow("", self.barCheck)
         form.addRow("", self.labelsCheck)
         form.addRow("", self.allLabelsCheck)
+        if self.stepLabel is not None:
+            form.addRow("Step", self.stepLabel)
         form.addRow("File", path_row)
         return form
+
+    @staticmethod
+    def _step_note(window, result) -> QLabel | None:
+        """What the chosen step of a generation does to the export (None: no step chosen)."""
+        step = window.steps.step()
+        if step is None:
+            return None
+        note = named(QLabel(f"{step} of {result.generated_count} generated tokens, as the window shows them: an image "
+                            "fades the later rows and frames the step's; an NPZ holds the first "
+                            f"{result.prompt_length + step} tokens (the Step slider at the left: every token)"),
+                     "exportStepLabel")
+        note.setWordWrap(True)
+        return note
 
     def options(self) -> ExportOptions:
         scale = self.scaleSpin.value() or None
         return ExportOptions.from_view(
             self.window_.frames.options, what=self.whatCombo.currentData(), head=self.headSpin.value(),
             scale=scale, title=self.titleCheck.isChecked(), colorbar=self.barCheck.isChecked(),
-            axis_labels=self.labelsCheck.isChecked(), all_labels=self.allLabelsCheck.isChecked())
+            axis_labels=self.labelsCheck.isChecked(), all_labels=self.allLabelsCheck.isChecked(),
+            step=self.window_.steps.step())
 
     def _what_changed(self) -> None:
         self.headSpin.setEnabled(self.whatCombo.currentData() == "head")
@@ -212,7 +229,8 @@ def copy_to_clipboard(window) -> None:
     seconds at 2,048 tokens: benchmarks/README.md, Behind the code), handed to the clipboard on it."""
     focus = window.headGrid.focus
     what = "grid" if focus is None else ("mean" if focus == -1 else "head")
-    options = ExportOptions.from_view(window.frames.options, what=what, head=max(focus or 0, 0))
+    options = ExportOptions.from_view(window.frames.options, what=what, head=max(focus or 0, 0),
+                                      step=window.steps.step())  # a generation's step: faded as the window shows it
     result = window.result
     job = BackgroundJob(window)
     job.sigDone.connect(window.put_on_clipboard)

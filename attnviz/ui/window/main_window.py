@@ -266,7 +266,9 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         at a fixed width the row was 1,052 px and the window could not be narrower than 1,356."""
         label = self.steps.label
         label.setMinimumWidth(label.fontMetrics().horizontalAdvance(STEP_ALL) + 8)
-        label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)  # a new text never resizes the row
+        policy = label.sizePolicy()  # its room kept while hidden (StepControls)
+        policy.setHorizontalPolicy(QSizePolicy.Ignored)  # a new text never resizes the row
+        label.setSizePolicy(policy)
         label.setToolTip("The chosen step of a generation: its number, its token and its row in the maps")
         row.setStretchFactor(label, 100)  # the row's spare width up to its maximum; the stretch after it the rest
 
