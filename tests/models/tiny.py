@@ -86,9 +86,11 @@ def make_llama(folder, kind: str = "llama"):
         config, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
     else:
         config, cls = transformers.MistralConfig(**common, sliding_window=4), transformers.MistralForCausalLM
+    import torch
+
+    torch.manual_seed(0)  # the same weights every run: a sampled generation of them is the same every run
     model = cls(config)
     if kind == "qwen2":  # random biases, so a dropped bias would show
-        import torch
 
         with torch.no_grad():
             for layer in model.model.layers:
