@@ -450,6 +450,9 @@ class ModelPanel(QWidget):
         self.legend.setWordWrap(True)
         self.legend.setToolTip("Badges on the tiles: the head types whose score passes its threshold, measured "
                                "on a probe (random tokens repeated twice)")
+        policy = self.legend.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)  # hidden without a model: the tiles' room stays as it will be with one
+        self.legend.setSizePolicy(policy)
         self.scroll = named(QScrollArea(), "modelScroll")  # a model too deep for the dock scrolls (fit_tiles)
         self.scroll.setWidgetResizable(True)
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
