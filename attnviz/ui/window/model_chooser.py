@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QToolButton, QWidget
 
 from attnviz.models.discover import discover_models, hub_cache, supported_text
@@ -17,12 +16,28 @@ from attnviz.ui.widgets.file_chooser import button_box
 PLACEHOLDER = "(choose a model folder)"
 
 
+class _Looks(QObject):
+    """Carries each look's result from its thread to the GUI thread. It lives as long as the app, so a look
+    never emits on a chooser that is being deleted (the window closed as the look ended); Qt drops a deleted
+    chooser's connection."""
+
+    sigFound = Signal(object)  # (the chooser's look key, generation, (found, notes))
+
+
+_LOOKS: list[_Looks] = []  # made on the GUI thread by the first chooser
+
+
+def _looks() -> _Looks:
+    if not _LOOKS:
+        _LOOKS.append(_Looks())
+    return _LOOKS[0]
+
+
 class ModelChooser(QWidget):
     """A combo of model folders (data: the path) and an "Open…" button; folder() is the path. The button is
     `buttons`: beside the combo, or (buttons_apart) left for the owner to place (as PathChooser's)."""
 
     sigChanged = Signal()
-    _found = Signal(object)  # (generation, (found, notes)) from the discovery thread
     WAIT_S = 0.5  # how long the window waits for the look before it opens without the list (filled when done)
 
     def __init__(self, parent: QWidget | None = None, buttons_apart: bool = False):
@@ -36,7 +51,8 @@ class ModelChooser(QWidget):
         self.combo.setMinimumContentsLength(4)  # the panel column fits at its 300 px minimum (tests check)
         self.notes: list[str] = []  # what the last look skipped (a FIFO, a loop, an unlistable folder)
         self._generation = self._filled = 0  # the latest look asked for, the latest shown
-        self._found.connect(self._on_found)
+        self._key = object()  # this chooser's looks, among every chooser's on _looks()
+        _looks().sigFound.connect(self._on_found)
         self.tooltip = (f"Model folders found in {hub_cache()} and in ATTNVIZ_MODELS (folders or .gguf files "
                         "separated by the path separator), and GGUF models in Ollama's and LM Studio's stores. "
                         f"Opens {supported_text()}. Nothing is downloaded.")
@@ -66,20 +82,21 @@ class ModelChooser(QWidget):
         """Look for models again (the current choice is kept). The look runs on its own thread (a slow or
         hostile store never freezes the window); a quick one is shown at once, a slow one once it ends."""
         self._generation += 1
-        generation, done, result = self._generation, threading.Event(), []
+        generation, done, result, key, looks = self._generation, threading.Event(), [], self._key, _looks()
 
-        def look() -> None:
+        def look() -> None:  # touches no widget: the chooser may be gone when it ends
             result.append(discover_models())  # bounded (discover.Scan): never raises, ends within seconds
+            looks.sigFound.emit((key, generation, result[0]))
             done.set()
-            with contextlib.suppress(RuntimeError):  # the chooser is gone (the window closed first)
-                self._found.emit((generation, result[0]))
 
         threading.Thread(target=look, name="attnviz-model-discovery", daemon=True).start()
         if done.wait(self.WAIT_S):
             self._fill(generation, *result[0])
 
     def _on_found(self, payload) -> None:
-        generation, (found, notes) = payload
+        key, generation, (found, notes) = payload
+        if key is not self._key:  # another chooser's look
+            return
         self._fill(generation, found, notes)
 
     def _fill(self, generation: int, found: list[tuple[str, Path]], notes: list[str]) -> None:
