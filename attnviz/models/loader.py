@@ -25,6 +25,7 @@ from attnviz.core.kernel.context import ForwardContext
 from attnviz.core.kernel.kernel import Trace
 from attnviz.core.kernel.value_weighted import value_weighted as weigh_by_values
 from attnviz.core.runs.lru import LRU
+from attnviz.core.runs.model_lock import model_lock
 from attnviz.models.compact import gguf_within_budget
 from attnviz.models.folder import ModelError, ModelFolder, model_name, read_folder, weights_within_budget
 from attnviz.models.gguf_files import gguf_header, read_gguf
@@ -105,7 +106,7 @@ class PretrainedModel:
         record = frozenset(record)
         value_weighted = "value_weighted" in record
         # the base model, without its head: no logits are computed unless a view asks for them
-        with self.compute_dtype():
+        with model_lock(self), self.compute_dtype():
             hidden, traces, notes, residuals, _ = run_layers(
                 self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
                 self.attention_modules, weights_only, decoder_ids, ctx=ctx)
@@ -126,7 +127,7 @@ class PretrainedModel:
         (hidden (1, n, d), one Trace per layer, the grown cache, the residual stream after each layer)."""
         record = frozenset(record)
         value_weighted = "value_weighted" in record
-        with self.compute_dtype():
+        with model_lock(self), self.compute_dtype():
             hidden, traces, self.notes, residuals, cache = run_layers(
                 self.module.base_model, ids.to(self.device), record | ({"v"} if value_weighted else set()),
                 self.attention_modules, "scores" not in self.info.stages, cache=cache, use_cache=True, ctx=ctx)
@@ -154,12 +155,12 @@ class PretrainedModel:
             return self.side.logits(hidden.to(self.device)).float()
 
     def lens_logits(self, residual: Tensor) -> Tensor:
-        with self.compute_dtype():
+        with model_lock(self), self.compute_dtype():  # the final norm: an analysis may be watching it
             return self.side.lens_logits(residual.to(self.device)).float()
 
     def hidden(self, ids: Tensor, ctx: ForwardContext | None = None) -> Tensor:
         """The last hidden state of a forward that records nothing (under ctx's ablation plan, if any)."""
-        with torch.inference_mode(), self.compute_dtype():
+        with model_lock(self), torch.inference_mode(), self.compute_dtype():
             return run_hidden(self.module.base_model, ids.to(self.device), ctx)
 
     def targets(self, ids: list[int]) -> list[int]:

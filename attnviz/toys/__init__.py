@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from attnviz.core.runs.model_lock import model_lock
 from attnviz.toys.specs import TOYS, ToySpec
 
 if TYPE_CHECKING:
@@ -145,6 +146,7 @@ class ToyBacked:
 
     def __init__(self, toy: ToyModel):
         self.toy = toy
+        self.shared_module = toy.module  # the cached toy's: what core/runs/model_lock.py serialises on
         arch = toy.spec.architecture
         self.info = ToyInfo(toy.spec.name, toy.spec.layers, toy.spec.heads, toy.spec.heads, arch["width"],
                             toy._lengths()[1], causal=toy.spec.task == "induction")
@@ -173,12 +175,13 @@ class ToyBacked:
         forward's ForwardContext (core/kernel/context.py)."""
         module, seen = self.toy.module, []
         norms = [*module.lns[1:], module.ln_f] if hasattr(module, "lns") else []
-        hooks = [n.register_forward_pre_hook(lambda m, args: seen.append(args[0])) for n in norms]
-        try:
-            logits, traces = module(ids.cpu(), return_trace=record, ctx=ctx)
-        finally:
-            for h in hooks:
-                h.remove()
+        with model_lock(self):  # the hooks are on the cached toy's modules: one forward at a time
+            hooks = [n.register_forward_pre_hook(lambda m, args: seen.append(args[0])) for n in norms]
+            try:
+                logits, traces = module(ids.cpu(), return_trace=record, ctx=ctx)
+            finally:
+                for h in hooks:
+                    h.remove()
         self.residuals = seen or None
         return logits, traces
 
@@ -202,14 +205,16 @@ class ToyBacked:
         return logits[:, -n:], rows, ids, [r[:, -n:] for r in self.residuals] if self.residuals else None
 
     def hidden(self, ids: Tensor, ctx: ForwardContext | None = None) -> Tensor:
-        return self.toy.module(ids.cpu(), ctx=ctx)
+        with model_lock(self):
+            return self.toy.module(ids.cpu(), ctx=ctx)
 
     def logits(self, hidden: Tensor) -> Tensor:
         return hidden
 
     def lens_logits(self, residual: Tensor) -> Tensor:
         module = self.toy.module
-        return module.head(module.ln_f(residual))
+        with model_lock(self):  # ln_f: an analysis may be watching it
+            return module.head(module.ln_f(residual))
 
     def label(self, token_id: int) -> str:
         return self.toy.spec.vocabulary[token_id]

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from attnviz.core.analysis.circuit_parts import CircuitParts, LayerParts, model_parts, one_token, seeing
 from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.model_lock import model_lock
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def head_logit_attribution(config: RunConfig, position: int | None = None, token
     final = parts.final_norm
     watched = [final.module] + [m for lp in parts.layers for m in (lp.out_proj, lp.post_norm and lp.post_norm.module)
                                 if m is not None]
-    with torch.inference_mode(), seeing(watched) as seen:
+    with model_lock(model), torch.inference_mode(), seeing(watched) as seen:  # hooks on the shared model
         hidden, traces = model.forward(torch.tensor([ids]), frozenset({"weights", "v"}))
         logits = model.logits(hidden)[0, p].double()
     tok = int(logits.argmax()) if token is None else token_id(model, parts, token, "token")

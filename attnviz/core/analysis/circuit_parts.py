@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnviz.core.runs.backed import placed_model
 from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.model_lock import model_lock
 
 APPLIES = "circuits, logit attribution and activation patching"
 
@@ -96,7 +97,8 @@ def model_parts(config: RunConfig):
     if offer is None:
         raise ConfigError("variant", config.variant, f"{APPLIES} need a model's weights and residual stream",
                           "choose toy-induction or a pretrained decoder-only model")
-    return model, offer()
+    with model_lock(model):  # finding its norms hooks the shared model for one forward
+        return model, offer()
 
 
 def hidden_states(args: tuple, kwargs: dict) -> Tensor:

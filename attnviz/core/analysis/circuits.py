@@ -29,6 +29,7 @@ TransformerLens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,8 @@ from torch import Tensor
 
 from attnviz.core.analysis.circuit_parts import CircuitParts, LayerParts, hidden_states, model_parts, with_hidden_states
 from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.model_lock import model_lock
+from attnviz.core.runs.result import Cancelled
 
 VOCABULARY_LIMIT = 512  # a vocabulary this small is shown whole (both axes)
 GRAM_BYTES = 512 << 20  # composition: every head's d x d Gram matrix kept where they fit in this
@@ -74,13 +77,15 @@ def embedding_pass(model, parts: CircuitParts, ids: list[int]) -> list:
             x = hidden_states(args, kwargs)
             return with_hidden_states(args, kwargs, layer.norm.module(embedded.to(x.device, x.dtype)))
         return hook
-    handles = [layer.attention.register_forward_pre_hook(replace(layer), with_kwargs=True) for layer in parts.layers]
-    try:
-        with torch.inference_mode():
-            _, traces = model.forward(torch.tensor([ids]), frozenset({"q", "k", "v"}))
-    finally:
-        for h in handles:
-            h.remove()
+    with model_lock(model):  # the hooks are on the shared model: no other forward meanwhile
+        handles = [layer.attention.register_forward_pre_hook(replace(layer), with_kwargs=True)
+                   for layer in parts.layers]
+        try:
+            with torch.inference_mode():
+                _, traces = model.forward(torch.tensor([ids]), frozenset({"q", "k", "v"}))
+        finally:
+            for h in handles:
+                h.remove()
     return traces
 
 
@@ -139,8 +144,9 @@ def head_circuits(config: RunConfig, layer: int, head: int) -> HeadCircuits:
                         copying)
 
 
-def copying_scores(config: RunConfig) -> np.ndarray:
-    """(layers, heads): each OV circuit's copying score on the token set's distinct tokens."""
+def copying_scores(config: RunConfig, *, cancel: Callable[[], bool] | None = None) -> np.ndarray:
+    """(layers, heads): each OV circuit's copying score on the token set's distinct tokens (`cancel`: asked
+    between layers; Cancelled once it says True)."""
     model, parts = model_parts(config)
     ids, _, _ = token_set(model, parts, config)
     traces = embedding_pass(model, parts, ids)
@@ -148,6 +154,7 @@ def copying_scores(config: RunConfig) -> np.ndarray:
     heads = parts.layers[0].w_q.shape[0]
     out = np.zeros((len(parts.layers), heads))
     for li, (lp, trace) in enumerate(zip(parts.layers, traces)):
+        _check_cancel(cancel)
         for h in range(heads):
             out[li, h] = copying_score(_ov(parts, trace, lp, h, rows, distinct))
     return out
@@ -206,8 +213,9 @@ def _gram_of_right(f: Factored) -> Tensor:
     return (f.left @ (f.right @ f.right.transpose(1, 2)) @ f.left.transpose(1, 2)).flatten(1)
 
 
-def composition_scores(config: RunConfig) -> dict[str, np.ndarray]:
-    """{"q", "k", "v"}: (layers, heads, layers, heads) composition scores (see the module docstring).
+def composition_scores(config: RunConfig, *, cancel: Callable[[], bool] | None = None) -> dict[str, np.ndarray]:
+    """{"q", "k", "v"}: (layers, heads, layers, heads) composition scores (see the module docstring); `cancel` is
+    asked between layers (Cancelled once it says True).
 
     ||A·B||² = <AᵀA, B·Bᵀ>_F: with every earlier head's AᵀA kept (d x d each, where they fit in GRAM_BYTES)
     all pairs of two layers are one matrix product, r·d/H times fewer operations than the factored pairs
@@ -223,6 +231,7 @@ def composition_scores(config: RunConfig) -> dict[str, np.ndarray]:
             ov_grams = torch.cat([_gram_of_left(f["v"]) for f in folded])  # (n·heads, d·d)
             ov_norms = torch.cat([f["v"].norms() for f in folded])
         for l2 in range(1, n):
+            _check_cancel(cancel)
             ov = None if grams else _stack([folded[l1]["v"] for l1 in range(l2)])
             for kind in ("q", "k", "v"):
                 if kind != "v" and parts.layers[l2].qk_norm:
@@ -235,6 +244,11 @@ def composition_scores(config: RunConfig) -> dict[str, np.ndarray]:
                     scores = _compose(ov, later)
                 out[kind][:l2, :, l2, :] = scores.cpu().numpy().reshape(l2, heads, heads)
     return out
+
+
+def _check_cancel(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled
 
 
 def _stack(items: list[Factored]) -> Factored:

@@ -32,6 +32,7 @@ from attnviz.core.analysis.circuit_parts import (
 )
 from attnviz.core.analysis.heads import LOGIT_BYTES, TOKENS_PER_BATCH
 from attnviz.core.runs.config import ConfigError, RunConfig
+from attnviz.core.runs.model_lock import model_lock
 from attnviz.core.runs.result import Cancelled
 
 Progress = Callable[[int, int], None]
@@ -79,7 +80,7 @@ def pair_of(config: RunConfig, corrupted_text: str, answer: str, wrong: str) -> 
 
 def _baselines(pair: Pair, modules) -> tuple[dict, float, float]:
     """(each module's input in the clean run, the clean and the corrupted logit differences)."""
-    with torch.inference_mode():
+    with model_lock(pair.model), torch.inference_mode():  # hooks on the shared model
         with seeing(modules) as seen:
             clean = float(pair.diffs(pair.clean)[0])
         corrupted = float(pair.diffs(pair.corrupted)[0])
@@ -98,14 +99,15 @@ def _patched(pair: Pair, chunks, cancel, progress, total: int) -> np.ndarray:
         if cancel is not None and cancel():
             raise Cancelled
         rows = sum(len(v) for v in chunk.values())
-        widen = pair.parts.layers[first].block.register_forward_pre_hook(_widening(rows), with_kwargs=True)
-        handles = [widen] + [m.register_forward_pre_hook(_copying(p), with_kwargs=True) for m, p in chunk.items()]
-        try:
-            with torch.inference_mode():
-                out.append(pair.diffs(pair.corrupted).cpu())
-        finally:
-            for h in handles:
-                h.remove()
+        with model_lock(pair.model):  # the hooks are on the shared model: no other forward meanwhile
+            widen = pair.parts.layers[first].block.register_forward_pre_hook(_widening(rows), with_kwargs=True)
+            handles = [widen] + [m.register_forward_pre_hook(_copying(p), with_kwargs=True) for m, p in chunk.items()]
+            try:
+                with torch.inference_mode():
+                    out.append(pair.diffs(pair.corrupted).cpu())
+            finally:
+                for h in handles:
+                    h.remove()
         done += rows
         if progress is not None:
             progress(done, total)

@@ -65,6 +65,7 @@ from attnviz.core.runs.memory import (  # noqa: F401 - the estimates, importable
     over_budget,
     pools,
 )
+from attnviz.core.runs.model_lock import model_lock
 from attnviz.core.runs.predictions import Outputs
 from attnviz.core.runs.result import Cancelled, NonFiniteResult, RunResult
 
@@ -420,7 +421,8 @@ def _place(model, device: torch.device) -> None:
     """The cached model follows the device asked for (and back to the CPU)."""
     module = getattr(model, "module", None)
     if module is not None and next(module.parameters()).device != device:
-        module.to(device)
+        with model_lock(model):  # never under another thread's forward
+            module.to(device)
 
 
 def placed_model(config: RunConfig, memory_budget: int | None = None):
