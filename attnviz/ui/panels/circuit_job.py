@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -21,6 +23,29 @@ from attnviz.ui.widgets.basic import named
 
 Compute = Callable[[Callable[[], bool], Callable[[int, int], None]], object]  # (cancel, progress) -> value
 
+# Every job and every job's thread still computing: the window cancels them all as it closes, and the app waits a
+# moment for the threads before Python finalises (a thread still inside torch then aborts the process with
+# "terminate called without an active exception"; see app.run_app).
+_jobs: weakref.WeakSet = weakref.WeakSet()
+_threads: set[threading.Thread] = set()
+_threads_lock = threading.Lock()
+
+
+def cancel_all_jobs() -> None:
+    """Cancel whatever every panel's job computes (the window is closing: nobody will see it)."""
+    for job in list(_jobs):
+        job.cancel()
+
+
+def wait_for_jobs(timeout: float) -> bool:
+    """Wait up to `timeout` seconds in all for every job's thread to end; whether they all have."""
+    deadline = time.monotonic() + timeout
+    with _threads_lock:
+        threads = list(_threads)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in threads)
+
 
 class Job(QObject):
     """Runs compute(cancel, progress) on a thread of its own; a newer start cancels the one running. The
@@ -36,6 +61,7 @@ class Job(QObject):
         self.key = None  # what is running (None: nothing)
         self.cache: LRU = LRU(8)
         self._cancel: threading.Event | None = None
+        _jobs.add(self)
 
     def start(self, key, compute: Compute) -> bool:
         """Start computing `key` (False: it is cached, and sigDone has been emitted already)."""
@@ -49,8 +75,11 @@ class Job(QObject):
         freeze_alive()  # as head effects do: what is alive now stays out of the collector's passes
         self.key, flag = key, threading.Event()
         self._cancel = flag
-        threading.Thread(target=self._body, args=(key, compute, flag), name=f"attnviz-{self.name}",
-                         daemon=True).start()
+        thread = threading.Thread(target=self._body, args=(key, compute, flag), name=f"attnviz-{self.name}",
+                                  daemon=True)
+        with _threads_lock:
+            _threads.add(thread)
+        thread.start()
         return True
 
     def cancel(self) -> None:
@@ -59,6 +88,13 @@ class Job(QObject):
         self.key, self._cancel = None, None
 
     def _body(self, key, compute: Compute, flag: threading.Event) -> None:
+        try:
+            self._compute(key, compute, flag)
+        finally:
+            with _threads_lock:
+                _threads.discard(threading.current_thread())
+
+    def _compute(self, key, compute: Compute, flag: threading.Event) -> None:
         from attnviz.core.runs.result import Cancelled
 
         lower_priority()  # the GUI thread wins the CPU

@@ -44,10 +44,13 @@ def top_composition(composition: dict[str, np.ndarray], layer: int, head: int, n
 
 def compute_circuits(config, layer: int, head: int, cancel, progress) -> CircuitBundle:
     from attnviz.core import composition_scores, copying_scores, head_circuits
+    from attnviz.core.runs.result import Cancelled
 
     if (scores := _SCORES.get(config)) is None:
-        scores = (copying_scores(config), composition_scores(config))
+        scores = (copying_scores(config, cancel=cancel), composition_scores(config, cancel=cancel))
         _SCORES.put(config, scores)
+    if cancel():  # superseded (another head, a closed window): the model is left to the newer work
+        raise Cancelled
     copying, composition = scores
     return CircuitBundle(head_circuits(config, layer, head), copying, top_composition(composition, layer, head))
 

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 def run_app(argv: list[str] | None = None, open_path: str | None = None) -> int:
     """Open the main window (restoring the last session, or on `open_path`: see MainWindow) and run until it
     closes."""
+    from attnviz.ui.panels.circuit_job import cancel_all_jobs, wait_for_jobs
     from attnviz.ui.window.lifecycle import install_sigint_handler
     from attnviz.ui.window.main_window import MainWindow
     from attnviz.ui.window.settings import open_settings
@@ -34,7 +35,10 @@ def run_app(argv: list[str] | None = None, open_path: str | None = None) -> int:
     sigint_timer.stop()
     # the window stopped the worker when it closed, but an event handled after that (a late result's
     # re-render) may have started it again: stop it once more before deciding how to leave
-    if not window.worker.stop(timeout=1.5):
+    cancel_all_jobs()
+    # the panels' jobs too (circuits, attribution, patching ...): a thread still inside torch as Python
+    # finalises aborts the process ("terminate called without an active exception", exit 134)
+    if not window.worker.stop(timeout=1.5) or not wait_for_jobs(timeout=1.5):
         # A forward pass cannot be interrupted mid-matmul. Settings are saved; leave now
         # rather than make the user wait for a result nobody will see.
         sys.stdout.flush()

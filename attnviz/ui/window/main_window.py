@@ -36,6 +36,7 @@ from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default
 from attnviz.session.memory import freeze_alive
 from attnviz.ui.maps.info_bar import HOVER_HINT, InfoBar  # noqa: F401 (the hint, where the window's tests read it)
 from attnviz.ui.maps.views import HeadGrid, OverlayBanner, TensorView, prepare_labels
+from attnviz.ui.panels.circuit_job import cancel_all_jobs
 from attnviz.ui.panels.explain_views import ExplainViews
 from attnviz.ui.panels.generate import STEP_ALL, GenerateOnce, StepControls, continuation_html, generated_count
 from attnviz.ui.panels.predictions_view import PredictionStrip
@@ -589,5 +590,6 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.save_settings()
         self._timer.stop()
         self.delivery.close()  # a result half shown is finished; one still waiting is dropped
+        cancel_all_jobs()  # the panels' computations stop at their next check (see app.run_app)
         self.worker.stop(timeout=1.5)  # a forward in flight finishes in the background; see app.run_app
         super().closeEvent(event)
