@@ -4,9 +4,11 @@ so a forward on another thread meanwhile must wait rather than run through those
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
+import pytest
 from tiny import KV, SENTENCE, make_family
 
 from attnviz.core import RunConfig, head_circuits, head_logit_attribution, run
@@ -17,6 +19,16 @@ from attnviz.core.analysis.patching import patch_heads
 OTHER = "A bird flew over the house while the children played."  # a different length from SENTENCE
 CORRUPTED = "The dog sat on the mat, and the cat chased it."
 ROUNDS, COPIES = 6, 2  # each round starts every call COPIES times at once
+
+
+@pytest.fixture
+def switching():
+    """Python switches threads every microsecond rather than every 5 ms: the tiny model's forwards take about a
+    millisecond, so at the default interval two of them seldom overlap."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
 
 
 def _calls(a: RunConfig, b: RunConfig) -> dict:
@@ -53,7 +65,7 @@ def _together(calls: dict) -> dict[str, list]:
     return got
 
 
-def test_analyses_on_one_model_from_several_threads_equal_each_alone(tmp_path):
+def test_analyses_on_one_model_from_several_threads_equal_each_alone(tmp_path, switching):
     make_family(tmp_path, "llama", **KV)  # seeded weights: the patching ratios divide by a logit difference
     a = RunConfig.for_variant("pretrained", model=str(tmp_path), text=SENTENCE)
     b = a.replace(text=OTHER)

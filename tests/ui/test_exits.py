@@ -125,3 +125,44 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(args, tmp_path):
     assert done.stderr.strip().splitlines() == ["attnviz: interrupted"]
     assert "torch imported whole: True" in done.stdout
     assert not (tmp_path / "out.npz").exists()
+
+
+BUSY_PANEL = """
+import sys
+import torch
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+from attnviz.ui import MainWindow
+from attnviz.ui.panels.circuit_job import Job
+from attnviz.ui.window.app import run_app
+
+def busy(cancel, progress):  # a panel's computation inside torch that never asks its cancel flag
+    x = torch.randn(256, 256)
+    while True:
+        x = torch.tanh(x @ x)
+
+job = Job("busy")
+
+def ready():
+    windows = [w for w in app.topLevelWidgets() if isinstance(w, MainWindow)]
+    if windows and windows[0].shown_id > 0:
+        job.start("busy", busy)
+        QTimer.singleShot(300, windows[0].close)
+    else:
+        QTimer.singleShot(50, ready)
+
+QTimer.singleShot(50, ready)
+code = run_app([])
+print("exited", code, flush=True)
+sys.exit(code)
+"""
+
+
+def test_closing_while_a_panel_computes_exits_0(tmp_path):
+    """A panel's job still inside torch as the window closes (the Circuits panel's, say): the app waits a moment
+    for it as for the worker, then leaves without finalising under it (that aborted with exit 134)."""
+    env = {**ENV, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", BUSY_PANEL], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
