@@ -21,7 +21,10 @@ CHOICES = 10  # predictions offered as the token and the baseline
 
 def compute_attribution(config, position, token, baseline, cancel, progress):
     from attnviz.core import head_logit_attribution
+    from attnviz.core.runs.result import Cancelled
 
+    if cancel():  # superseded before it began: leave the model to the newer work
+        raise Cancelled
     return head_logit_attribution(config, position, token, baseline)
 
 
