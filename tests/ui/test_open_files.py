@@ -137,6 +137,19 @@ def test_a_start_on_a_bad_model_opens_the_last_view_and_never_remembers_it(qtbot
     assert w.recent_files() == []
 
 
+def test_a_model_the_run_refuses_is_not_remembered_either(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    w = open_window(qtbot, settings=settings)
+    config = w.panel.config()
+    w.save_settings()  # as a close before saved it
+    folder = model_folder(tmp_path / "model")  # the files' names are right, their contents are not
+    assert w.open_path(str(folder))
+    qtbot.waitUntil(lambda: w.is_settled() and w.last_error is not None, timeout=30000)
+    assert w.panel.error_field == "model" and "corrupt or truncated safetensors" in w.last_error
+    w.close()
+    assert RunConfig.from_json(settings.value("config")) == config
+
+
 def test_a_remembered_model_gone_since_opens_the_start_toy_and_says_why(qtbot, tmp_path):
     folder = model_folder(tmp_path / "model")
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)

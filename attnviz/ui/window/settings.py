@@ -126,8 +126,11 @@ class WindowSettings:
         s.setValue("mainSplit", self.mainSplit.saveState())
         s.setValue("docks", self.saveState(SETTINGS_VERSION))
         s.setValue("gridShare", self.grid_share)
-        with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
-            s.setValue("config", self.panel.config().to_json())
+        # a model the run refused (damaged past what check_model_path looks at) is not opened again at the next
+        # launch: the configuration saved last stays
+        if self.panel.error_field != "model":
+            with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
+                s.setValue("config", self.panel.config().to_json())
         s.setValue("view", self.viewCombo.currentData())
         s.setValue("colormap", self.colormapCombo.currentData())
         s.setValue("tensor", self.tensorCombo.currentData())
