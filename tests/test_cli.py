@@ -278,8 +278,16 @@ def test_no_display_for_the_app_is_one_line(monkeypatch, capsys):
 
 
 def test_list_presets_and_help(capsys):
+    from attnviz.core import RunConfig, load_preset
+    from attnviz.ui.window.settings import START_PRESET
+
     assert main(["render", "--list-presets"]) == 0
-    assert "seed000-demo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "seed000-demo" in out
+    opens = [line for line in out.splitlines() if "what attnviz opens with" in line]
+    assert len(opens) == 1 and opens[0].split()[0] == START_PRESET, opens  # said of the preset it opens on only
+    default = next(line for line in out.splitlines() if line.split()[0] == "default")
+    assert "the defaults" in default and load_preset("default") == RunConfig()  # as Reset and bare flags have it
     assert main(["--help"]) == 0
     assert "attnviz render" in capsys.readouterr().out
 

@@ -23,6 +23,7 @@ from attnviz.core.runs.memory import over_budget
 from attnviz.core.runs.userfiles import UnreadableCheckpoint, read_checkpoint
 from attnviz.models.errors import ModelError
 from attnviz.models.gguf_files import gguf_header, read_gguf
+from attnviz.models.gguf_reader import check_start
 from attnviz.style import format_bytes
 
 SAFETENSORS_FILE = "model.safetensors"
@@ -64,7 +65,24 @@ class ModelFolder:
 
 
 def read_folder(folder: str | os.PathLike) -> ModelFolder:
-    """Check a folder holds config.json, weights and tokenizer.json; read config.json."""
+    """Check a folder holds config.json, weights and tokenizer.json (check_model_path); read config.json. A GGUF
+    file: its whole header parsed and checked."""
+    path = check_model_path(folder)
+    if path.is_file():
+        gguf_header(path)  # a file cut or damaged past its first bytes: refused here, naming what is wrong
+        return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
+    config_file = path / "config.json"
+    config = read_json(config_file)
+    if not isinstance(config, dict):
+        raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
+    return ModelFolder(path, config, weight_files(path), _tokenizer_file(path))
+
+
+def check_model_path(folder: str | os.PathLike) -> Path:
+    """What a path must be to be a model, looked at cheaply (names and sizes, a GGUF file's first 24 bytes; no
+    weights, no header parsed), for `attnviz PATH` and File > Open to refuse at once: a GGUF file (by its magic
+    bytes or suffix) that starts as one, or a folder with config.json, weights and a tokenizer. The path
+    (expanded), or ModelError naming the problem and the fix."""
     if not str(folder).strip():
         raise ModelError(folder, "no model folder given", "choose a folder with config.json, *.safetensors and "
                          "tokenizer.json (e.g. one in the Hugging Face cache)")
@@ -77,22 +95,20 @@ def read_folder(folder: str | os.PathLike) -> ModelFolder:
         raise ModelError(folder, f"cannot be looked at ({getattr(exc, 'strerror', None) or exc})",
                          "check the path; it must be a local model folder or a .gguf file") from None
     if path.is_file() and (is_gguf(path) or path.suffix.lower() == ".gguf"):  # llama.cpp, LM Studio, an Ollama blob
-        gguf_header(path)  # an empty, foreign, cut or damaged file: refused here, naming what is wrong
-        return ModelFolder(path.parent, {}, (path,), path, gguf_file=True)
+        check_start(path)  # an empty or foreign file, a header promising more than the file holds
+        return path
     if path.is_file():
         raise ModelError(folder, "this is a file, not a model folder", "choose the folder that holds config.json, "
                          "or a .gguf file")
     if not path.is_dir():
         raise ModelError(folder, "no such folder or .gguf file", "check the path; it must be a local model folder "
                          "or a .gguf file")
-    config_file = path / "config.json"
-    if not config_file.exists():  # there but not a regular file (a FIFO, a device): read_json says what it is
+    if not (path / "config.json").exists():  # there but not a regular file (a FIFO, a device): read_json says
         raise ModelError(folder, "not a model folder: it has no config.json",
-                         "choose the folder that holds config.json, *.safetensors and tokenizer.json")
-    config = read_json(config_file)
-    if not isinstance(config, dict):
-        raise ModelError(config_file, "config.json is not a JSON object", "restore the file")
-    return ModelFolder(path, config, weight_files(path), _tokenizer_file(path))
+                         "choose the folder that holds config.json, *.safetensors and tokenizer.json, or a .gguf file")
+    weight_files(path)
+    _tokenizer_file(path)
+    return path
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:

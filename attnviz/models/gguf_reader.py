@@ -80,13 +80,11 @@ def read_header(path: str | Path) -> GgufHeader:
     path = str(path)
     try:
         with open(path, "rb") as f:
-            size = _file_size(f, path)
-            head = f.read(HEADER_BYTES)
-            _check_start(path, head, size)
+            head = _checked_start(f, path)
             buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: torch may view it writable
     except OSError as exc:
-        raise damaged(path, f"the file cannot be read ({exc.strerror or exc})", "check the file's permissions "
-                      "and that the disk is readable") from exc
+        raise _unreadable(path, exc) from exc
+    size = len(buffer)  # the whole file, mapped
     version, n_tensors, n_entries = struct.unpack_from("<IQQ", head, 4)
     cursor = Cursor(buffer, path, HEADER_BYTES)
     metadata = {}
@@ -100,6 +98,29 @@ def read_header(path: str | Path) -> GgufHeader:
     data_start = -(-cursor.pos // alignment) * alignment
     _check_tensors(path, tensors, alignment, data_start, size)
     return GgufHeader(path, size, version, metadata, tuple(tensors), data_start, buffer)
+
+
+def check_start(path: str | Path) -> None:
+    """The cheap half of read_header: the file is a regular file that starts as GGUF does (magic, version, counts
+    its size can hold), from its first HEADER_BYTES bytes; ModelError naming the problem and the fix otherwise."""
+    path = str(path)
+    try:
+        with open(path, "rb") as f:
+            _checked_start(f, path)
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _checked_start(f, path: str) -> bytes:
+    size = _file_size(f, path)
+    head = f.read(HEADER_BYTES)
+    _check_start(path, head, size)
+    return head
+
+
+def _unreadable(path: str, exc: OSError) -> ModelError:
+    return damaged(path, f"the file cannot be read ({exc.strerror or exc})", "check the file's permissions and "
+                   "that the disk is readable")
 
 
 def _file_size(f, path: str) -> int:

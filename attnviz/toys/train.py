@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
 from attnviz.toys import tasks
@@ -172,7 +172,8 @@ def train_and_save(spec: ToySpec, out: Path, steps: int | None = None, seed: int
     info = card(spec, model, losses, steps, seed, time.perf_counter() - start)
     info["training"]["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / info["weights"]),
-              metadata={"name": spec.name, "card": f"{spec.name}.json"})
+    # written by Python, not safetensors' save_file: that creates its file 0600 whatever the umask says
+    (out / info["weights"]).write_bytes(safetensors_bytes({k: v.contiguous() for k, v in model.state_dict().items()},
+                                             metadata={"name": spec.name, "card": f"{spec.name}.json"}))
     (out / f"{spec.name}.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info

@@ -297,3 +297,31 @@ def test_a_finite_context_vouches_for_its_layers_map_and_a_non_finite_one_has_th
     q[0, 1, 3, 0] = float("inf")  # one query's scores overflow: its row of weights is NaN
     context, trace = attention(q, k, v, record=("weights",))
     assert torch.isnan(trace.weights).any() and not torch.isfinite(trace.context_sum)
+
+
+def test_the_quick_model_path_check_is_read_folders_first_half(tiny_models, tmp_path):
+    """check_model_path (what `attnviz PATH` and File > Open refuse with at once) says what read_folder says about
+    names and a GGUF's first bytes, and passes what only the whole header shows."""
+    import struct
+
+    from attnviz.models.folder import check_model_path, read_folder
+
+    folder = tiny_models("bert")
+    assert check_model_path(str(folder)) == folder and read_folder(folder).path == folder
+    empty, foreign, cut = tmp_path / "empty.gguf", tmp_path / "foreign.gguf", tmp_path / "cut.gguf"
+    empty.write_bytes(b"")
+    foreign.write_text("hello\n")
+    entry = struct.pack("<Q", 5) + b"a.key" + struct.pack("<IQ", 8, 1000) + b"0123456789"  # a string cut short
+    cut.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + entry)
+    no_tokenizer = _copy(tiny_models, tmp_path)
+    (no_tokenizer / "tokenizer.json").unlink()
+    for path, words in ((empty, "the file is empty"), (foreign, "not a GGUF file"), (tmp_path, "no config.json"),
+                        (no_tokenizer, "no tokenizer in the folder")):
+        with pytest.raises(ConfigError, match=words) as quick:
+            check_model_path(str(path))
+        with pytest.raises(ConfigError) as whole:
+            read_folder(path)
+        assert str(quick.value) == str(whole.value)
+    assert check_model_path(str(cut)) == cut  # its first 24 bytes are a GGUF's: the loader's whole read refuses it
+    with pytest.raises(ConfigError, match="cut|truncated|damaged"):
+        read_folder(cut)

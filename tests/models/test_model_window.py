@@ -49,6 +49,17 @@ def model_window(qtbot, tiny_models, monkeypatch, tmp_path):
     w.close()
 
 
+def test_generate_is_off_on_an_encoder_and_on_for_a_causal_model(model_window, qtbot):
+    w = model_window  # the tiny bert, an encoder
+    button = w.panel.generateButton
+    assert not button.isEnabled() and not w.generateAction.isEnabled()
+    assert "not a causal language model" in button.toolTip()
+    assert w.panel.widgets["generate"].value() == 0 and w.last_error is None
+    w.panel.widgets["model"].combo.setCurrentIndex(2)  # the tiny gpt2
+    settle(qtbot, w)
+    assert w.result.source.info.causal and button.isEnabled() and w.generateAction.isEnabled()
+
+
 def test_choosing_the_variant_shows_a_model_on_a_sentence(model_window, tiny_models):
     w = model_window
     chooser = w.panel.widgets["model"]

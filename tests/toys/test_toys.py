@@ -157,6 +157,20 @@ def test_cli_writes_loadable_weights_and_card(tmp_path):
     assert len(toy.traces("12345678")) == 3
 
 
+def test_cli_without_out_writes_into_the_current_folder_never_the_package(tmp_path, monkeypatch):
+    shipped = {f: (f.read_bytes(), f.stat().st_mode) for f in models_dir().glob("toy-sort.*")}
+    monkeypatch.chdir(tmp_path)
+    old = os.umask(0o022)
+    try:
+        assert toys_cli(["train", "toy-sort", "--steps", "2"]) == 0
+    finally:
+        os.umask(old)
+    assert {f: (f.read_bytes(), f.stat().st_mode) for f in models_dir().glob("toy-sort.*")} == shipped
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy-sort.json", "toy-sort.safetensors"]
+    assert (tmp_path / "toy-sort.safetensors").stat().st_mode & 0o777 == 0o644  # as the umask says, not 0600
+    assert load_toy("toy-sort", tmp_path).card["training"]["steps"] == 2
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("ATTNVIZ_SLOW_TESTS"), reason="full retraining: set ATTNVIZ_SLOW_TESTS=1")
 @pytest.mark.parametrize("name", list(TOYS))

@@ -193,15 +193,22 @@ def test_the_step_slider_marks_a_token_and_its_prediction_without_recomputing(to
     assert not slider.isEnabled() and toy.headGrid.mosaic.prompt_length is None
 
 
-def test_generate_on_a_model_that_cannot_write_says_so_and_keeps_the_view(window, qtbot):
-    window.panel.set_config(load_preset("toy-reverse"))
+def test_generate_is_off_where_the_model_cannot_write_and_a_typed_count_says_why(window, qtbot):
+    window.panel.set_config(load_preset("toy-reverse"))  # an encoder-decoder: it reads its input at once
     wait_shown(qtbot, window)
+    button = window.panel.generateButton
+    assert not button.isEnabled() and not window.generateAction.isEnabled()
+    assert button.toolTip().startswith("Off for this model: ") and "not a causal language model" in button.toolTip()
     shown = window.result
-    qtbot.mouseClick(window.panel.generateButton, Qt.LeftButton)
+    window.panel.widgets["generate"].setValue(5)  # a count typed all the same: refused, the view kept
     qtbot.waitUntil(lambda: window.is_settled() and window.last_error is not None, timeout=15000)
     assert "not a causal language model" in window.panel.errorLabel.text()
     assert window.result is shown and window.staleLabel.isVisible()
-    assert window.panel.findChild(type(window.panel.generateButton), "fixButton_0") is not None
+    assert window.panel.findChild(type(button), "fixButton_0") is not None
+    window.panel.set_config(load_preset("toy-induction"))  # a causal toy: on as soon as the panel names it
+    assert button.isEnabled() and window.generateAction.isEnabled() and "Ctrl+G" in button.toolTip()
+    wait_shown(qtbot, window)
+    assert button.isEnabled()
 
 
 def test_generate_on_a_seed_variant_points_to_a_model(window):

@@ -3,7 +3,12 @@ as saved with no recompute, File > Open Recent, and drops onto the window."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 from PySide6.QtCore import QSettings
 from uihelpers import CountingRun, drop, wait_shown
 
@@ -20,6 +25,23 @@ def open_window(qtbot, path=None, settings=None, compute=None):
     w.show()
     wait_shown(qtbot, w)
     return w
+
+
+def model_folder(folder):
+    """A folder that is a model by its files' names (what is checked before the panel takes it)."""
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (folder / name).write_text("{}")
+    return folder
+
+
+def bad_models(tmp_path):
+    """An empty .gguf, a text file named .gguf, an empty folder, and what each is refused for."""
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    (tmp_path / "notgguf.gguf").write_text("hello, not a model\n")
+    (tmp_path / "emptydir").mkdir()
+    return {tmp_path / "empty.gguf": "the file is empty (0 bytes)", tmp_path / "notgguf.gguf": "not a GGUF file",
+            tmp_path / "emptydir": "not a model folder: it has no config.json"}
 
 
 def rendered(tmp_path, name, *flags):
@@ -89,6 +111,59 @@ def test_a_damaged_npz_is_one_line_and_the_last_maps_stay(qtbot, tmp_path):
     w.close()
 
 
+def test_a_bad_model_file_or_folder_is_refused_as_a_bad_npz_is(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    w = open_window(qtbot, settings=settings)
+    before, config = w.result, w.panel.config()
+    for path, problem in bad_models(tmp_path).items():
+        assert not w.open_path(str(path))
+        message = w.statusBar().currentMessage()
+        assert message.startswith(f"Not opened: {path}: {problem}") and "Fix:" in message, message
+        assert w.refused in message
+        assert w.result is before and w.panel.config() == config  # the maps and the panel as they were
+    assert w.recent_files() == []
+    w.close()
+    assert RunConfig.from_json(settings.value("config")) == config  # the last good configuration remembered
+
+
+def test_a_start_on_a_bad_model_opens_the_last_view_and_never_remembers_it(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    for path, problem in bad_models(tmp_path).items():
+        w = open_window(qtbot, path, settings=settings)
+        assert problem in w.refused and "Fix:" in w.refused
+        assert w.panel.config().variant == "toy-reverse" and w.result.tokens  # the start toy, with its maps
+        w.close()
+        assert "pretrained" not in settings.value("config")
+    assert w.recent_files() == []
+
+
+def test_a_model_the_run_refuses_is_not_remembered_either(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    w = open_window(qtbot, settings=settings)
+    config = w.panel.config()
+    w.save_settings()  # as a close before saved it
+    folder = model_folder(tmp_path / "model")  # the files' names are right, their contents are not
+    assert w.open_path(str(folder))
+    qtbot.waitUntil(lambda: w.is_settled() and w.last_error is not None, timeout=30000)
+    assert w.panel.error_field == "model" and "corrupt or truncated safetensors" in w.last_error
+    w.close()
+    assert RunConfig.from_json(settings.value("config")) == config
+
+
+def test_a_remembered_model_gone_since_opens_the_start_toy_and_says_why(qtbot, tmp_path):
+    folder = model_folder(tmp_path / "model")
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    w = open_window(qtbot, settings=settings)
+    assert w.open_path(str(folder))
+    w.close()
+    assert str(folder) in settings.value("config")
+    (folder / "config.json").unlink()  # deleted (or a path remembered before bad ones were refused)
+    again = open_window(qtbot, settings=settings)
+    assert again.panel.config().variant == "toy-reverse" and again.result.tokens
+    assert again.refused.startswith(f"the last session's model, {folder}: not a model folder")
+    again.close()
+
+
 def test_open_recent_keeps_the_last_ten_newest_first_across_sessions(qtbot, tmp_path):
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
     w = open_window(qtbot, settings=settings)
@@ -118,9 +193,46 @@ def test_a_dropped_npz_or_model_folder_is_opened(qtbot, tmp_path):
     assert w.panel.config() == RunConfig.for_variant("maps", maps=str(npz), layer=0)
     wait_shown(qtbot, w)
     assert w.result.opened == str(npz)
-    folder = tmp_path / "model"
-    folder.mkdir()
+    folder = model_folder(tmp_path / "model")
     drop(w, folder)
     assert w.panel.widgets["variant"].currentData() == "pretrained"
     assert w.panel.widgets["model"].folder() == str(folder)
     w.close()
+
+
+CHILD = """
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+app = QApplication([sys.argv[0]])
+
+def shown():
+    for w in app.topLevelWidgets():
+        if w.isVisible():
+            variant = w.panel.config().variant if hasattr(w, "panel") else None
+            print("SHOWN", type(w).__name__, w.windowTitle(), "|", variant, flush=True)
+    app.quit()
+
+QTimer.singleShot(0, shown)  # the first turn of the event loop: after run_app showed the window
+from attnviz.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_attnviz_on_a_bad_gguf_says_so_on_the_terminal_and_in_the_window(tmp_path):
+    bad = tmp_path / "empty.gguf"
+    bad.write_bytes(b"")
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "XDG_CONFIG_DIRS": str(tmp_path / "system"), "HF_HUB_CACHE": str(tmp_path / "no-hub"),
+           "QT_QPA_PLATFORM": "offscreen"}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(bad)], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"attnviz: not opened: {bad}: the file is empty (0 bytes)" in done.stderr and "Fix:" in done.stderr
+    shown = [line for line in done.stdout.splitlines() if line.startswith("SHOWN")]
+    assert any(line.startswith("SHOWN MainWindow attnviz | toy-reverse") for line in shown), done.stdout
+    assert any(line.startswith("SHOWN QMessageBox Cannot open") for line in shown), done.stdout
+    settings = (tmp_path / "config" / "attnviz" / "attnviz.conf").read_text()
+    assert "empty.gguf" not in settings and "toy-reverse" in settings

@@ -167,6 +167,15 @@ def _layer(length: int, rows: list[Trace]) -> Trace:
     return trace
 
 
+def cannot_generate(info, steps: bool = True) -> str:
+    """Why a model with this info cannot write after its text ("" when it can): an encoder, or the decoder side of
+    an encoder-decoder, reads its whole input at once. `steps`: whether the model has a generation step."""
+    if getattr(info, "causal", False) and steps:
+        return ""
+    name = getattr(info, "name", "") or "the model"
+    return f"{name} is not a causal language model (it reads its whole input at once, so it cannot write after it)"
+
+
 def generate_count(config, model, prompt_length: int) -> int:
     """config.generate, checked against the model: ConfigError for a model that cannot write (an encoder, the
     decoder side of an encoder-decoder, a model without its head) or a count past its positions (the
@@ -177,10 +186,9 @@ def generate_count(config, model, prompt_length: int) -> int:
     if not count:
         return 0
     info, name = model.info, getattr(model.info, "name", "the model")
-    if not getattr(info, "causal", False) or getattr(model, "step", None) is None:
-        raise ConfigError("generate", count, f"{name} is not a causal language model (it reads its whole input at "
-                          "once, so it cannot write after it)", "set generate to 0, or choose a causal model",
-                          suggestions=(0,))
+    problem = cannot_generate(info, getattr(model, "step", None) is not None)
+    if problem:
+        raise ConfigError("generate", count, problem, "set generate to 0, or choose a causal model", suggestions=(0,))
     if not getattr(model, "has_head", False):
         raise ConfigError("generate", count, f"{name} has no trained output head to choose tokens with",
                           "set generate to 0, or use a checkpoint with its language-model head", suggestions=(0,))

@@ -26,6 +26,10 @@ def run_app(argv: list[str] | None = None, open_path: str | None = None) -> int:
     settings, note = open_settings()  # scratch settings (and why) when the user's are a FIFO, a device, huge
     window = MainWindow(settings=settings, open_path=open_path)
     window.show()
+    if window.refused:  # `attnviz PATH` with PATH no model, maps or file it opens (or the last session's model
+        # gone): the last good view, and why
+        print(f"attnviz: not opened: {window.refused}", file=sys.stderr)
+        window.refuse_start()
     if note:
         print(f"attnviz: {note}", file=sys.stderr)
         window.statusBar().showMessage(note, 30000)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from attnviz import colormaps, style
 from attnviz.core import ConfigError, RunConfig, run
+from attnviz.core.runs.generation import cannot_generate
 from attnviz.core.runs.runner import run_stages
 from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
 from attnviz.session.memory import freeze_alive
@@ -146,6 +147,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         self.panel.generateButton.clicked.connect(self.generate)
         self.panel.stopButton.clicked.connect(self.stop_generation)
         self.panel.sigChanged.connect(self.schedule)
+        self.panel.sigChanged.connect(self._follow_generate)
         self.panel.resetButton.clicked.connect(self._reset_view)
         self.panel.sigBatchIndexChanged.connect(self.schedule)
         self.headGrid.sigHover.connect(self._show_hover)
@@ -421,6 +423,25 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
             return
         self.request(force=True)
 
+    def _follow_generate(self, *_) -> None:
+        """Generate (the button and Ctrl+G) off, its tooltip saying why, while the panel's model is the one shown and
+        that model cannot write (an encoder: its run would only refuse the count); on for any other model until
+        its own run is shown."""
+        result, button = self.result, self.panel.generateButton
+        if not hasattr(self, "_generate_tip"):
+            self._generate_tip = button.toolTip()
+        info = getattr(getattr(result, "source", None), "info", None)
+        problem = cannot_generate(info) if info is not None and self._shows_panel_model(result.config) else ""
+        button.setEnabled(not problem)
+        self.generateAction.setEnabled(not problem)
+        button.setToolTip(f"Off for this model: {problem}" if problem else self._generate_tip)
+
+    def _shows_panel_model(self, shown: RunConfig) -> bool:
+        widgets = self.panel.widgets
+        if widgets["variant"].currentData() != shown.variant:
+            return False
+        return not shown.applies("model") or widgets["model"].folder() == shown.model
+
     def _fitting_count(self, count: int) -> int:
         """`count`, or fewer where the shown model's positions end sooner after this text (a count past
         them is refused by the run, with the largest that fits offered)."""
@@ -524,6 +545,7 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
             self._show_model(outcome.result)
         self._show_heads(outcome.result, outcome.frames, outcome.late)
         self._show_generation(outcome.result)
+        self._follow_generate()
         self._show_progress(outcome)
         self._follow_default_scale(outcome.result.config)
         latest = outcome.request.id == self.delivery.latest_id

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
 from attnviz.core import ConfigError, RunConfig
 from attnviz.core.runs.config import IMAGE_SUFFIXES, MAPS_SUFFIX
 from attnviz.core.runs.saved import MAPS_VARIANT, saved_layer
+from attnviz.models.errors import ModelError
+from attnviz.models.folder import check_model_path
 from attnviz.ui.widgets.file_chooser import FileDrop
 
 RECENT_COUNT = 10
@@ -42,9 +45,12 @@ def path_kind(path: str) -> str | None:
 class WindowOpen:
     """open_path, the Open… dialog, the recent files and the drop filter of MainWindow."""
 
+    refused: str | None = None  # why the last path given to open_path was not opened
+
     def open_path(self, path: str) -> bool:
         """Open `path` in the window by its kind; False, with the reason on the status line, when it cannot
         (the last good maps stay)."""
+        self.refused = None
         kind = path_kind(path)
         if kind is None:
             what = "does not exist" if not Path(path).exists() else "is not something attnviz opens"
@@ -53,6 +59,9 @@ class WindowOpen:
             return False
         try:
             opened = self._open_kind(kind, path)
+        except ModelError as exc:  # names the path itself
+            self._refuse_open(exc.describe(exc.value))
+            return False
         except ConfigError as exc:
             self._refuse_open(str(exc) if exc.field in ("file", "maps") else f"{path}: {exc}")
             return False
@@ -62,7 +71,8 @@ class WindowOpen:
         return opened
 
     def _open_kind(self, kind: str, path: str) -> bool:
-        if kind in ("model", "gguf"):
+        if kind in ("model", "gguf"):  # an empty or foreign file, a folder that is no model: refused before the
+            check_model_path(path)  # panel takes it, so the maps, the settings and Open Recent keep the last good
             self.panel.set_config(self._pretrained_config(path))
         elif kind == "config":
             self.open_config(path)
@@ -77,12 +87,25 @@ class WindowOpen:
     def _pretrained_config(self, path: str) -> RunConfig:
         """The model at `path` on the text the panel holds (or a sentence that shows something at once)."""
         text = self.panel.widgets["text"].text() or "The cat sat on the mat because it was tired."
-        return RunConfig.for_variant("pretrained", model=path, text=text)
+        # absolute: the settings and a saved configuration find it again from another folder
+        return RunConfig.for_variant("pretrained", model=str(Path(path).absolute()), text=text)
 
     def _refuse_open(self, message: str) -> None:
+        self.refused = message  # the last path refused and why: `attnviz PATH` says it on the terminal as well
         self.statusBar().showMessage(f"Not opened: {message}", 15000)
 
     # --- the dialog and the recent files ------------------------------------------------------------
+
+    def refuse_start(self) -> None:
+        """`attnviz PATH` refused PATH (self.refused): the window opened on the last good view instead; say so
+        where the user looks, in a box over the window (not waited on) as well as the status line."""
+        message = f"Not opened: {self.refused}"
+        self.statusBar().showMessage(message, 60000)
+        box = QMessageBox(QMessageBox.Warning, "Cannot open", message + "\n\nThe window shows the last view instead.",
+                          QMessageBox.Ok, self)
+        box.setObjectName("refusedBox")
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()
 
     def open_any_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open", self._start_dir(), OPEN_FILTER)

@@ -465,6 +465,11 @@ class ParameterPanel(QWidget):
 
     # --- errors at the control ---------------------------------------------------------------
 
+    @property
+    def error_field(self) -> str | None:
+        """The control marked by the error shown (None: no error, or one of no control)."""
+        return self._error_field
+
     def show_error(self, message: str, field: str | None, suggestions: tuple = ()) -> None:
         """Mark the offending control, say what is wrong, and offer the nearest valid values."""
         self.clear_error()

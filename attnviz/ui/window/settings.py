@@ -14,6 +14,8 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTemporaryDir
 from attnviz.core import ConfigError, RunConfig, load_preset
 from attnviz.core.runs.configfile import file_kind
 from attnviz.frames import MAP_VIEWS, SCALE_MODES
+from attnviz.models.errors import ModelError
+from attnviz.models.folder import check_model_path
 from attnviz.style import format_bytes
 from attnviz.ui.window.layout import SHARE_RANGE
 
@@ -59,6 +61,14 @@ def open_settings() -> tuple[QSettings, str]:
                       "is not remembered")
 
 
+def _usable(config: RunConfig) -> RunConfig:
+    """The remembered configuration, unless its model is gone or no model now (deleted, emptied, overwritten
+    since, or remembered before such a path was refused): ModelError, and the window keeps the start preset."""
+    if config.applies("model") and config.model:
+        check_model_path(config.model)
+    return config
+
+
 class WindowSettings:
     """Restoring and saving MainWindow's state (needs its panel, splitters, combos and docks)."""
 
@@ -77,8 +87,12 @@ class WindowSettings:
             self.mainSplit.restoreState(state)
         text = s.value("config")
         if text:
-            with contextlib.suppress(ConfigError, TypeError):  # another version or machine: keep the defaults
-                self.panel.set_config(RunConfig.from_json(str(text)), emit=False)
+            try:
+                self.panel.set_config(_usable(RunConfig.from_json(str(text))), emit=False)
+            except ModelError as exc:  # said as `attnviz PATH` says a refused PATH
+                self.refused = f"the last session's model, {exc.describe(exc.value)}"
+            except (ConfigError, TypeError):  # another version or machine: keep the defaults
+                pass
         self._restore_views(s)
         self._generate_count = max(1, s.value("generateCount", self._generate_count, int))
         self.modelDock.setVisible(s.value("modelDock", True, bool))
@@ -112,8 +126,11 @@ class WindowSettings:
         s.setValue("mainSplit", self.mainSplit.saveState())
         s.setValue("docks", self.saveState(SETTINGS_VERSION))
         s.setValue("gridShare", self.grid_share)
-        with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
-            s.setValue("config", self.panel.config().to_json())
+        # a model the run refused (damaged past what check_model_path looks at) is not opened again at the next
+        # launch: the configuration saved last stays
+        if self.panel.error_field != "model":
+            with contextlib.suppress(ConfigError):  # invalid now: keep the last valid one
+                s.setValue("config", self.panel.config().to_json())
         s.setValue("view", self.viewCombo.currentData())
         s.setValue("colormap", self.colormapCombo.currentData())
         s.setValue("tensor", self.tensorCombo.currentData())
