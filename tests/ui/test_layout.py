@@ -237,3 +237,21 @@ def test_a_chosen_model_with_a_long_name_fits_the_panel_column_without_a_sideway
     assert w.panel.minimumSizeHint().width() <= room
     assert not scroll.horizontalScrollBar().isVisible()
     w.close()
+
+
+def test_with_every_panel_open_at_1280_by_800_each_tab_reads_its_whole_short_name(qtbot):
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QTabBar
+
+    w = big_window(qtbot)
+    w.resize(1280, 800)
+    for name in DOCKS:
+        open_panel(qtbot, w, name)
+    bar = next(b for b in w.findChildren(QTabBar) if b.parentWidget() is w and b.isVisible())
+    texts = [bar.tabText(i) for i in range(bar.count())]
+    assert len(texts) == len(PANELS) and len(set(texts)) == len(texts)
+    assert "Model view" in texts and all(len(t) <= 20 for t in texts)  # the explanation is in the tooltip
+    assert bar.elideMode() == Qt.ElideNone and bar.usesScrollButtons()  # whole names, arrows where they overflow
+    metrics = bar.fontMetrics()
+    assert all(bar.tabRect(i).width() >= metrics.horizontalAdvance(t) for i, t in enumerate(texts))
+    w.close()

@@ -925,3 +925,14 @@ def test_the_busy_bar_counts_from_the_first_of_a_stream_of_requests_and_stays_aw
     assert not window.busyIndicator.isVisible()
     window._show_busy_now()  # e.g. a generation's partial result, painted late
     assert not window.busyIndicator.isVisible()
+
+
+def test_the_tensor_view_closed_opens_again_from_the_view_menu(window, qtbot):
+    view_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
+    entry = next(a for a in view_menu.actions() if a.text() == "Tensor view")
+    assert entry.isCheckable() and entry.isChecked() and entry.shortcut().toString() == "Ctrl+Shift+E"
+    window.tensorDock.close()
+    qtbot.waitUntil(lambda: not window.tensorDock.isVisible())
+    assert not entry.isChecked()
+    entry.trigger()
+    qtbot.waitUntil(lambda: window.tensorDock.isVisible() and window.outputView.isVisible())
