@@ -114,3 +114,13 @@ def test_a_layer_the_file_does_not_hold(tmp_path, capsys):
     assert main(["render", "--maps", str(tmp_path / "one.npz"), "--layer", "0", "-o", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
     assert "holds the maps of layer 1 only" in err and "--all-layers" in err
+
+
+def test_the_status_line_names_the_model_whose_maps_a_file_holds(tmp_path, tiny_models):
+    from attnviz.ui.window.captions import run_name
+
+    folder = tiny_models("llama")
+    render(tmp_path, "run.npz", "--model", str(folder), "--text", "the cat sat on the mat")
+    result = read_maps(tmp_path / "run.npz")
+    assert result.config.variant == "pretrained" and folder.name in result.model_name
+    assert run_name(result) == result.model_name  # not the variant's "Pretrained model (folder or .gguf)"

@@ -86,3 +86,22 @@ def test_opening_a_bad_configuration_names_the_file_and_keeps_the_panel(window, 
     window.open_dialog()
     assert len(warned) == 1 and str(path) in warned[0] and all(w in warned[0] for w in words)
     assert window.panel.config() == before
+
+
+def test_the_quick_fix_buttons_show_under_the_marked_field_in_the_scrolled_panel(window, qtbot):
+    window.resize(1280, 800)
+    window.panel.set_config(RunConfig.for_variant("causal"))
+    wait_shown(qtbot, window)
+    heads = window.panel.widgets["heads"]
+    heads.setValue(5)  # 5 heads do not divide 64: "Use Heads = 4" and "= 8"
+    qtbot.waitUntil(lambda: window.panel.fixButtons.count() == 2)
+    buttons = [window.panel.fixButtons.itemAt(i).widget() for i in range(2)]
+    qtbot.waitUntil(lambda: all(not b.visibleRegion().isEmpty() for b in buttons))  # scrolled into view, whole
+    assert all(b.visibleRegion().boundingRect() == b.rect() for b in buttons)
+    assert not heads.visibleRegion().isEmpty()  # the red field they fix is in view with them
+    box = window.panel.errorBox.mapTo(window.panel, window.panel.errorBox.rect().topLeft()).y()
+    field = heads.mapTo(window.panel, heads.rect().bottomLeft()).y()
+    assert 0 <= box - field < 20 and not window.panel.errorLabel.visibleRegion().isEmpty()  # the message under it
+    buttons[0].click()
+    wait_shown(qtbot, window)
+    assert window.result.config.heads == 4 and not window.panel.errorBox.isVisible()

@@ -237,3 +237,47 @@ def test_a_chosen_model_with_a_long_name_fits_the_panel_column_without_a_sideway
     assert w.panel.minimumSizeHint().width() <= room
     assert not scroll.horizontalScrollBar().isVisible()
     w.close()
+
+
+def test_with_every_panel_open_at_1280_by_800_each_tab_reads_its_whole_short_name(qtbot):
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QTabBar
+
+    w = big_window(qtbot)
+    w.resize(1280, 800)
+    for name in DOCKS:
+        open_panel(qtbot, w, name)
+    bar = next(b for b in w.findChildren(QTabBar) if b.parentWidget() is w and b.isVisible())
+    texts = [bar.tabText(i) for i in range(bar.count())]
+    assert len(texts) == len(PANELS) and len(set(texts)) == len(texts)
+    assert "Model view" in texts and all(len(t) <= 20 for t in texts)  # the explanation is in the tooltip
+    assert bar.elideMode() == Qt.ElideNone and bar.usesScrollButtons()  # whole names, arrows where they overflow
+    metrics = bar.fontMetrics()
+    assert all(bar.tabRect(i).width() >= metrics.horizontalAdvance(t) for i, t in enumerate(texts))
+    w.close()
+
+
+def test_a_12_head_model_views_last_head_label_shows_beside_mean_where_they_do_not_touch(qtbot, tmp_path, monkeypatch):
+    from PySide6.QtGui import QFontMetricsF
+
+    from attnviz.ui.maps.model_view import LABEL_PAD_PX
+
+    pytest.importorskip("transformers")
+    make_family(tmp_path, "bert", hidden_size=48, num_attention_heads=12, num_hidden_layers=6)  # MiniLM's shape
+    w = big_window(qtbot, RunConfig(variant="pretrained", model=str(tmp_path), text=SENTENCE))
+    view = w.modelView
+    axis = view.plot.getAxis("top")
+    qtbot.waitUntil(lambda: view.source is w.result.source and len(axis._tickLevels[0]) > 1, timeout=10000)
+    width = QFontMetricsF(axis.font()).horizontalAdvance
+    apart = view.columns[-1] - view.columns[-2]  # H11's centre to mean's, in view units
+    # the screen scale at which H11 and "mean" are drawn half a pixel more than the least space apart (at
+    # 1280 x 800, MiniLM's H11 sat 32.6 px from "mean", 4 px clear of it, and was left out)
+    pixels = (width("H11") + width("mean")) / 2 + LABEL_PAD_PX + 0.5
+    monkeypatch.setattr(view.plot.getViewBox(), "viewPixelSize", lambda: (apart / pixels, apart / pixels))
+    view._set_ticks([f"L{r}" for r in range(6)], view.tops, view.columns, view.tile)
+    ticks = axis._tickLevels[0]
+    assert [label for _, label in ticks] == [f"H{h}" for h in range(12)] + ["mean"]
+    scale = apart / pixels
+    for (x0, a), (x1, b) in zip(ticks, ticks[1:]):  # neighbouring labels, centred on their ticks, never touch
+        assert (x1 - x0) / scale >= (width(a) + width(b)) / 2, (a, b)
+    w.close()

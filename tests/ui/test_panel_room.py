@@ -113,7 +113,8 @@ def test_a_tabbed_dock_has_no_title_bar_and_its_tab_floats_or_closes_it(qtbot):
     bar, i = tab_of(w, stats)
     centre = QPointF(bar.tabRect(i).center())
     QApplication.sendEvent(bar, QHelpEvent(QEvent.ToolTip, centre.toPoint(), bar.mapToGlobal(centre.toPoint())))
-    assert QToolTip.isVisible() and QToolTip.text().startswith("Statistics. ") and "double-click" in QToolTip.text()
+    tip = QToolTip.text()  # what the panel shows, then what its tab does
+    assert QToolTip.isVisible() and tip.startswith("Per-head statistics: ") and "double-click" in tip
     QApplication.sendEvent(bar, QMouseEvent(QEvent.MouseButtonDblClick, centre, bar.mapToGlobal(centre),
                                             Qt.LeftButton, Qt.LeftButton, Qt.NoModifier))
     qtbot.waitUntil(lambda: stats.isFloating())

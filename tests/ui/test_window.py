@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QCoreApplication, QPoint, QSettings, Qt
+from PySide6.QtCore import QCoreApplication, QPoint, QRect, QSettings, Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QComboBox, QWidget
+from PySide6.QtWidgets import QComboBox, QLabel, QWidget
 from uihelpers import CountingRun, drain, wait_shown
 
 from attnviz import colormaps
@@ -469,6 +469,10 @@ def test_the_memory_fix_recomputes_when_the_query_is_already_short(qtbot):
     w.close()
 
 
+def on_window(widget) -> QRect:
+    return QRect(widget.mapTo(widget.window(), QPoint(0, 0)), widget.size())
+
+
 def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window, qtbot):
     # a resized grid lays out and re-renders every tile: banners and hover lines must not cause one
     window.headGrid.sigHover.emit("a long hover text " * 40)  # the hover line grows once (4 lines at most)
@@ -480,8 +484,14 @@ def test_the_stale_banner_and_long_hover_texts_never_resize_the_head_grid(window
     qtbot.waitUntil(lambda: window.staleLabel.isVisibleTo(window))
     qtbot.wait(50)
     assert window.headGrid.size() == size
-    banner = window.staleLabel.geometry()
-    assert banner.top() == 0 and banner.width() == size.width() and banner.height() > 0  # over the grid
+    assert window.staleLabel.height() > 0
+    assert not on_window(window.staleLabel).intersects(on_window(window.headGrid))  # over the caption, no map
+    window.staleLabel.setText("a very long reason " * 80)  # cut to the bar's lines, never over the maps
+    banner = window.staleLabel
+    assert QLabel.text(banner).endswith("…") and banner.heightForWidth(banner.width()) <= window.infoBar.height()
+    window.headGrid.sigHover.emit("a hovered cell")  # a hovered cell's values show over the banner
+    layers = window.infoBar.children()
+    assert layers.index(window.hoverLabel) > layers.index(window.staleLabel) and window.infoBar.hovering()
     window.panel.widgets["heads"].setValue(4)
     wait_shown(qtbot, window)
     assert not window.staleLabel.isVisibleTo(window) and window.headGrid.size() == size
@@ -915,3 +925,14 @@ def test_the_busy_bar_counts_from_the_first_of_a_stream_of_requests_and_stays_aw
     assert not window.busyIndicator.isVisible()
     window._show_busy_now()  # e.g. a generation's partial result, painted late
     assert not window.busyIndicator.isVisible()
+
+
+def test_the_tensor_view_closed_opens_again_from_the_view_menu(window, qtbot):
+    view_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
+    entry = next(a for a in view_menu.actions() if a.text() == "Tensor view")
+    assert entry.isCheckable() and entry.isChecked() and entry.shortcut().toString() == "Ctrl+Shift+E"
+    window.tensorDock.close()
+    qtbot.waitUntil(lambda: not window.tensorDock.isVisible())
+    assert not entry.isChecked()
+    entry.trigger()
+    qtbot.waitUntil(lambda: window.tensorDock.isVisible() and window.outputView.isVisible())

@@ -3,6 +3,7 @@ hovered cell's exact values in its place.
 
 The two never need the room at once, so they share one bar two lines high. (As two rows, a hover line and a
 caption under it, they took four lines and a gap: at 1280 x 800 the panels below the maps had ~139 px.)
+While the maps are stale, the stale banner covers the caption (not the maps' first row of titles and cells).
 """
 
 from __future__ import annotations
@@ -71,6 +72,46 @@ class CaptionBar(QWidget):
         return used
 
 
+class CoverBanner(QLabel):
+    """A message laid over the whole of `host` (the info bar's caption): showing, hiding or rewording it never
+    resizes anything (a row of its own resized the head grid, which lays out and re-renders every tile). A text
+    longer than the host's lines is cut with "…" (the status line holds it whole). Mouse events pass through."""
+
+    def __init__(self, host: QWidget):
+        super().__init__(host)
+        self._full = ""
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.setTextFormat(Qt.PlainText)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)  # hover and clicks reach what is below
+        host.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize:
+            self._place()
+        return False
+
+    def text(self) -> str:
+        return self._full
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text
+        self._place()
+
+    def _place(self) -> None:
+        host = self.parentWidget().rect()
+        self.setGeometry(host)
+        text, metrics = self._full, self.fontMetrics()
+        room = self.contentsRect().width()  # inside the style sheet's padding
+        super().setText(text)
+        lines = max(1, (host.height() - 6) // metrics.lineSpacing())
+        budget = max(room, 1) * lines
+        while self.heightForWidth(host.width()) > host.height() and budget > room:  # wrapping wastes line ends
+            budget = int(budget * 0.9)
+            super().setText(metrics.elidedText(text, Qt.ElideRight, budget))
+        self.raise_()
+
+
 class InfoBar(QWidget):
     """infoBar: the caption, or while the mouse is on a map its hovered cell (hoverLabel, selectable); back to
     the caption once the mouse leaves the maps (and this bar). Two lines high; a longer hover text grows it
@@ -90,6 +131,7 @@ class InfoBar(QWidget):
         self.hover.setTextFormat(Qt.PlainText)  # token texts such as '<s>' are not markup
         self.hover.setContentsMargins(4, PAD, 4, PAD)
         self.hover.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
+        self.hover.setAutoFillBackground(True)  # raised over the stale banner while a cell is hovered
         self.hover.setToolTip("The hovered cell's exact values (select to copy); the caption returns once the "
                               "mouse leaves the maps")
         self._ink = self.hover.palette()
@@ -116,6 +158,7 @@ class InfoBar(QWidget):
         self.hover.setPalette(self._ink)
         self.hover.setText(text)
         self._stack.setCurrentWidget(self.hover)
+        self.hover.raise_()  # the hovered cell's values over a stale banner; the banner returns with the caption
         needed = min(self.hover.heightForWidth(self.width()), self.lines(self.MAX_LINES))
         if needed > self.height():  # grows once for longer texts; never shrinks back
             self.setFixedHeight(needed)

@@ -19,7 +19,7 @@ import threading
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QFontMetricsF
 from PySide6.QtWidgets import QFrame, QLabel, QMenu, QScrollArea, QVBoxLayout, QWidget
 
 from attnviz.model_mosaic import model_mosaic, mosaic_columns, mosaic_rows
@@ -46,7 +46,7 @@ BADGE_COLOURS = HEAD_TYPE_COLOURS  # one colour per head type (badges and legend
 BADGE_PX = 0.18  # a badge's side, as a fraction of the tile
 BADGE_MAX = 10.0  # px: a badge marks, it does not cover the tile
 LABEL_ROW_PX, LABEL_COL_PX = 14, 26  # screen room a layer label and a head label need
-MEAN_LABEL_PX = 40  # ... and the "mean" column's label
+LABEL_PAD_PX = 3  # the least space between a head label and the "mean" column's
 NO_MODEL = ("Random weights: no model behind these maps. Choose a trained toy or a pretrained model "
             "(Variant) to see all its layers and heads here.")
 
@@ -270,9 +270,13 @@ class ModelView(pg.GraphicsLayoutWidget):
         step_x = max(1, math.ceil(LABEL_COL_PX * scale / (tile + GAP)))
         left = [(y + tile / 2, text) for n, (y, text) in enumerate(zip(tops, rows)) if n % step_y == 0]
         mean_x = columns[-1] + tile / 2
-        room = (LABEL_COL_PX + MEAN_LABEL_PX) / 2 * scale  # a head label's centre this far from "mean"'s at least
+        axis = self.plot.getAxis("top")
+        width = QFontMetricsF(axis.style.get("tickFont") or axis.font()).horizontalAdvance
+        # a head label's centre at least this far from "mean"'s, as the two labels are drawn (a fixed guess of
+        # their widths dropped H11 of a 12-head model beside "mean")
+        room = (width(f"H{len(columns) - 2}") + width("mean")) / 2 + LABEL_PAD_PX
         top = [(x + tile / 2, f"H{c}") for c, x in enumerate(columns[:-1])
-               if c % step_x == 0 and mean_x - (x + tile / 2) >= room]
+               if c % step_x == 0 and mean_x - (x + tile / 2) >= room * scale]
         self.plot.getAxis("left").setTicks([left])
         self.plot.getAxis("top").setTicks([top + [(mean_x, "mean")]])
 

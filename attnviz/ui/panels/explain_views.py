@@ -152,6 +152,7 @@ class ExplainViews(QObject):
             setattr(self, panel.attr, widget)
             dock = named(QDockWidget(panel.title, window), panel.dock)
             dock.setWidget(PanelScroll(widget))
+            dock.setProperty("about", panel.tip)  # its tab's tooltip (WindowLayout's ABOUT)
             window.tab_panel(dock)  # one tabbed area with the model view: a panel never takes more height
             dock.hide()
             dock.visibilityChanged.connect(partial(self._visibility_changed, panel.dock))

@@ -115,6 +115,12 @@ class WindowActions:
         self.modelViewAction.setShortcut(QKeySequence("Ctrl+Shift+M"))
         self.modelViewAction.setToolTip("Every layer × head of a pretrained model as small tiles (Ctrl+Shift+M)")
         menu.addAction(self.modelViewAction)
+        self.tensorAction = self.tensorDock.toggleViewAction()  # closed, the dock is remembered closed
+        self.tensorAction.setText("Tensor view")
+        self.tensorAction.setShortcut(QKeySequence("Ctrl+Shift+E"))
+        self.tensorAction.setToolTip("One tensor of the shown batch item (input, Q, K, V, context, output) as a "
+                                     "heatmap (Ctrl+Shift+E)")
+        menu.addAction(self.tensorAction)
         self.stripAction = act("Predictions strip", "Ctrl+Shift+N", self._strip_toggled,
                                "The model's top-1 prediction at each position under the maps, coloured by the "
                                "target's probability", menu)

@@ -41,7 +41,7 @@ def caption_for(result) -> tuple[str, bool]:
 def opened_caption(result) -> str:
     """What maps opened from a file are: what the file says ran, and which layers it holds."""
     c = result.config
-    ran = result.model_name or (c.spec.label if c.variant != MAPS_VARIANT else "maps handed to attnviz")
+    ran = run_name(result)
     layers = (f" It holds every layer's weights (0-{len(result.layer_weights) - 1}): Layer or a click in the model "
               "view shows another." if result.layer_weights is not None else "")
     return f"Opened {Path(result.opened).name}: {ran}, layer {c.layer}, as saved; nothing is computed again.{layers}"
@@ -75,8 +75,20 @@ def status_text(outcome: Outcome, swap_s: float) -> str:
     pooled = pool_text(r)
     others = [n for n in r.notes if n != pooled]
     notes = " · " + "; ".join(others) if others else ""
-    return (f"{generation_text(outcome)}{pooled + ' · ' if pooled else ''}{c.spec.label} · {c.shapes_text()} · "
+    return (f"{generation_text(outcome)}{pooled + ' · ' if pooled else ''}{run_name(r)} · {c.shapes_text()} · "
             f"output {out_shape} · mask {c.mask} · {r.device} · {compute} · render {render:.1f} ms{notes}")
+
+
+def run_name(result) -> str:
+    """What ran, as the status line names it: the model's own name ("Pretrained model (folder or .gguf)", the
+    variant's label, said nothing of a model or of maps opened from a file), else the variant's label."""
+    if result.opened:
+        c = result.config
+        return result.model_name or (c.spec.label if c.variant != MAPS_VARIANT else "maps handed to attnviz")
+    info = result.source.info if result.source is not None else None
+    if getattr(info, "model_type", None):  # a pretrained model's (a trained toy is named by its label)
+        return f"{info.name} ({info.model_type})"
+    return result.config.spec.label
 
 
 def pool_text(result) -> str:

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QMenu, QTabBar, QToolTi
 GRID_SHARE = 0.47  # the head grid's share of the window's height by default (the maps area is over half)
 SHARE_RANGE = (0.25, 0.85)  # the shares a drag of the split may leave (a map stays readable, a dock usable)
 TENSOR_SHARE = 0.3  # the tensor view's share of the bottom row's width
+ABOUT = "about"  # a dock's property: what it shows, said in its tab's tooltip (the tab has its short title)
 TAB_TIP = ("Click to show this panel; double-click to float it in its own window; right-click to float or close it "
            "(the View menu opens and closes every panel)")
 
@@ -58,8 +59,9 @@ class WindowLayout:
                 and self.dockWidgetArea(d) == Qt.BottomDockWidgetArea]
 
     def _make_tensor_dock(self, tensor: QWidget) -> None:
-        self.tensorDock = QDockWidget("Tensor: one tensor of the shown batch item", self)
+        self.tensorDock = QDockWidget("Tensor", self)
         self.tensorDock.setObjectName("tensorDock")
+        self.tensorDock.setProperty(ABOUT, "Tensor: one tensor of the shown batch item")
         self.tensorDock.setWidget(tensor)
         self.addDockWidget(Qt.BottomDockWidgetArea, self.tensorDock)
         self.splitDockWidget(self.modelDock, self.tensorDock, Qt.Horizontal)
@@ -116,6 +118,9 @@ class WindowLayout:
         for bar in self.findChildren(QTabBar):
             if bar.parentWidget() is self:  # the dock area's tabs (a panel's own tab bars are deeper)
                 bar.installEventFilter(self._tab_menu)  # its tooltip, double-click and right-click
+                # whole names, scrolled with arrows where they do not fit: elided, a dozen tabs read "P…" "S…"
+                bar.setElideMode(Qt.ElideNone)
+                bar.setUsesScrollButtons(True)
 
     def fit_docks(self) -> None:
         """Size the bottom area so the head grid gets its share of the window's height (the docks' least
@@ -182,7 +187,7 @@ class TabMenu(QObject):
         if dock is None:
             return False
         if kind == QEvent.ToolTip:  # Qt's dock tabs show a tooltip only where a tab's text is cut: always here
-            QToolTip.showText(event.globalPos(), f"{dock.windowTitle()}. {TAB_TIP}", bar)
+            QToolTip.showText(event.globalPos(), f"{dock.property(ABOUT) or dock.windowTitle()}. {TAB_TIP}", bar)
         elif kind == QEvent.MouseButtonDblClick:
             dock.setFloating(True)
         else:

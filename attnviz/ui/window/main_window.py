@@ -35,8 +35,8 @@ from attnviz.core.runs.generation import cannot_generate
 from attnviz.core.runs.runner import run_stages
 from attnviz.frames import MAP_VIEWS, SCALE_MODES, TENSORS, ViewOptions, default_scale, view_stage
 from attnviz.session.memory import freeze_alive
-from attnviz.ui.maps.info_bar import HOVER_HINT, InfoBar  # noqa: F401 (the hint, where the window's tests read it)
-from attnviz.ui.maps.views import HeadGrid, OverlayBanner, TensorView, prepare_labels
+from attnviz.ui.maps.info_bar import HOVER_HINT, CoverBanner, InfoBar  # noqa: F401 (the hint, where the window's tests read it)
+from attnviz.ui.maps.views import HeadGrid, TensorView, prepare_labels
 from attnviz.ui.panels.circuit_job import cancel_all_jobs
 from attnviz.ui.panels.explain_views import ExplainViews
 from attnviz.ui.panels.generate import STEP_ALL, GenerateOnce, StepControls, continuation_html, generated_count
@@ -205,11 +205,11 @@ class MainWindow(WindowActions, WindowFiles, WindowOpen, WindowSettings, WindowM
         maps_layout = QVBoxLayout(maps)
         maps_layout.setContentsMargins(0, 0, 0, 0)
         maps_layout.addLayout(self._view_controls())
-        self.staleLabel = named(OverlayBanner(self.headGrid), "staleLabel")  # over the grid: never resizes it
-        self.staleLabel.setStyleSheet("background: {}; color: {}; padding: 3px;".format(*style.STALE_NOTE))
-        self.staleLabel.hide()
         self.infoBar = InfoBar()  # what to look for in these maps, or the hovered cell's values
         self.captionLabel, self.hoverLabel = self.infoBar.caption, self.infoBar.hover
+        self.staleLabel = named(CoverBanner(self.infoBar), "staleLabel")  # over the caption: covers no map
+        self.staleLabel.setStyleSheet("background: {}; color: {}; padding: 3px;".format(*style.STALE_NOTE))
+        self.staleLabel.hide()
         maps_layout.addWidget(self.infoBar)
         maps_layout.addWidget(self.headGrid, 1)
         # the model's prediction per position, under the maps; squeezed first in a cramped window

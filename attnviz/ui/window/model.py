@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QDockWidget
 from attnviz.core.runs.config import field_meta
 from attnviz.core.runs.saved import saved_layers
 from attnviz.ui.maps.model_view import ModelPanel, ModelView, ablated_heads, toggle_head
+from attnviz.ui.window.layout import ABOUT
 
 MODEL_PROMPT = ("Choose a model under Model folder: one found on this machine, a folder (Open…) or a .gguf file "
                 "(the arrow beside Open…).")
@@ -21,8 +22,9 @@ class WindowModel:
 
     def _make_model_dock(self) -> None:
         self.modelView = ModelView()
-        self.modelDock = QDockWidget("Model view: every layer × head (click one to open it)", self)
+        self.modelDock = QDockWidget("Model view", self)  # a short title: it names a tab among a dozen
         self.modelDock.setObjectName("modelDock")
+        self.modelDock.setProperty(ABOUT, "Model view: every layer × head (click one to open it)")
         self.modelPanel = ModelPanel(self.modelView)  # the view and its head-type legend
         self.modelDock.setWidget(self.modelPanel)
         # Open from the start (a note says when no model is behind the maps): a dock that opened with the first model's

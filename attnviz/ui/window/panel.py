@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QVBoxLayout,
@@ -107,17 +108,27 @@ class ParameterPanel(QWidget):
         for f in fields(RunConfig):
             self._add_field_row(forms[f.metadata["group"]], f.name, f.type, f.metadata)
 
-        self.errorLabel = named(QLabel(), "errorLabel")
-        self.errorLabel.setWordWrap(True)
-        self.errorLabel.setStyleSheet(f"color: {RED};")
-        self.fixButtons = QHBoxLayout()
-        outer.addWidget(self.errorLabel)
-        outer.addLayout(self.fixButtons)
+        self.forms = forms
+        self._make_error_box()
+        outer.addWidget(self.errorBox)
         outer.addStretch(1)
         self._error_field: str | None = None
         self.set_config(RunConfig(), emit=False)
 
     # --- widgets -----------------------------------------------------------------------------
+
+    def _make_error_box(self) -> None:
+        """errorBox: the message and its fix buttons, shown under the offending field (show_error)."""
+        self.errorBox = named(QWidget(), "errorBox")
+        box = QVBoxLayout(self.errorBox)
+        box.setContentsMargins(0, 0, 0, 0)
+        self.errorLabel = named(QLabel(), "errorLabel")
+        self.errorLabel.setWordWrap(True)
+        self.errorLabel.setStyleSheet(f"color: {RED};")
+        self.fixButtons = QHBoxLayout()
+        box.addWidget(self.errorLabel)
+        box.addLayout(self.fixButtons)
+        self.errorBox.hide()
 
     def _make_preset_row(self) -> QHBoxLayout:
         """The preset chooser and the Reset button."""
@@ -491,6 +502,39 @@ class ParameterPanel(QWidget):
                 button.setToolTip(f"Keep the start of the text that fits the model: {value[:80]}…")
             button.clicked.connect(lambda _=False, v=value: self.apply_fix(field, v))
             self.fixButtons.addWidget(button)
+        self._place_error_box(field)
+        self.errorBox.show()
+        QTimer.singleShot(0, self, self._scroll_to_error)  # once the panel is laid out with the box in place
+
+    def _place_error_box(self, field: str | None) -> None:
+        """The message and its buttons in the row under the field's (the panel's end without one): at the
+        panel's end, below every group, they sat off-screen in the scrolled panel while the field showed red."""
+        self._detach_error_box()
+        target = self.rows.get(field, self.widgets.get(field)) if field else None
+        for form in self.forms.values():
+            row, _ = form.getWidgetPosition(target) if target is not None else (-1, None)
+            if row >= 0:
+                form.insertRow(row + 1, self.errorBox)
+                return
+        outer = self.layout()
+        outer.insertWidget(outer.count() - 1, self.errorBox)  # before the closing stretch
+
+    def _detach_error_box(self) -> None:
+        for form in self.forms.values():
+            if form.getWidgetPosition(self.errorBox)[0] >= 0:
+                form.takeRow(self.errorBox)
+        self.layout().removeWidget(self.errorBox)
+
+    def _scroll_to_error(self) -> None:
+        """The scroll area holding the panel shows the marked field and, under it, the message and buttons."""
+        scroll = self.parentWidget() and self.parentWidget().parentWidget()
+        if not isinstance(scroll, QScrollArea) or not self.errorBox.isVisible():
+            return
+        scroll.widget().layout().activate()
+        scroll.ensureWidgetVisible(self.errorBox, 0, 10)
+        field = self.widgets.get(self._error_field)
+        if field is not None and field.isVisible():
+            scroll.ensureWidgetVisible(field, 0, 10)
 
     def apply_fix(self, field: str, value: Any) -> None:
         if field not in ("seq_q", "seq_kv"):
@@ -527,6 +571,7 @@ class ParameterPanel(QWidget):
             w.setToolTip(self._tooltips[self._error_field])
         self._error_field = None
         self.errorLabel.clear()
+        self.errorBox.hide()
         while self.fixButtons.count():
             item = self.fixButtons.takeAt(0)
             if item.widget():
