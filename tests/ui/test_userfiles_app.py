@@ -241,6 +241,16 @@ def test_saving_a_configuration_hashes_its_weights_off_the_gui_thread(window, qt
     assert hashers and threading.main_thread() not in hashers
 
 
+def with_seed_weights(window, qtbot, seed000) -> str:
+    """The cross variant running seed000's weights file (which a save hashes); its path."""
+    weights = seed000[0]
+    to_cross(window, qtbot)
+    window.panel.widgets["d_model"].setValue(32)
+    window.load_file("weights", weights)
+    wait_shown(qtbot, window)
+    return weights
+
+
 @pytest.fixture
 def held_hash(monkeypatch):
     """The saved JSON of a configuration naming a weights file is made only once `release` is set (a big
@@ -259,11 +269,7 @@ def held_hash(monkeypatch):
 
 
 def test_a_later_save_wins_over_an_earlier_one_still_hashing(window, qtbot, tmp_path, seed000, held_hash):
-    weights, _, _ = seed000
-    to_cross(window, qtbot)
-    window.panel.widgets["d_model"].setValue(32)
-    window.load_file("weights", weights)
-    wait_shown(qtbot, window)
+    with_seed_weights(window, qtbot, seed000)
     target = tmp_path / "saved.json"
     window._save_to(str(target))  # hashing the weights
     combo = window.findChild(QComboBox, "weightsCombo")
@@ -279,11 +285,7 @@ def test_a_later_save_wins_over_an_earlier_one_still_hashing(window, qtbot, tmp_
 
 
 def test_closing_while_a_save_is_hashing_closes_once_it_is_written(window, qtbot, tmp_path, seed000, held_hash):
-    weights, _, _ = seed000
-    to_cross(window, qtbot)
-    window.panel.widgets["d_model"].setValue(32)
-    window.load_file("weights", weights)
-    wait_shown(qtbot, window)
+    weights = with_seed_weights(window, qtbot, seed000)
     target = tmp_path / "saved.json"
     window._save_to(str(target))
     assert not window.close()  # kept open: the file is not written yet
@@ -294,11 +296,7 @@ def test_closing_while_a_save_is_hashing_closes_once_it_is_written(window, qtbot
 
 
 def test_closing_twice_while_saving_closes_at_once(window, qtbot, tmp_path, seed000, held_hash):
-    weights, _, _ = seed000
-    to_cross(window, qtbot)
-    window.panel.widgets["d_model"].setValue(32)
-    window.load_file("weights", weights)
-    wait_shown(qtbot, window)
+    with_seed_weights(window, qtbot, seed000)
     target = tmp_path / "saved.json"
     window._save_to(str(target))
     assert not window.close() and window.close()  # the second close does not wait

@@ -12,7 +12,7 @@ from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QPainter, QPalette
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStackedLayout, QWidget
 
-from attnviz.ui.widgets.basic import named
+from attnviz.ui.widgets.basic import OverlayBanner, named
 
 HOVER_HINT = ("Hover a cell for its exact value and how it was computed; click a head to enlarge it (Esc: back); "
               "drag a rectangle on a map to see that block exactly.")
@@ -72,7 +72,7 @@ class CaptionBar(QWidget):
         return used
 
 
-class CoverBanner(QLabel):
+class CoverBanner(OverlayBanner):
     """A message laid over the whole of `host` (the info bar's caption): showing, hiding or rewording it never
     resizes anything (a row of its own resized the head grid, which lays out and re-renders every tile). A text
     longer than the host's lines is cut with "…" (the status line holds it whole). Mouse events pass through."""
@@ -80,16 +80,8 @@ class CoverBanner(QLabel):
     def __init__(self, host: QWidget):
         super().__init__(host)
         self._full = ""
-        self.setWordWrap(True)
         self.setAlignment(Qt.AlignLeft | Qt.AlignTop)
         self.setTextFormat(Qt.PlainText)
-        self.setAttribute(Qt.WA_TransparentForMouseEvents)  # hover and clicks reach what is below
-        host.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
-        if event.type() == QEvent.Resize:
-            self._place()
-        return False
 
     def text(self) -> str:
         return self._full
@@ -103,12 +95,12 @@ class CoverBanner(QLabel):
         self.setGeometry(host)
         text, metrics = self._full, self.fontMetrics()
         room = self.contentsRect().width()  # inside the style sheet's padding
-        super().setText(text)
+        QLabel.setText(self, text)
         lines = max(1, (host.height() - 6) // metrics.lineSpacing())
         budget = max(room, 1) * lines
         while self.heightForWidth(host.width()) > host.height() and budget > room:  # wrapping wastes line ends
             budget = int(budget * 0.9)
-            super().setText(metrics.elidedText(text, Qt.ElideRight, budget))
+            QLabel.setText(self, metrics.elidedText(text, Qt.ElideRight, budget))
         self.raise_()
 
 

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtWidgets import QApplication, QGraphicsRectItem, QLabel, QWidget
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtWidgets import QApplication, QGraphicsRectItem
 
 from attnviz import colormaps
 from attnviz.core import RunResult
@@ -35,7 +35,7 @@ from attnviz.ui.maps.heatmap import (
 from attnviz.ui.maps.labels import widest_label_px
 from attnviz.ui.maps.mosaic import POSITION_AXES, ROW_MARK, TOKEN_AXES, MapTile, Mosaic, image_rects
 from attnviz.ui.maps.zoom import ZoomFrames, drag_region
-from attnviz.ui.widgets.basic import named
+from attnviz.ui.widgets.basic import OverlayBanner, named
 
 MAX_TILES = 64  # more heads than this are listed, not drawn (a 1,000-tile grid is unreadable)
 
@@ -45,32 +45,6 @@ def _swatch_html(lut: np.ndarray) -> str:
         return f'<span style="color: rgb{tuple(int(c) for c in rgb[:3])}">&#9632;</span> {text}'
 
     return sw(lut[colormaps.MASKED_INDEX], "masked") + "&nbsp;&nbsp;" + sw(lut[colormaps.NAN_INDEX], "no key")
-
-
-class OverlayBanner(QLabel):
-    """A message laid over the top edge of `host`: showing, hiding or rewording it never resizes
-    the host. (As a row above the head grid, the stale banner resized the grid each time it came
-    or went, and a resized grid lays out and re-renders every tile: benchmarks/README.md, Behind the code.)"""
-
-    def __init__(self, host: QWidget):
-        super().__init__(host)
-        self.setWordWrap(True)
-        self.setAttribute(Qt.WA_TransparentForMouseEvents)  # hover and clicks reach the maps below
-        host.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
-        if event.type() == QEvent.Resize:
-            self._place()
-        return False
-
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
-        super().setText(text)
-        self._place()
-
-    def _place(self) -> None:
-        width = self.parentWidget().width()
-        self.setGeometry(0, 0, width, self.heightForWidth(width))
-        self.raise_()
 
 
 @functools.lru_cache(maxsize=8)

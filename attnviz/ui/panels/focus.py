@@ -14,8 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QListView, QListWidget, QPush
 
 from attnviz import style
 from attnviz.explain import FocusFrames
-from attnviz.ui.maps.views import OverlayBanner
-from attnviz.ui.widgets.basic import named
+from attnviz.ui.widgets.basic import OverlayBanner, named
 
 MAX_KEY_TICKS = 48  # more keys than this: numeric ticks instead of token labels
 LEGEND_ROWS = 4  # the legend's entries per column

@@ -1,11 +1,12 @@
 """Small widget helpers shared by the window, its panels and the maps: a widget named in one call (its
 objectName, which tests and users' scripts find it by, and its accessible name), and combo box items with
 their own tooltips (shown while the list is open); a one-line label and a combo box that elide a text too long
-for their room in the middle (a file name keeps its start and its end) instead of cutting it at the edge."""
+for their room in the middle (a file name keeps its start and its end) instead of cutting it at the edge; a
+message laid over a widget without resizing it (OverlayBanner)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QStyle, QStyleOptionComboBox, QStylePainter, QWidget
 
 
@@ -74,3 +75,29 @@ class ElidedCombo(QComboBox):
         painter.drawComplexControl(QStyle.CC_ComboBox, option)
         option.currentText = self.shown_text()
         painter.drawControl(QStyle.CE_ComboBoxLabel, option)
+
+
+class OverlayBanner(QLabel):
+    """A message laid over the top edge of `host`: showing, hiding or rewording it never resizes
+    the host. (As a row above the head grid, the stale banner resized the grid each time it came
+    or went, and a resized grid lays out and re-renders every tile: benchmarks/README.md, Behind the code.)"""
+
+    def __init__(self, host: QWidget):
+        super().__init__(host)
+        self.setWordWrap(True)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)  # hover and clicks reach the maps below
+        host.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Resize:
+            self._place()
+        return False
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        super().setText(text)
+        self._place()
+
+    def _place(self) -> None:
+        width = self.parentWidget().width()
+        self.setGeometry(0, 0, width, self.heightForWidth(width))
+        self.raise_()
