@@ -39,6 +39,7 @@ class Row:
     code: int
     words: tuple[str, ...]
     computes: bool = False  # the refusal may come from the run itself (a model's files, a sampled token)
+    chat_time_s: float | None = None  # the chat template's time limit for this row (None: the app's)
 
 
 def cli(*argv: str) -> Make:
@@ -255,7 +256,8 @@ CHAT_ROWS = [  # hostile chat templates: each ends in its own process (models/ch
         ("chat template wrote over 4,194,304 characters", CHAT_FIX), computes=True),
     Row("chat-template-doubling", tiny_chat("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
                                             "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"), 2,
-        ("chat template needed over 1,024 MiB of memory", CHAT_FIX), computes=True),
+        ("chat template needed over 1,024 MiB of memory", CHAT_FIX), computes=True,
+        chat_time_s=120.0),  # the memory cap must come first, also where a loaded machine takes 5 s to copy 1 GiB
 ]
 
 
@@ -491,7 +493,11 @@ def forbid_compute(monkeypatch):
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-def test_bad_input(row: Row, tmp_path, capsys, models, forbid_compute, qapp):
+def test_bad_input(row: Row, tmp_path, capsys, models, forbid_compute, qapp, monkeypatch):
+    if row.chat_time_s is not None:
+        from attnviz.models import chat_render
+
+        monkeypatch.setattr(chat_render, "TIME_LIMIT_S", row.chat_time_s)
     work = tmp_path / "work"
     work.mkdir()
     what = row.make(work, models)
