@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -32,18 +33,22 @@ def test_a_script_that_creates_the_window_exits_0(state, close):
     assert "close_s=" in done.stdout
 
 
-APP = """
+def app_script(on_ready: str, setup: str = "") -> str:
+    """A script running the app as `attnviz` does (run_app) that, once the window shows its first result, runs
+    `on_ready` (`window` bound to it); it prints the exit code it leaves with."""
+    return f"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
 from attnviz.ui import MainWindow
 from attnviz.ui.window.app import run_app
-
+{setup}
 def ready():
     windows = [w for w in app.topLevelWidgets() if isinstance(w, MainWindow)]
     if windows and windows[0].shown_id > 0:
-        print("ready", flush=True)
+        window = windows[0]
+{textwrap.indent(on_ready.strip(), " " * 8)}
     else:
         QTimer.singleShot(50, ready)
 
@@ -52,6 +57,9 @@ code = run_app([])
 print("exited", code, flush=True)
 sys.exit(code)
 """
+
+
+APP = app_script('print("ready", flush=True)')
 
 
 def test_ctrl_c_in_the_terminal_quits_the_app_cleanly(tmp_path):
@@ -127,15 +135,12 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(args, tmp_path):
     assert not (tmp_path / "out.npz").exists()
 
 
-BUSY_PANEL = """
-import sys
+BUSY_PANEL = app_script("""
+job.start("busy", busy)
+QTimer.singleShot(300, window.close)
+""", setup="""
 import torch
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
-app = QApplication([])
-from attnviz.ui import MainWindow
 from attnviz.ui.panels.circuit_job import Job
-from attnviz.ui.window.app import run_app
 
 def busy(cancel, progress):  # a panel's computation inside torch that never asks its cancel flag
     x = torch.randn(256, 256)
@@ -143,20 +148,7 @@ def busy(cancel, progress):  # a panel's computation inside torch that never ask
         x = torch.tanh(x @ x)
 
 job = Job("busy")
-
-def ready():
-    windows = [w for w in app.topLevelWidgets() if isinstance(w, MainWindow)]
-    if windows and windows[0].shown_id > 0:
-        job.start("busy", busy)
-        QTimer.singleShot(300, windows[0].close)
-    else:
-        QTimer.singleShot(50, ready)
-
-QTimer.singleShot(50, ready)
-code = run_app([])
-print("exited", code, flush=True)
-sys.exit(code)
-"""
+""")
 
 
 def test_closing_while_a_panel_computes_exits_0(tmp_path):
